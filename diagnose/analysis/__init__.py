@@ -1,0 +1,200 @@
+"""Analysis: turn a trace (plus the capture's samples and stack samples) into per-step breakdowns and a flat
+mapping of named metrics. No formatting happens here."""
+from __future__ import annotations
+
+import linecache
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from diagnose.analysis import intervals as iv
+from diagnose.analysis import ops as op_stats
+from diagnose.analysis.breakdown import breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats
+from diagnose.analysis.trace import Trace
+from diagnose.model import Analysis, Capture, Samples, SourceLine, StackSamples
+
+
+@dataclass(frozen=True)
+class Inputs:
+    trace: Trace
+    capture: Optional[Capture] = None
+    samples: Optional[Samples] = None
+    stacks: Optional[StackSamples] = None
+
+
+def analyze(inputs: Inputs) -> Analysis:
+    trace = inputs.trace
+    buckets, windows = exclusive_buckets(trace)
+    steps = per_step(trace, buckets)
+    if inputs.capture is not None and not inputs.capture.last_step_complete and len(steps) > 1:
+        steps = steps[:-1]  # the script stopped mid-step: that step's time is not a step time
+        windows = windows[:-1] if len(windows) == len(steps) + 1 else windows
+    fractions = breakdown_fractions(steps)
+    stats = step_stats(steps)
+    self_t, top = op_stats.self_times(trace.cpu_ops, compute_threads(trace))
+    host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
+    metrics = _metrics(inputs, steps, fractions, stats, top, host_lines, windows)
+    return Analysis(
+        steps=tuple(steps),
+        step_time_s=stats,
+        breakdown=fractions,
+        top_ops=op_stats.top_ops(trace.cpu_ops, self_t),
+        host_lines=host_lines,
+        metrics=metrics,
+        locations=_locations(inputs.capture, host_lines),
+        step_definition=trace.step_definition,
+        notes=_notes(inputs, steps),
+    )
+
+
+def attribute_host_lines(trace: Trace, stacks: Optional[StackSamples], overhead: np.ndarray, n_steps: int,
+                         mean_step_s: float, limit: int = 10) -> tuple[SourceLine, ...]:
+    """Share the host-overhead time among the user lines the main thread was on while it happened."""
+    if stacks is None or not stacks.t_ns or stacks.sync_mark_ns is None or n_steps == 0:
+        return ()
+    marks = [s for s, n in zip(trace.annotations.start, trace.annotations.names) if n == "diagnose::clock_sync"]
+    if not marks:
+        return ()
+    offset_us = marks[-1] - stacks.sync_mark_ns / 1000.0
+    t_us = np.asarray(stacks.t_ns, dtype=np.float64) / 1000.0 + offset_us
+    inside = iv.contains(overhead, t_us)
+    in_torch = stacks.in_torch or (False,) * len(stacks.t_ns)
+    counts = Counter((loc, bool(lib)) for loc, lib, hit in zip(stacks.location, in_torch, inside) if hit and loc)
+    hits = int(inside.sum())
+    if not hits:
+        return ()
+    per_step_s = iv.total(overhead) / 1e6 / n_steps
+    lines = []
+    for (location, lib), count in counts.most_common(limit):
+        seconds = per_step_s * count / hits
+        frac = seconds / mean_step_s if mean_step_s else 0.0
+        lines.append(SourceLine(location, seconds, frac, _source(location), lib))
+    return tuple(lines)
+
+
+def _host_split(host_lines, host_frac: float) -> dict:
+    """Host overhead split into the user's own work and torch's Python, in proportion to the sampled lines."""
+    attributed = sum(h.frac for h in host_lines)
+    if not host_lines or attributed <= 0:
+        return {"host_user_frac": None, "host_framework_frac": None}
+    user = sum(h.frac for h in host_lines if not h.in_torch) / attributed
+    return {"host_user_frac": host_frac * user, "host_framework_frac": host_frac * (1 - user)}
+
+
+def _source(location: str) -> str:
+    path, _, line = location.rpartition(":")
+    return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+
+
+def _flag(value) -> Optional[float]:
+    return None if value is None else float(bool(value))
+
+
+def _metrics(inputs: Inputs, steps, fractions, stats, top, host_lines, windows) -> dict[str, Optional[float]]:
+    trace, capture = inputs.trace, inputs.capture
+    n = max(len(steps), 1)
+    durations = np.array([s.duration_s for s in steps]) if steps else np.zeros(1)
+    total_us = float(durations.sum() * 1e6) or 1.0
+    m: dict[str, Optional[float]] = {f"{b}_frac": v for b, v in fractions.items()}
+    m.update(
+        steps_profiled=float(len(steps)),
+        step_time_mean_s=stats["mean"], step_time_p50_s=stats["p50"], step_time_p95_s=stats["p95"],
+        step_time_cv=float(durations.std() / durations.mean()) if durations.mean() > 0 else None,
+        ops_per_step=float(top.sum()) / n,
+        op_mean_us=float((trace.cpu_ops.end - trace.cpu_ops.start)[top].mean()) if top.any() else None,
+        host_top_line_frac=max((h.frac for h in host_lines if not h.in_torch), default=0.0),
+        **_host_split(host_lines, fractions["host_overhead"]),
+        item_calls_per_step=float(sum(1 for x in trace.cpu_ops.names if x == "aten::item")) / n,
+        h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
+    )
+    m.update(_device_metrics(trace, capture, windows, total_us, n))
+    m.update(_capture_metrics(capture, inputs.samples, n))
+    return m
+
+
+def _device_metrics(trace: Trace, capture: Optional[Capture], windows: np.ndarray, total_us: float, n: int) -> dict:
+    used_cuda = capture is not None and capture.memory_kind == "cuda"
+    has_gpu = trace.has_gpu or used_cuda
+    capability = capture.environment.gpu_capability if capture else _trace_capability(trace)
+    kernels = iv.intersect(iv.union(trace.kernels.intervals()), iv.union(windows)) if has_gpu else iv.EMPTY
+    return {
+        "has_gpu": float(has_gpu),
+        "gpu_busy_frac": iv.total(kernels) / total_us if has_gpu else None,
+        "tensor_core_gpu": None if capability is None else float(float(capability) >= 7.0),
+        "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace) / total_us if has_gpu else None,
+        "syncs_per_step": op_stats.syncs(trace) / n if has_gpu else None,
+    }
+
+
+def _trace_capability(trace: Trace) -> Optional[str]:
+    props = trace.metadata.get("deviceProperties") or []
+    if not props:
+        return None
+    return f"{props[0].get('computeMajor', 0)}.{props[0].get('computeMinor', 0)}"
+
+
+def _capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: int) -> dict:
+    if capture is None:
+        return {}
+    env = capture.environment
+    loader = capture.loaders[capture.train_loader] if capture.train_loader is not None else None
+    probe = capture.dataset_probe
+    counters = capture.counters
+    peak, capacity = capture.peak_memory_bytes, capture.memory_capacity_bytes
+    return {
+        "cpu_count": float(env.cpu_count),
+        "peak_memory_bytes": _num(peak), "memory_capacity_bytes": _num(capacity),
+        "peak_memory_frac": peak / capacity if peak and capacity else None,
+        "empty_cache_per_step": counters.get("empty_cache_calls", 0) / max(capture.steps_seen, 1),
+        "autocast_used": float(counters.get("autocast", 0) > 0),
+        "data_parallel_used": float(counters.get("data_parallel", 0) > 0),
+        "loader_count": float(len(capture.loaders)),
+        "loader_num_workers": _num(loader.num_workers if loader else None),
+        "loader_batch_size": _num(loader.batch_size if loader else None),
+        "loader_pin_memory": _flag(loader.pin_memory if loader else None),
+        "loader_persistent_workers": _flag(loader.persistent_workers if loader else None),
+        "dataset_deterministic": _flag(probe.deterministic if probe else None),
+        "dataset_item_s": probe.item_s if probe else None,
+        "dataset_item_cpu_frac": probe.item_cpu_frac if probe else None,
+        **_sample_metrics(samples),
+    }
+
+
+def _sample_metrics(samples: Optional[Samples]) -> dict:
+    if samples is None or not samples.t_s:
+        return {"process_cpu_frac": None, "gpu_util_mean_frac": None}
+    t = np.asarray(samples.t_s)
+    lo, hi = samples.window_s or (t[0], t[-1])
+    inside = (t >= lo) & (t <= hi)
+    if not inside.any():
+        inside = np.ones(len(t), dtype=bool)
+    cpu = np.asarray(samples.process_cpu_frac, dtype=np.float64)[inside]
+    gpu = [v for v, ok in zip(samples.gpu_util_frac, inside) if ok and v is not None] if samples.gpu_util_frac else []
+    return {"process_cpu_frac": float(cpu.mean()), "gpu_util_mean_frac": float(np.mean(gpu)) if gpu else None}
+
+
+def _num(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _locations(capture: Optional[Capture], host_lines) -> dict[str, Optional[str]]:
+    loader = capture.loaders[capture.train_loader] if capture and capture.train_loader is not None else None
+    return {
+        "loader": loader.location if loader else None,
+        "optimizer": capture.optimizers[0].location if capture and capture.optimizers else None,
+        "model": capture.model.location if capture and capture.model else None,
+        "host_top": next((h.location for h in host_lines if not h.in_torch), None),
+    }
+
+
+def _notes(inputs: Inputs, steps) -> tuple[str, ...]:
+    notes = []
+    if inputs.trace.step_definition != "ProfilerStep markers":
+        notes.append(inputs.trace.step_definition)
+    if inputs.capture is not None and inputs.capture.step_source not in (None, "dataloader", "manual"):
+        notes.append(f"steps were found from {inputs.capture.step_source}() calls (no DataLoader drives training)")
+    if len(steps) < 3:
+        notes.append(f"only {len(steps)} step(s) were profiled: figures are rough")
+    return tuple(notes)

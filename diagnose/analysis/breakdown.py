@@ -1,0 +1,96 @@
+"""Per-step exclusive accounting: every microsecond of a step lands in exactly one bucket.
+
+Priority (torch-tb-profiler's idea, with our bucket names): GPU kernels (compute) > host-to-device copies
+(h2d) > communication > other GPU activity (memsets, other copies) > DataLoader wait (data_wait) > CPU ops
+(compute) > everything else (host_overhead: Python, logging, sleeps, time outside any torch op).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from diagnose.analysis import intervals as iv
+from diagnose.analysis.trace import Trace, is_communication
+from diagnose.model import BUCKETS, StepBreakdown
+
+PINNED_THREAD_OPS = ("aten::pin_memory", "aten::_pin_memory", "aten::is_pinned", "aten::empty")
+
+
+def step_windows(trace: Trace) -> np.ndarray:
+    return trace.steps.intervals()
+
+
+def compute_threads(trace: Trace) -> set:
+    """Threads whose CPU ops are training work: the main thread and autograd threads, not pin-memory threads."""
+    threads: dict = {}
+    for name, tid in zip(trace.cpu_ops.names, trace.cpu_ops.tids):
+        threads.setdefault(tid, set()).add(name)
+    return {tid for tid, names in threads.items()
+            if tid == trace.main_tid or not names.issubset(PINNED_THREAD_OPS)}
+
+
+def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
+    """(bucket, raw intervals) in priority order."""
+    kernel_comm = trace.kernels.mask(is_communication)
+    memcpy_h2d = trace.memcpy.mask(lambda n: "HtoD" in n or "Host to Device" in n)
+    threads = compute_threads(trace)
+    cpu_mask = np.fromiter((t in threads for t in trace.cpu_ops.tids), dtype=bool, count=len(trace.cpu_ops))
+    cpu_comm = trace.cpu_ops.mask(is_communication)
+    return [
+        ("compute", trace.kernels.intervals(~kernel_comm)),
+        ("h2d", trace.memcpy.intervals(memcpy_h2d)),
+        ("communication", np.vstack([trace.kernels.intervals(kernel_comm), trace.cpu_ops.intervals(cpu_mask & cpu_comm)])),
+        ("other", np.vstack([trace.memcpy.intervals(~memcpy_h2d), trace.memset.intervals()])),
+        ("data_wait", trace.dataloader.intervals()),
+        ("compute", trace.cpu_ops.intervals(cpu_mask & ~cpu_comm)),
+    ]
+
+
+def exclusive_buckets(trace: Trace) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Disjoint intervals per bucket inside the steps, and the host_overhead remainder."""
+    windows = iv.union(step_windows(trace))
+    claimed = iv.EMPTY
+    result: dict[str, list[np.ndarray]] = {b: [] for b in BUCKETS}
+    for bucket, raw in bucket_sources(trace):
+        mine = iv.subtract(iv.intersect(iv.union(raw), windows), claimed)
+        result[bucket].append(mine)
+        claimed = iv.union(np.vstack([claimed, mine]))
+    merged = {b: iv.union(np.vstack(parts)) if parts else iv.EMPTY for b, parts in result.items()}
+    merged["host_overhead"] = iv.subtract(windows, claimed)
+    return merged, windows
+
+
+def per_step(trace: Trace, buckets: dict[str, np.ndarray]) -> list[StepBreakdown]:
+    windows = step_windows(trace)
+    if len(windows) == 0:
+        return []
+    per_bucket = {b: iv.measure_within(buckets[b], windows) / 1e6 for b in BUCKETS}
+    first = windows[0, 0]
+    return [
+        StepBreakdown(
+            index=i,
+            start_s=float((windows[i, 0] - first) / 1e6),
+            duration_s=float((windows[i, 1] - windows[i, 0]) / 1e6),
+            buckets_s={b: float(per_bucket[b][i]) for b in BUCKETS},
+        )
+        for i in range(len(windows))
+    ]
+
+
+def breakdown_fractions(steps: list[StepBreakdown]) -> dict[str, float]:
+    total = sum(s.duration_s for s in steps)
+    if total <= 0:
+        return {b: 0.0 for b in BUCKETS}
+    fractions = {b: sum(s.buckets_s[b] for s in steps) / total for b in BUCKETS}
+    fractions["host_overhead"] = max(0.0, 1.0 - sum(v for b, v in fractions.items() if b != "host_overhead"))
+    return fractions
+
+
+def step_stats(steps: list[StepBreakdown]) -> dict[str, float]:
+    durations = np.array([s.duration_s for s in steps])
+    if len(durations) == 0:
+        return {"mean": 0.0, "p50": 0.0, "p95": 0.0}
+    return {
+        "mean": float(durations.mean()),
+        "p50": float(np.percentile(durations, 50)),
+        "p95": float(np.percentile(durations, 95)),
+    }

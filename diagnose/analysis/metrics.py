@@ -1,0 +1,56 @@
+"""The named metrics that rules are written against. Each has a description; values are numbers or None
+(unknown: no GPU, no loader...). Rules that name a metric missing from METRICS fail to load."""
+from __future__ import annotations
+
+METRICS: dict[str, str] = {
+    # step time and breakdown
+    "steps_profiled": "number of complete steps in the profiled window",
+    "step_time_mean_s": "mean step wall time, seconds",
+    "step_time_p50_s": "median step wall time, seconds",
+    "step_time_p95_s": "95th percentile step wall time, seconds",
+    "step_time_cv": "coefficient of variation of step times (std / mean)",
+    "data_wait_frac": "share of step time waiting for the next batch from the DataLoader",
+    "h2d_frac": "share of step time in host-to-device copies not hidden by kernels",
+    "compute_frac": "share of step time in torch ops (GPU kernels, or CPU ops on a CPU run)",
+    "communication_frac": "share of step time in collectives (NCCL/gloo) not hidden by compute",
+    "host_overhead_frac": "share of step time outside any torch op and outside data wait (Python, logging, sleeps)",
+    "other_frac": "share of step time in other GPU activity (memsets, device-to-host copies)",
+    # devices
+    "has_gpu": "1 when the run used a GPU (GPU events in the trace or CUDA memory in use), else 0",
+    "cpu_count": "CPU cores available to the process",
+    "gpu_busy_frac": "share of step time with at least one GPU kernel running (from the trace)",
+    "gpu_util_mean_frac": "mean NVML GPU utilization during the profiled window (not the same as gpu_busy_frac)",
+    "tensor_core_gpu": "1 when the GPU has tensor cores (compute capability >= 7.0)",
+    "fp32_gemm_frac": "share of step time in fp32 GEMM/conv kernels that do not use tensor cores",
+    "autocast_used": "1 when the script entered torch.autocast",
+    "process_cpu_frac": "mean CPU use of the process tree (incl. DataLoader workers) as a share of all cores",
+    # memory
+    "peak_memory_bytes": "peak memory: CUDA max reserved on GPU runs, peak RSS of the main process otherwise",
+    "memory_capacity_bytes": "device memory (GPU) or host RAM (CPU)",
+    "peak_memory_frac": "peak_memory_bytes / memory_capacity_bytes",
+    "empty_cache_per_step": "torch.cuda.empty_cache() calls per step",
+    # data loading
+    "loader_count": "number of DataLoaders the script built",
+    "loader_num_workers": "num_workers of the DataLoader that feeds training",
+    "loader_batch_size": "batch_size of the DataLoader that feeds training",
+    "loader_pin_memory": "1 when that DataLoader pins memory",
+    "loader_persistent_workers": "1 when that DataLoader keeps its workers between epochs",
+    "dataset_deterministic": "1 when fetching the same index twice gave equal items, 0 when not",
+    "dataset_item_s": "seconds to fetch one item from the dataset (measured after profiling)",
+    "dataset_item_cpu_frac": "share of the item fetch time spent on CPU (1 = CPU-bound, 0 = waiting on I/O or sleep)",
+    # host work
+    "ops_per_step": "top-level CPU torch ops per step on the main thread",
+    "op_mean_us": "mean duration of a top-level CPU torch op, microseconds (small = dispatch-bound)",
+    "host_top_line_frac": "share of step time in the single line of the user's own code with the most host overhead",
+    "host_user_frac": "share of step time in host work of the user's own code (logging, I/O, sleeps, Python loops)",
+    "host_framework_frac": "share of step time in torch's own Python outside ops (optimizer loops, hooks)",
+    "syncs_per_step": "host-device synchronisations per step (cuda*Synchronize, .item() on GPU tensors)",
+    "item_calls_per_step": "aten::item / .item() calls per step",
+    "h2d_pageable_frac": "share of host-to-device copy time from pageable (unpinned) memory",
+    "data_parallel_used": "1 when torch.nn.DataParallel wraps the model",
+}
+
+
+def check_known(names: set[str]) -> set[str]:
+    """Names that are not metrics."""
+    return {n for n in names if n not in METRICS}

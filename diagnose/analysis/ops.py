@@ -1,0 +1,68 @@
+"""Op-level statistics from a trace: top ops by self time, top-level op counts, syncs, copies, GEMM kernels."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from diagnose.analysis.trace import SYNC_RUNTIME, Spans, Trace
+from diagnose.model import OpStat
+
+GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop|implicit_convolve", re.I)
+TENSOR_CORE_KERNEL = re.compile(r"h884|h1688|h16816|s1688|s16816|i8816|hmma|tensorop|16816|1688|884|bf16|f16|tf32|wmma|_tc_", re.I)
+
+
+def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
+    """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
+    n = len(ops)
+    self_t = ops.end - ops.start if n else np.zeros(0)
+    top = np.zeros(n, dtype=bool)
+    order = sorted(range(n), key=lambda i: (ops.tids[i], ops.start[i], -ops.end[i]))
+    stack: list[int] = []
+    current_tid = object()
+    for i in order:
+        if ops.tids[i] != current_tid:
+            stack, current_tid = [], ops.tids[i]
+        while stack and ops.end[stack[-1]] <= ops.start[i]:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            self_t[parent] -= min(ops.end[i], ops.end[parent]) - ops.start[i]
+        elif ops.tids[i] in tids:
+            top[i] = True
+        stack.append(i)
+    return np.maximum(self_t, 0.0), top
+
+
+def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ...]:
+    stats: dict[str, list[float]] = {}
+    for name, start, end, s in zip(ops.names, ops.start, ops.end, self_t):
+        row = stats.setdefault(name, [0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += end - start
+        row[2] += s
+    ranked = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:limit]
+    return tuple(OpStat(name, int(c), float(total) / 1e6, float(self_s) / 1e6) for name, (c, total, self_s) in ranked)
+
+
+def count_named(spans: Spans, names: tuple[str, ...] | set[str]) -> int:
+    return sum(1 for n in spans.names if n in names)
+
+
+def syncs(trace: Trace) -> int:
+    explicit = count_named(trace.runtime, set(SYNC_RUNTIME) | {"cudaMemcpy", "hipMemcpy"})
+    return explicit
+
+
+def h2d_pageable_frac(trace: Trace):
+    h2d = trace.memcpy.mask(lambda n: "HtoD" in n)
+    if not h2d.any():
+        return None
+    pageable = trace.memcpy.mask(lambda n: "Pageable" in n) & h2d
+    durations = trace.memcpy.end - trace.memcpy.start
+    return float(durations[pageable].sum() / max(durations[h2d].sum(), 1e-9))
+
+
+def fp32_gemm_time_us(trace: Trace) -> float:
+    mask = trace.kernels.mask(lambda n: bool(GEMM_KERNEL.search(n)) and not TENSOR_CORE_KERNEL.search(n))
+    return float((trace.kernels.end - trace.kernels.start)[mask].sum())

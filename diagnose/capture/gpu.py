@@ -1,0 +1,100 @@
+"""Thin, guarded access to live GPU facts (NVML, torch.cuda). Everything degrades to None on a CPU machine.
+
+No machine that builds diagnose has a GPU: keep this module small, and test what samples become elsewhere.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+def cuda_ready() -> bool:
+    try:
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def device_facts() -> dict:
+    """Name, total memory and compute capability of the current CUDA device, or {}."""
+    if not cuda_ready():
+        return {}
+    try:
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        return {
+            "gpu_name": props.name,
+            "gpu_memory_bytes": int(props.total_memory),
+            "gpu_capability": f"{props.major}.{props.minor}",
+            "uuid": str(getattr(props, "uuid", "") or ""),
+        }
+    except Exception:
+        return {}
+
+
+def peak_memory() -> tuple[Optional[int], Optional[int]]:
+    """(max reserved bytes, device capacity bytes) when CUDA was used by the script, else (None, None)."""
+    try:
+        if not (cuda_ready() and torch.cuda.is_initialized()):
+            return None, None
+        return int(torch.cuda.max_memory_reserved()), int(torch.cuda.mem_get_info()[1])
+    except Exception:
+        return None, None
+
+
+class Nvml:
+    """One NVML device handle; every reading returns None when NVML is missing or fails."""
+
+    def __init__(self):
+        self.handle = None
+        self.status = "unavailable: no CUDA device"
+        if not cuda_ready():
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            uuid = device_facts().get("uuid")
+            self.handle = self._handle_for(uuid)
+            self.status = "available"
+        except Exception as exc:  # no driver, no library, no permission: all mean "unavailable"
+            self.status = f"unavailable: {exc}"
+
+    def _handle_for(self, uuid: str):
+        if uuid:
+            try:
+                text = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+                return self.nvml.nvmlDeviceGetHandleByUUID(text)
+            except Exception:
+                pass
+        return self.nvml.nvmlDeviceGetHandleByIndex(0)
+
+    def _read(self, fn, *args):
+        if self.handle is None:
+            return None
+        try:
+            return fn(self.handle, *args)
+        except Exception:
+            return None
+
+    def sample(self) -> dict:
+        if self.handle is None:
+            return {}
+        n = self.nvml
+        util = self._read(n.nvmlDeviceGetUtilizationRates)
+        mem = self._read(n.nvmlDeviceGetMemoryInfo)
+        rx = self._read(n.nvmlDeviceGetPcieThroughput, n.NVML_PCIE_UTIL_RX_BYTES)
+        tx = self._read(n.nvmlDeviceGetPcieThroughput, n.NVML_PCIE_UTIL_TX_BYTES)
+        power = self._read(n.nvmlDeviceGetPowerUsage)
+        clock = self._read(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_SM)
+        return {
+            "gpu_util_frac": util.gpu / 100.0 if util is not None else None,
+            "gpu_mem_used_bytes": int(mem.used) if mem is not None else None,
+            "gpu_mem_total_bytes": int(mem.total) if mem is not None else None,
+            "pcie_rx_bytes_s": rx * 1024.0 if rx is not None else None,  # NVML reports KB/s
+            "pcie_tx_bytes_s": tx * 1024.0 if tx is not None else None,
+            "power_w": power / 1000.0 if power is not None else None,  # NVML reports mW
+            "sm_clock_mhz": float(clock) if clock is not None else None,
+        }

@@ -1,0 +1,254 @@
+"""Hooks installed into torch before the user's script runs: step boundaries and where things were made.
+
+Step boundaries, in order of preference (a higher source, once seen, silences lower ones):
+  manual (diagnose.step()) > dataloader (start of next() on the training loader) > backward > optimizer.
+The start of next() is the natural boundary: the wait for data belongs to the step that waits.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.optim.optimizer as optimizer_module
+import torch.utils.data.dataloader as dl_module
+
+import diagnose
+from diagnose.capture.sites import caller_location, class_location
+from diagnose.model import LoaderInfo, ModelInfo, OptimizerInfo
+
+PRIORITY = {"optimizer": 0, "backward": 1, "dataloader": 2, "manual": 3}
+
+
+class StopCapture(BaseException):
+    """Raised at a step boundary to end the user's script; BaseException so `except Exception` lets it pass."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Observed:
+    """Mutable record of what the hooks saw; turned into frozen records when the capture ends."""
+    loaders: list[LoaderInfo] = field(default_factory=list)
+    loaders_alive: list = field(default_factory=list)  # the DataLoader objects, kept for the dataset probe
+    batches_drawn: list[int] = field(default_factory=list)
+    train_loader: Optional[int] = None
+    optimizers: list[OptimizerInfo] = field(default_factory=list)
+    root_module: Optional[torch.nn.Module] = None  # kept alive: runpy drops the script's globals
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+
+class StepClock:
+    """Counts step boundaries from the best source seen and calls `on_boundary(step_index)`."""
+
+    def __init__(self, on_boundary: Callable[[int], None]):
+        self.on_boundary = on_boundary
+        self.source: Optional[str] = None
+        self.boundaries = 0
+        self.backward_since_boundary = False
+
+    def signal(self, source: str) -> None:
+        if self.source is not None and PRIORITY[source] < PRIORITY[self.source]:
+            return
+        self.source = source
+        self.boundaries += 1
+        self.backward_since_boundary = False
+        self.on_boundary(self.boundaries)
+
+
+def _loader_info(loader, location: Optional[str]) -> LoaderInfo:
+    batch_size = loader.batch_size
+    if batch_size is None and getattr(loader, "batch_sampler", None) is not None:
+        batch_size = getattr(loader.batch_sampler, "batch_size", None)
+    try:
+        dataset_len = len(loader.dataset)
+    except Exception:  # iterable datasets have no len
+        dataset_len = None
+    return LoaderInfo(
+        location=location,
+        batch_size=batch_size,
+        num_workers=int(loader.num_workers),
+        pin_memory=bool(loader.pin_memory),
+        persistent_workers=bool(loader.persistent_workers),
+        prefetch_factor=loader.prefetch_factor,
+        dataset_type=type(loader.dataset).__name__,
+        dataset_len=dataset_len,
+    )
+
+
+class Instrumentation:
+    def __init__(self, on_boundary: Callable[[int], None]):
+        self.seen = Observed()
+        self.clock = StepClock(on_boundary)
+        self._undo: list[Callable[[], None]] = []
+        self._module_depth = 0
+
+    # -- install / remove -------------------------------------------------------------------------
+    def install(self) -> None:
+        self._patch(torch.utils.data.DataLoader, "__init__", self._wrap_loader_init)
+        self._patch(torch.utils.data.DataLoader, "__iter__", self._wrap_loader_iter)
+        self._patch(dl_module._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(torch.nn.DataParallel, "__init__", self._wrap_counter("data_parallel"))
+        self._patch(torch.cuda, "empty_cache", self._wrap_counter("empty_cache_calls"))
+        self._patch(torch.autocast, "__enter__", self._wrap_counter("autocast"))
+        handle = optimizer_module.register_optimizer_step_post_hook(self._after_optimizer_step)
+        self._undo.append(handle.remove)
+        pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
+        post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
+        self._undo += [pre.remove, post.remove]
+        diagnose._step_hook = lambda: self.clock.signal("manual")
+
+    def uninstall(self) -> None:
+        diagnose._step_hook = None
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    def _patch(self, owner, name: str, make_wrapper) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, make_wrapper(original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    # -- wrappers -----------------------------------------------------------------------------------
+    def _wrap_loader_init(self, original):
+        seen = self.seen
+
+        @functools.wraps(original)
+        def init(loader, *args, **kwargs):
+            original(loader, *args, **kwargs)
+            if getattr(loader, "_diagnose_index", None) is None:  # subclasses call __init__ once each
+                loader._diagnose_index = len(seen.loaders)
+                seen.loaders.append(_loader_info(loader, caller_location()))
+                seen.loaders_alive.append(loader)
+                seen.batches_drawn.append(0)
+
+        return init
+
+    def _wrap_loader_iter(self, original):
+        @functools.wraps(original)
+        def iterate(loader):
+            iterator = original(loader)
+            iterator._diagnose_index = getattr(loader, "_diagnose_index", None)
+            return iterator
+
+        return iterate
+
+    def _wrap_next(self, original):
+        instr = self
+
+        @functools.wraps(original)
+        def next_batch(iterator):
+            index = getattr(iterator, "_diagnose_index", None)
+            if index is not None:
+                instr._on_loader_next(index)
+            return original(iterator)
+
+        return next_batch
+
+    def _on_loader_next(self, index: int) -> None:
+        seen, clock = self.seen, self.clock
+        seen.batches_drawn[index] += 1
+        if seen.train_loader is None and clock.backward_since_boundary and clock.source == "dataloader":
+            seen.train_loader = self._last_loader  # the loader whose batch was trained on
+        self._last_loader = index
+        if seen.train_loader is None or seen.train_loader == index:
+            clock.signal("dataloader")
+
+    _last_loader: Optional[int] = None
+
+    def _wrap_optimizer_init(self, original):
+        seen = self.seen
+
+        @functools.wraps(original)
+        def init(opt, params, defaults, *args, **kwargs):
+            original(opt, params, defaults, *args, **kwargs)
+            if getattr(opt, "_diagnose_seen", False):
+                return
+            opt._diagnose_seen = True
+            lr = defaults.get("lr")
+            seen.optimizers.append(OptimizerInfo(
+                location=caller_location(),
+                type=type(opt).__name__,
+                lr=float(lr) if isinstance(lr, (int, float)) else None,
+                foreach=defaults.get("foreach"),
+                fused=defaults.get("fused"),
+            ))
+
+        return init
+
+    def _wrap_backward(self, original):
+        clock = self.clock
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            result = original(*args, **kwargs)
+            clock.backward_since_boundary = True
+            if clock.source in (None, "backward", "optimizer"):
+                clock.signal("backward")
+            return result
+
+        return backward
+
+    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        # Only a fallback: a boundary here sits inside the Optimizer.step annotation in the trace.
+        if self.clock.source in (None, "optimizer"):
+            self.clock.signal("optimizer")
+
+    def _wrap_counter(self, counter: str):
+        seen = self.seen
+
+        def make(original):
+            @functools.wraps(original)
+            def counted(*args, **kwargs):
+                seen.count(counter)
+                return original(*args, **kwargs)
+
+            return counted
+
+        return make
+
+    def _before_forward(self, module, inputs) -> None:
+        if self._module_depth == 0 and self.seen.root_module is None and _has_parameters(module):
+            self.seen.root_module = module
+        self._module_depth += 1
+
+    def _after_forward(self, module, inputs, output) -> None:
+        self._module_depth = max(0, self._module_depth - 1)
+
+    # -- results ------------------------------------------------------------------------------------
+    def loader_infos(self) -> tuple[LoaderInfo, ...]:
+        from dataclasses import replace
+
+        return tuple(replace(info, batches_drawn=n) for info, n in zip(self.seen.loaders, self.seen.batches_drawn))
+
+    def train_loader_index(self) -> Optional[int]:
+        if self.seen.train_loader is not None:
+            return self.seen.train_loader
+        drawn = self.seen.batches_drawn
+        return max(range(len(drawn)), key=drawn.__getitem__) if drawn else None
+
+    def model_info(self) -> Optional[ModelInfo]:
+        module = self.seen.root_module
+        if module is None:
+            return None
+        params = list(module.parameters())
+        first = params[0]
+        return ModelInfo(
+            type=type(module).__name__,
+            location=class_location(type(module)),
+            device=str(first.device),
+            dtype=str(first.dtype).replace("torch.", ""),
+            parameters=sum(p.numel() for p in params),
+        )
+
+
+def _has_parameters(module) -> bool:
+    return next(module.parameters(), None) is not None

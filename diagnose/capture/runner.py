@@ -1,0 +1,109 @@
+"""Parent side of a capture: check the script, start the child, relay its output and progress, enforce the
+deadline, and hand back what the child wrote."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import diagnose
+from diagnose.errors import UserError
+from diagnose.model import Capture, RunConfig
+from diagnose.serial import read_json, write_json
+
+KILL_GRACE_S = 90.0  # the child needs time after its deadline to write the trace
+
+
+@dataclass(frozen=True)
+class CaptureOutcome:
+    capture: Optional[Capture]
+    exit_code: int
+    interrupted: bool
+
+
+def check_script(path: str) -> None:
+    script = Path(path)
+    if not script.exists():
+        raise UserError(f"script not found: {path}", "check the path; it is taken relative to the current folder")
+    if not script.is_file():
+        raise UserError(f"not a file: {path}", "pass the training script itself, e.g. `diagnose run train.py`")
+    try:
+        source = script.read_bytes()
+        compile(source, str(script), "exec")
+    except SyntaxError as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        raise UserError(f"the script has a syntax error, so it cannot run:\n{detail}", "fix the line above and run again")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}")
+
+
+def child_env(progress_fd: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DIAGNOSE_PROGRESS_FD"] = str(progress_fd)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    package_root = str(Path(diagnose.__file__).resolve().parent.parent)
+    if "site-packages" not in package_root:  # running from a source checkout: let the child import us too
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), package_root]))
+    return env
+
+
+def _relay(stream, sink: Callable[[str], None], log) -> None:
+    for line in iter(stream.readline, ""):
+        log.write(line)
+        log.flush()
+        sink(line.rstrip("\n"))
+
+
+def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool], None],
+                on_progress: Callable[[str], None]) -> CaptureOutcome:
+    write_json(run_dir / "config.json", config)
+    read_fd, write_fd = os.pipe()
+    cmd = [sys.executable, "-m", "diagnose.capture.child", str(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            pass_fds=(write_fd,), env=child_env(write_fd))
+    os.close(write_fd)
+    threads = _start_relays(proc, run_dir, read_fd, on_output, on_progress)
+    interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S)
+    for t in threads:
+        t.join(timeout=5)
+    capture_file = run_dir / "capture.json"
+    capture = read_json(capture_file, Capture) if capture_file.exists() else None
+    return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
+
+
+def _start_relays(proc, run_dir: Path, read_fd: int, on_output, on_progress) -> list[threading.Thread]:
+    log = open(run_dir / "script.log", "w", encoding="utf-8", errors="replace")
+    progress = os.fdopen(read_fd, "r")
+    threads = [
+        threading.Thread(target=_relay, args=(proc.stdout, lambda s: on_output(s, False), log), daemon=True),
+        threading.Thread(target=_relay, args=(proc.stderr, lambda s: on_output(s, True), log), daemon=True),
+        threading.Thread(target=lambda: [on_progress(line.strip()) for line in progress], daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _wait(proc: subprocess.Popen, hard_limit_s: float) -> bool:
+    """Wait for the child; on Ctrl-C let it write partial results (it got SIGINT too), on a second one kill it."""
+    interrupted = False
+    try:
+        proc.wait(timeout=hard_limit_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        try:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+    return interrupted

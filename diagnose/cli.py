@@ -1,0 +1,123 @@
+"""Command line: `diagnose run`, `diagnose report`, `diagnose rules`."""
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import webbrowser
+from pathlib import Path
+from typing import Optional
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from diagnose import __version__
+from diagnose.errors import UserError
+
+EXIT_OK, EXIT_SCRIPT_ERROR, EXIT_USAGE, EXIT_NO_STEPS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _run_dir(out: Optional[str], script: str) -> Path:
+    if out:
+        path = Path(out)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise UserError(f"--out {out} already exists and is not empty", "choose a new folder; diagnose never overwrites files")
+    else:
+        stamp = dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
+        path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}"
+        suffix = 1
+        while path.exists():
+            suffix += 1
+            path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}-{suffix}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _experiments(value: str) -> str:
+    from diagnose.model import OPTIMIZATION_IDS
+
+    if value in ("none", "all"):
+        return value
+    unknown = [v for v in value.split(",") if v not in OPTIMIZATION_IDS]
+    if unknown:
+        raise UserError(f"--experiments: unknown optimization id(s) {', '.join(unknown)}",
+                        f"use none, all, or ids among: {', '.join(OPTIMIZATION_IDS)}")
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="diagnose")
+def cli() -> None:
+    """Find what holds a PyTorch training script back, and which line to change."""
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", metavar="DIR", help="Run folder (default: diagnose_runs/<timestamp>-<script>).")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
+@click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
+@click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
+              help="Stop the script after this long, whatever happened.")
+@click.option("--experiments", default="none", show_default=True, metavar="none|all|ID[,ID...]",
+              help="Optimizations to try and measure (applying them arrives in a later release; `none` diagnoses only).")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
+@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout (the script's output goes to stderr).")
+@click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def run(out, warmup, steps, max_seconds, experiments, rules_dirs, templates_dir, as_json, open_report, script, script_args):
+    """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report.
+
+    Put `--` before the script's own arguments if they look like diagnose's options.
+    """
+    from diagnose.runcommand import run_command
+
+    args = script_args[1:] if script_args[:1] == ("--",) else script_args
+    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds, experiments=_experiments(experiments),
+                       rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
+                       make_run_dir=_run_dir)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
+@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
+def report(run_dir, rules_dirs, templates_dir, as_json):
+    """Analyse RUN_DIR again (new rules, new templates) and re-render its report."""
+    from diagnose.runcommand import report_command
+
+    sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json))
+
+
+@cli.command(name="rules")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
+@click.option("--metrics", "show_metrics", is_flag=True, help="List the metrics that rule conditions can use.")
+@click.option("--check", is_flag=True, help="Run each rule's own test cases and report failures.")
+def rules_command(rules_dirs, show_metrics, check):
+    """List the rules (what each looks for, and its fix), or the metrics they are written against."""
+    from diagnose.runcommand import rules_listing
+
+    sys.exit(rules_listing(rules_dirs, show_metrics, check))
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except UserError as exc:
+        console = Console(stderr=True)
+        console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        if exc.hint:
+            console.print(f"  {exc.hint}", highlight=False)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(TextColumn("  {task.description:<12}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                    TimeElapsedColumn(), console=console, transient=False)

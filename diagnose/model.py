@@ -1,0 +1,217 @@
+"""Typed, frozen records passed between pipeline stages: capture -> analysis -> rules -> report.
+
+Units live in field names (`_s`, `_bytes`, `_frac`). Every record round-trips through JSON (see serial.py),
+so each stage can be re-run from the files in the run folder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
+CATEGORIES = ("data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    script: str
+    script_args: tuple[str, ...]
+    out_dir: str
+    warmup_steps: int
+    profile_steps: int
+    max_seconds: float
+    experiments: str = "none"
+    rules_dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoaderInfo:
+    location: Optional[str]  # "file:line" in the user's code
+    batch_size: Optional[int]
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: Optional[int]
+    dataset_type: str
+    dataset_len: Optional[int]
+    batches_drawn: int = 0
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    location: Optional[str]
+    type: str
+    lr: Optional[float]
+    foreach: Optional[bool]
+    fused: Optional[bool]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    type: str
+    location: Optional[str]
+    device: str
+    dtype: str
+    parameters: int
+
+
+@dataclass(frozen=True)
+class DatasetProbe:
+    """Measured after the profiled window: is fetching an item deterministic, and how costly is it."""
+    deterministic: Optional[bool]
+    item_s: Optional[float]
+    item_cpu_frac: Optional[float]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Environment:
+    python: str
+    torch: str
+    platform: str
+    cpu_count: int
+    total_memory_bytes: int
+    cuda_available: bool
+    gpu_name: Optional[str] = None
+    gpu_memory_bytes: Optional[int] = None
+    gpu_capability: Optional[str] = None
+    nvml: str = "unavailable"
+
+
+@dataclass(frozen=True)
+class ScriptError:
+    type: str
+    message: str
+    traceback: str
+    step: Optional[int]
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What the child process saw while running the user's script (RUN/capture.json)."""
+    status: str  # completed | script_error | interrupted | timeout | no_steps | script_finished
+    script: str
+    script_args: tuple[str, ...]
+    step_source: Optional[str]  # dataloader | backward | optimizer | manual
+    steps_seen: int
+    steps_profiled: int
+    warmup_steps: int
+    wall_s: float
+    environment: Environment
+    boundaries_s: tuple[float, ...] = ()  # step starts, seconds since the capture started
+    last_step_complete: bool = True
+    loaders: tuple[LoaderInfo, ...] = ()
+    train_loader: Optional[int] = None  # index into loaders of the one that drives steps
+    optimizers: tuple[OptimizerInfo, ...] = ()
+    model: Optional[ModelInfo] = None
+    dataset_probe: Optional[DatasetProbe] = None
+    trace_files: tuple[str, ...] = ()  # relative to the run folder
+    counters: dict[str, int] = field(default_factory=dict)  # empty_cache calls, DataParallel, autocast...
+    peak_memory_bytes: Optional[int] = None  # device memory (CUDA max reserved) or host RSS on CPU
+    memory_capacity_bytes: Optional[int] = None
+    memory_kind: str = "host"
+    error: Optional[ScriptError] = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Samples:
+    """System samples in columns (RUN/samples.json); t_s is seconds since the capture started."""
+    t_s: tuple[float, ...] = ()
+    cpu_frac: tuple[float, ...] = ()  # whole-machine CPU use, 0..1
+    per_core_frac: tuple[tuple[float, ...], ...] = ()
+    process_cpu_frac: tuple[float, ...] = ()  # process tree incl. DataLoader workers, in cores/cpu_count
+    rss_bytes: tuple[int, ...] = ()  # process tree incl. workers
+    gpu_util_frac: tuple[Optional[float], ...] = ()
+    gpu_mem_used_bytes: tuple[Optional[int], ...] = ()
+    gpu_mem_total_bytes: Optional[int] = None
+    pcie_rx_bytes_s: tuple[Optional[float], ...] = ()
+    pcie_tx_bytes_s: tuple[Optional[float], ...] = ()
+    power_w: tuple[Optional[float], ...] = ()
+    sm_clock_mhz: tuple[Optional[float], ...] = ()
+    gpu: str = "unavailable"
+    window_s: tuple[float, float] | None = None  # profiled window, same clock as t_s
+
+
+@dataclass(frozen=True)
+class StackSamples:
+    """Main-thread stack samples during the profiled window: (monotonic ns, user file:line)."""
+    t_ns: tuple[int, ...] = ()
+    location: tuple[Optional[str], ...] = ()
+    in_torch: tuple[bool, ...] = ()  # innermost Python frame inside torch: framework overhead, not user work
+    sync_mark_ns: Optional[int] = None  # monotonic ns taken inside the `diagnose::clock_sync` trace event
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    index: int
+    start_s: float  # seconds since the first profiled step began
+    duration_s: float
+    buckets_s: dict[str, float]
+
+
+@dataclass(frozen=True)
+class OpStat:
+    name: str
+    calls: int
+    total_s: float
+    self_s: float
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    location: str
+    seconds_per_step: float
+    frac: float
+    code: str = ""
+    in_torch: bool = False  # time in torch's own Python (optimizer loops, hooks) called from this line
+
+
+@dataclass(frozen=True)
+class Analysis:
+    steps: tuple[StepBreakdown, ...]
+    step_time_s: dict[str, float]  # mean, p50, p95
+    breakdown: dict[str, float]  # bucket -> fraction of the mean step; sums to 1
+    top_ops: tuple[OpStat, ...]
+    host_lines: tuple[SourceLine, ...]
+    metrics: dict[str, Optional[float]]
+    locations: dict[str, Optional[str]]
+    step_definition: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    category: str
+    severity: str
+    cost_fraction: float
+    title: str
+    message: str
+    location: Optional[str]
+    fix: str
+    fix_code: str
+    optimizations: tuple[str, ...]
+    docs: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The stable contract written to RUN/diagnosis.json (schema 1)."""
+    schema: int
+    script: str
+    steps_profiled: int
+    step_time_s: dict[str, float]
+    breakdown: dict[str, float]
+    findings: tuple[Finding, ...]
+    experiments: tuple[dict, ...] = ()
+    status: str = "completed"
+    metrics: dict[str, Optional[float]] = field(default_factory=dict)
+
+# The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
+OPTIMIZATION_IDS = (
+    "dataloader.num_workers", "dataloader.persistent_workers", "dataloader.prefetch_factor", "dataloader.pin_memory",
+    "dataset.cache", "batch_size", "amp", "compile", "tf32", "cudnn.benchmark", "channels_last", "optimizer.fused",
+    "activation_checkpointing", "grad_accumulation", "ddp", "expandable_segments", "reduce_host_work",
+)

@@ -1,0 +1,87 @@
+"""The pipeline: capture -> analysis -> rules -> report. Each stage reads what the previous one wrote into the
+run folder, so `diagnose report RUN` can re-run everything after the capture."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from diagnose import rules as rule_engine
+from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.trace import load_trace
+from diagnose.errors import UserError
+from diagnose.model import Analysis, Capture, Diagnosis, Finding, Samples, StackSamples
+from diagnose.serial import read_json, write_json
+from diagnose.tbcompat import adapt_trace_for_tensorboard
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    capture: Optional[Capture]
+    analysis: Optional[Analysis]
+    diagnosis: Diagnosis
+    report_path: Optional[Path]
+
+
+def trace_paths(run_dir: Path) -> list[Path]:
+    return sorted(p for p in (run_dir / "tb").glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
+
+
+def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]:
+    traces = trace_paths(run_dir)
+    if not traces:
+        return None
+    for path in traces:
+        adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
+    samples = _optional(run_dir / "samples.json", Samples)
+    stacks = _optional(run_dir / "stacks.json", StackSamples)
+    analysis = analyze(Inputs(load_trace(traces[-1]), capture, samples, stacks))
+    write_json(run_dir / "analysis.json", analysis)
+    return analysis
+
+
+def _optional(path: Path, cls):
+    return read_json(path, cls) if path.exists() else None
+
+
+def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...]) -> list[Finding]:
+    if analysis is None or not analysis.steps:
+        return []
+    return rule_engine.evaluate(rule_engine.load_rules(Path(d) for d in rules_dirs), analysis)
+
+
+def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis],
+                    findings: list[Finding]) -> Diagnosis:
+    empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0}
+    return Diagnosis(
+        schema=1,
+        script=script,
+        steps_profiled=len(analysis.steps) if analysis else 0,
+        step_time_s=analysis.step_time_s if analysis else empty,
+        breakdown=analysis.breakdown if analysis else {},
+        findings=tuple(findings),
+        experiments=(),
+        status=capture.status if capture else "no_capture",
+        metrics=analysis.metrics if analysis else {},
+    )
+
+
+def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dirs: tuple[str, ...],
+               templates_dir: Optional[str] = None) -> RunResult:
+    """Analysis, rules and report for a run folder whose capture is done (or partial)."""
+    from diagnose.report import write_reports
+
+    analysis = analyze_run(run_dir, capture)
+    findings = diagnose_analysis(analysis, rules_dirs)
+    diagnosis = build_diagnosis(script, capture, analysis, findings)
+    write_json(run_dir / "diagnosis.json", diagnosis)
+    report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir)
+    return RunResult(run_dir, capture, analysis, diagnosis, report)
+
+
+def load_capture(run_dir: Path) -> Optional[Capture]:
+    if not run_dir.is_dir():
+        raise UserError(f"run folder not found: {run_dir}", "pass a folder written by `diagnose run`")
+    path = run_dir / "capture.json"
+    return read_json(path, Capture) if path.exists() else None

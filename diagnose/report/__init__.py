@@ -1,0 +1,41 @@
+"""Report stage: render one ReportView as HTML (Jinja, autoescaped, user-overridable templates)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import jinja2
+
+from diagnose.model import Analysis, Capture, Diagnosis, Samples
+from diagnose.report.view import build_view
+from diagnose.resources import bundled, display_location
+from diagnose.serial import read_json
+
+
+def template_environment(templates_dir: Optional[str] = None) -> jinja2.Environment:
+    """The user's templates folder first (to override any template), then the bundled one."""
+    loaders = [jinja2.FileSystemLoader(templates_dir)] if templates_dir else []
+    loaders.append(jinja2.FileSystemLoader(str(bundled("templates"))))
+    env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(pct=lambda v: "n/a" if v is None else f"{100 * v:.0f}%",
+                       ms=lambda v: "n/a" if v is None else f"{1000 * v:.1f} ms",
+                       gib=lambda v: "n/a" if v is None else f"{v / 2**30:.1f} GiB",
+                       where=display_location)
+    return env
+
+
+def render_html(view, templates_dir: Optional[str] = None) -> str:
+    return template_environment(templates_dir).get_template("report.html.j2").render(view=view)
+
+
+def write_reports(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
+                  templates_dir: Optional[str] = None) -> Path:
+    samples_path = run_dir / "samples.json"
+    samples = read_json(samples_path, Samples) if samples_path.exists() else None
+    view = build_view(run_dir, capture, analysis, diagnosis, samples)
+    path = run_dir / "report.html"
+    tmp = path.with_name("report.html.tmp")
+    tmp.write_text(render_html(view, templates_dir), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,186 @@
+"""Rules are data: one TOML file per rule (see rules/). This module loads and validates them, evaluates their
+conditions on an Analysis's metrics and renders their evidence and fix text into Findings."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import jinja2
+from jinja2 import meta
+from jinja2.sandbox import SandboxedEnvironment
+
+from diagnose.analysis.metrics import METRICS
+from diagnose.errors import RuleError
+from diagnose.expr import Expr, ExprError
+from diagnose.model import CATEGORIES, OPTIMIZATION_IDS, Analysis, Finding
+from diagnose.resources import bundled, display_location
+
+SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
+LOCATION_KEYS = ("loader", "optimizer", "model", "host_top")
+REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
+TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location"}
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{1000 * value:.1f} ms"
+
+
+def _gib(value) -> str:
+    return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def _int(value) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def _environment() -> SandboxedEnvironment:
+    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+    env.filters.update(pct=_pct, ms=_ms, gib=_gib, int=_int)
+    return env
+
+
+ENV = _environment()
+
+
+@dataclass(frozen=True)
+class RuleCase:
+    metrics: dict
+    fires: bool
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    category: str
+    title: str
+    condition: Expr
+    cost: Expr
+    evidence: jinja2.Template
+    fix: str
+    fix_code: Optional[jinja2.Template]
+    optimizations: tuple[str, ...]
+    location: Optional[str]
+    docs: str
+    path: Path
+    cases: tuple[RuleCase, ...]
+    explanation: str
+
+    def fires(self, metrics: dict) -> bool:
+        return bool(self.condition.evaluate(metrics))
+
+    def cost_of(self, metrics: dict) -> float:
+        value = self.cost.evaluate(metrics)
+        return max(0.0, min(1.0, float(value))) if value is not None else 0.0
+
+
+def severity_for(cost: float) -> str:
+    for severity, threshold in SEVERITY_FROM_COST:
+        if cost >= threshold:
+            return severity
+    return "low"
+
+
+def load_rule(path: Path) -> Rule:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RuleError(f"rule file {path}: not valid TOML: {exc}")
+    missing = [k for k in REQUIRED if not data.get(k)]
+    if missing:
+        raise RuleError(f"rule file {path}: missing {', '.join(missing)}")
+    if data["category"] not in CATEGORIES:
+        raise RuleError(f"rule file {path}: category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
+    condition, cost = _expr(path, "condition", data["condition"]), _expr(path, "cost", str(data["cost"]))
+    unknown_opts = [o for o in data.get("optimizations", []) if o not in OPTIMIZATION_IDS]
+    if unknown_opts:
+        raise RuleError(f"rule file {path}: unknown optimization id(s) {', '.join(unknown_opts)}")
+    if data.get("location") not in (None, *LOCATION_KEYS):
+        raise RuleError(f"rule file {path}: location must be one of {', '.join(LOCATION_KEYS)}")
+    return Rule(
+        id=data["id"], category=data["category"], title=data["title"], condition=condition, cost=cost,
+        evidence=_template(path, "evidence", data["evidence"]), fix=data["fix"].strip(),
+        fix_code=_template(path, "fix_code", data["fix_code"]) if data.get("fix_code") else None,
+        optimizations=tuple(data.get("optimizations", [])), location=data.get("location"),
+        docs=data.get("docs", ""), path=path, cases=_cases(path, data.get("tests", [])),
+        explanation=data.get("explanation", "").strip(),
+    )
+
+
+def _expr(path: Path, field: str, source: str) -> Expr:
+    try:
+        expr = Expr(source)
+    except ExprError as exc:
+        raise RuleError(f"rule file {path}: {field}: {exc}")
+    unknown = sorted(expr.names - METRICS.keys())
+    if unknown:
+        raise RuleError(f"rule file {path}: {field} names unknown metric(s) {', '.join(unknown)}",
+                        "`diagnose rules --metrics` lists the metrics a rule can use")
+    return expr
+
+
+def _template(path: Path, field: str, source: str) -> jinja2.Template:
+    try:
+        names = meta.find_undeclared_variables(ENV.parse(source))
+        template = ENV.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise RuleError(f"rule file {path}: {field}: template syntax error: {exc.message}")
+    unknown = sorted(names - METRICS.keys() - TEMPLATE_EXTRAS)
+    if unknown:
+        raise RuleError(f"rule file {path}: {field} uses unknown name(s) {', '.join(unknown)}")
+    return template
+
+
+def _cases(path: Path, raw: list) -> tuple[RuleCase, ...]:
+    cases = []
+    for case in raw:
+        metrics = case.get("metrics", {})
+        unknown = sorted(set(metrics) - METRICS.keys())
+        if unknown:
+            raise RuleError(f"rule file {path}: test case names unknown metric(s) {', '.join(unknown)}")
+        cases.append(RuleCase(metrics=metrics, fires=bool(case.get("fires"))))
+    return tuple(cases)
+
+
+def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
+    """The bundled rules, then the user's; a user rule with the same id replaces the bundled one."""
+    rules: dict[str, Rule] = {}
+    for folder in (bundled("rules"), *extra_dirs):
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise RuleError(f"rules folder not found: {folder}", "pass a folder of .toml rule files to --rules")
+        for path in sorted(folder.glob("*.toml")):
+            rule = load_rule(path)
+            rules[rule.id] = rule
+    return list(rules.values())
+
+
+def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
+    metrics = analysis.metrics
+    context = _context(analysis)
+    findings = [_finding(rule, metrics, context) for rule in rules if rule.fires(metrics)]
+    return sorted(findings, key=lambda f: f.cost_fraction, reverse=True)
+
+
+def _context(analysis: Analysis) -> dict:
+    locations = {k: display_location(v) for k, v in analysis.locations.items()}
+    top = analysis.host_lines[0] if analysis.host_lines else None
+    return {**analysis.metrics, "locations": locations, "loader_location": locations.get("loader") or "your DataLoader",
+            "host_top_location": locations.get("host_top") or "your training loop",
+            "host_top_code": top.code if top else ""}
+
+
+def _finding(rule: Rule, metrics: dict, context: dict) -> Finding:
+    cost = rule.cost_of(metrics)
+    return Finding(
+        rule=rule.id, category=rule.category, severity=severity_for(cost), cost_fraction=cost, title=rule.title,
+        message=" ".join(rule.evidence.render(context).split()),
+        location=context["locations"].get(rule.location) if rule.location else None,
+        fix=rule.fix, fix_code=rule.fix_code.render(context).strip() if rule.fix_code else "",
+        optimizations=rule.optimizations, docs=rule.docs,
+    )

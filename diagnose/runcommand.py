@@ -1,0 +1,132 @@
+"""What the CLI commands do, kept apart from click's option parsing."""
+from __future__ import annotations
+
+import sys
+import webbrowser
+from pathlib import Path
+from typing import Callable, Optional
+
+from rich.console import Console
+
+from diagnose.capture.runner import check_script, run_capture
+from diagnose.model import RunConfig
+from diagnose.pipeline import finish_run, load_capture
+from diagnose.report.terminal import print_summary
+from diagnose.report.wording import status_sentence, verdict
+from diagnose.serial import dumps
+
+PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_once(", "STAGE:",
+                  "ActivityProfilerController", "Memory block of unknown size")
+EXIT_FOR_STATUS = {"completed": 0, "script_finished": 0, "timeout": 0, "script_error": 1, "no_steps": 3,
+                   "interrupted": 130}
+
+
+def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
+                max_seconds: float, experiments: str, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
+                as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
+    from diagnose.cli import progress_bar
+    from diagnose import __version__
+    import torch
+
+    check_script(script)
+    from diagnose import rules as rule_engine
+
+    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails now, not after the run
+    run_dir = make_run_dir(out, script)
+    console = Console(stderr=True)
+    console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim", highlight=False)
+    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
+                       profile_steps=steps, max_seconds=max_seconds, experiments=experiments, rules_dirs=tuple(rules_dirs))
+    out_stream = Console(stderr=True) if as_json else Console()
+    with progress_bar(console) as progress:
+        task = progress.add_task("profiling", total=warmup + steps, note="starting")
+        outcome = run_capture(config, run_dir, _printer(progress, out_stream), _progress_handler(progress, task, warmup))
+        progress.update(task, note="analysing")
+        result = finish_run(run_dir, script, outcome.capture, tuple(rules_dirs), templates_dir)
+        progress.update(task, note="done")
+    if experiments != "none":
+        console.print("note: applying and measuring optimizations is not in this release; --experiments was ignored.",
+                      style="yellow")
+    _finish_output(console, result, as_json, open_report)
+    if outcome.interrupted:
+        return 130
+    return EXIT_FOR_STATUS.get(result.diagnosis.status, 1)
+
+
+def _device_line() -> str:
+    import os
+
+    from diagnose.capture.gpu import device_facts
+
+    facts = device_facts()
+    if facts:
+        return f"cuda {facts['gpu_name']}"
+    return f"cpu ({len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores)"
+
+
+def _printer(progress, out_console: Console):
+    def show(line: str, is_err: bool) -> None:
+        if is_err and any(marker in line for marker in PROFILER_NOISE):
+            return  # torch.profiler's own chatter; it stays in script.log
+        target = progress.console if is_err else out_console
+        target.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    return show
+
+
+def _progress_handler(progress, task, warmup: int):
+    def update(line: str) -> None:
+        parts = line.split()
+        if parts[:1] == ["step"] and len(parts) == 3:
+            count = int(parts[1])
+            phase = "warm-up" if count <= warmup else "profiling"
+            progress.update(task, completed=min(count, int(parts[2])), note=phase)
+        elif line:
+            progress.update(task, note=line)
+
+    return update
+
+
+def _finish_output(console: Console, result, as_json: bool, open_report: bool) -> None:
+    print_summary(console, result.diagnosis, verdict(result.diagnosis, result.analysis),
+                  status_sentence(result.capture, result.analysis), result.run_dir, result.report_path)
+    if as_json:
+        sys.stdout.write(dumps(result.diagnosis).decode() + "\n")
+        sys.stdout.flush()
+    if open_report and result.report_path:
+        webbrowser.open(result.report_path.resolve().as_uri())
+
+
+def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> int:
+    capture = load_capture(run_dir)
+    script = capture.script if capture else str(run_dir)
+    result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
+    _finish_output(Console(stderr=True), result, as_json, False)
+    return 0
+
+
+def rules_listing(rules_dirs, show_metrics: bool, check: bool) -> int:
+    from diagnose import rules as rule_engine
+    from diagnose.analysis.metrics import METRICS
+
+    console = Console()
+    if show_metrics:
+        for name, text in METRICS.items():
+            console.print(f"[bold]{name}[/]  {text}", highlight=False)
+        return 0
+    rules = rule_engine.load_rules(Path(d) for d in rules_dirs)
+    if check:
+        failures = [(r, c) for r in rules for c in r.cases if r.fires(c.metrics) != c.fires]
+        for rule, case in failures:
+            console.print(f"[red]FAIL[/] {rule.id} ({rule.path}): expected fires={case.fires} for {case.metrics}")
+        console.print(f"{sum(len(r.cases) for r in rules) - len(failures)} passed, {len(failures)} failed")
+        return 1 if failures else 0
+    for rule in sorted(rules, key=lambda r: (r.category, r.id)):
+        console.print(f"[bold]{rule.id}[/]  [dim]{rule.category}[/]  {rule.title}", highlight=False)
+        if rule.explanation:
+            console.print("  " + " ".join(rule.explanation.split()), highlight=False)
+        console.print(f"  when: {' '.join(rule.condition.source.split())}", style="dim", highlight=False)
+        if rule.optimizations:
+            console.print(f"  fixes: {', '.join(rule.optimizations)}", style="dim", highlight=False)
+        console.print()
+    return 0
