@@ -42,6 +42,9 @@ def main():
     parser.add_argument("--log-every", type=int, default=50)
     args = parser.parse_args()
 
+    # Modest model on CPU: one intra-op thread keeps step times steady when
+    # other jobs share the machine.
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     dataset = make_data(args.num_items)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)

@@ -34,6 +34,9 @@ def main():
     parser.add_argument("--log-every", type=int, default=200)
     args = parser.parse_args()
 
+    # Small model on CPU: extra intra-op threads only add synchronisation cost
+    # (and thrash when other jobs share the machine), so use one.
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     dataset = make_data(args.num_items)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)

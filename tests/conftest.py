@@ -1,0 +1,70 @@
+"""Shared helpers: run the real CLI in a subprocess, as a user would, and read what it wrote."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_runs"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+TRACES = REPO.parent / "shared" / "traces"
+FAST = ("--warmup", "3", "--steps", "8")
+
+
+@dataclass
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    run_dir: Path
+    seconds: float
+
+    @property
+    def diagnosis(self) -> dict:
+        return json.loads((self.run_dir / "diagnosis.json").read_text())
+
+    @property
+    def findings(self) -> list[dict]:
+        return self.diagnosis["findings"]
+
+
+def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def run_script(script: Path, *script_args: str, out: Path, options: tuple[str, ...] = FAST, cwd: Path = REPO) -> CliRun:
+    import time
+
+    start = time.monotonic()
+    proc = diagnose_cli("run", "--out", str(out), *options, str(script), *script_args, cwd=cwd)
+    return CliRun(proc.returncode, proc.stdout, proc.stderr, out, time.monotonic() - start)
+
+
+def line_of(path: Path, text: str) -> int:
+    """1-based number of the first line of `path` containing `text`."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in {path}")
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory):
+    """Run each bundled sample once per session; tests share the results."""
+    cache: dict[tuple, CliRun] = {}
+
+    def get(name: str, *script_args: str, options: tuple[str, ...] = FAST) -> CliRun:
+        key = (name, script_args, options)
+        if key not in cache:
+            out = tmp_path_factory.mktemp(Path(name).stem) / "run"
+            cache[key] = run_script(SAMPLES / name, *script_args, out=out, options=options)
+        return cache[key]
+
+    return get

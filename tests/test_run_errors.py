@@ -1,0 +1,87 @@
+"""Bad input and interruptions: clear errors, the right exit codes, and partial results kept."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import REPO, SAMPLES, SCRIPTS, diagnose_cli, run_script
+
+
+def test_missing_script_is_a_clear_error_without_traceback(tmp_path):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "no_such_train.py")
+    assert proc.returncode == 2
+    assert "script not found: no_such_train.py" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_syntax_error_names_the_line_without_our_traceback(tmp_path):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), str(SCRIPTS / "syntax_error.py"))
+    assert proc.returncode == 2
+    assert "syntax error" in proc.stderr and "syntax_error.py\", line" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_existing_out_folder_is_never_overwritten(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    proc = diagnose_cli("run", "--out", str(tmp_path), str(SAMPLES / "slow_loader.py"))
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_script_raising_at_step_7_exits_nonzero_shows_its_error_and_keeps_results(tmp_path):
+    run = run_script(SCRIPTS / "raises_at_step.py", out=tmp_path / "run")
+    assert run.returncode == 1
+    assert "RuntimeError: boom at step 7" in run.stderr
+    assert 'raises_at_step.py", line' in run.stderr and "diagnose/capture" not in run.stderr
+    d = run.diagnosis
+    assert d["status"] == "script_error" and d["steps_profiled"] >= 1
+    assert (run.run_dir / "report.html").is_file()
+    assert "boom at step 7" in (run.run_dir / "report.html").read_text()
+
+
+def test_script_that_never_reaches_a_step_stops_at_max_seconds_and_says_how_to_mark_steps(tmp_path):
+    run = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "run", options=("--max-seconds", "6"))
+    assert run.returncode == 3
+    assert "diagnose.step()" in run.stderr
+    assert run.diagnosis["status"] == "no_steps" and run.diagnosis["steps_profiled"] == 0
+    assert run.seconds < 60
+
+
+def test_script_argument_errors_are_the_scripts_own(tmp_path):
+    run = run_script(SAMPLES / "args_and_import" / "train.py", out=tmp_path / "run")
+    assert run.returncode == 1
+    assert "the following arguments are required" in run.stderr
+
+
+def test_swallowing_exceptions_does_not_stop_diagnose_from_ending_the_script(tmp_path):
+    run = run_script(SCRIPTS / "catches_everything.py", out=tmp_path / "run")
+    assert run.returncode == 0, run.stderr
+    assert run.diagnosis["steps_profiled"] == 8
+
+
+def test_ctrl_c_writes_a_partial_report(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2", "--steps", "500",
+                             str(SAMPLES / "slow_loader.py")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not _profiling_started(out):
+        time.sleep(0.5)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert d["status"] == "interrupted" and d["steps_profiled"] >= 1
+    assert (out / "report.html").is_file()
+
+
+def _profiling_started(out) -> bool:
+    log = out / "script.log"  # the script prints every 20 steps; by step 20 the profiler runs
+    return log.exists() and "step 20" in log.read_text()

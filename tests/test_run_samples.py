@@ -1,0 +1,89 @@
+"""End to end: `diagnose run` on the bundled sample scripts finds what each one shows."""
+from __future__ import annotations
+
+import shutil
+
+from conftest import SAMPLES, line_of, run_script
+
+
+def test_slow_loader_is_diagnosed_as_data_loading_at_the_dataloader_line(sample_run):
+    run = sample_run("slow_loader.py")
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    assert d["breakdown"]["data_wait"] >= 0.8
+    top = d["findings"][0]
+    assert top["category"] == "data-loading" and top["severity"] == "high"
+    assert "dataloader.num_workers" in top["optimizations"]
+    expected = f"slow_loader.py:{line_of(SAMPLES / 'slow_loader.py', 'DataLoader(dataset')}"
+    assert top["location"].endswith(expected)
+    assert run.seconds < 90  # written for 2 epochs: stopped after the measured window
+
+
+def test_breakdown_buckets_sum_to_one_and_step_stats_are_ordered(sample_run):
+    d = sample_run("slow_loader.py").diagnosis
+    assert set(d["breakdown"]) == {"data_wait", "h2d", "compute", "communication", "host_overhead", "other"}
+    assert abs(sum(d["breakdown"].values()) - 1.0) < 1e-6
+    stats = d["step_time_s"]
+    assert 0 < stats["p50"] <= stats["p95"] and stats["mean"] > 0
+    assert d["steps_profiled"] == 8 and d["schema"] == 1
+
+
+def test_run_folder_holds_report_traces_and_diagnosis(sample_run):
+    run = sample_run("slow_loader.py")
+    for name in ("report.html", "diagnosis.json", "capture.json", "samples.json", "script.log"):
+        assert (run.run_dir / name).is_file(), name
+    assert list((run.run_dir / "tb").glob("*.pt.trace.json"))
+    html = (run.run_dir / "report.html").read_text()
+    assert "Training waits for the DataLoader" in html and "tensorboard --logdir" in html
+    for loads_something in ("<script", "<link", "<img", "<iframe", "@import", "url("):
+        assert loads_something not in html  # self-contained: styles and SVG charts are inline
+    assert f"Report:  {run.run_dir / 'report.html'}" in run.stderr.replace("\n", "") or "report.html" in run.stderr
+
+
+def test_healthy_compute_bound_script_has_no_high_finding(sample_run):
+    d = sample_run("healthy.py").diagnosis
+    assert d["breakdown"]["data_wait"] < 0.05
+    assert not [f for f in d["findings"] if f["severity"] == "high"], d["findings"]
+
+
+def test_host_work_in_every_step_is_traced_to_the_scripts_line(sample_run):
+    d = sample_run("host_overhead.py").diagnosis
+    host = [f for f in d["findings"] if f["category"] == "host-overhead"]
+    assert host, d["findings"]
+    expected = f"host_overhead.py:{line_of(SAMPLES / 'host_overhead.py', 'time.sleep(0.01)')}"
+    assert host[0]["location"].endswith(expected)
+
+
+def test_tiny_batch_gets_a_utilization_finding_with_batch_size(sample_run):
+    d = sample_run("tiny_batch.py").diagnosis
+    utilization = [f for f in d["findings"] if f["category"] == "utilization"]
+    assert utilization and "batch_size" in utilization[0]["optimizations"], d["findings"]
+
+
+def test_script_with_required_arguments_and_sibling_import_runs_with_its_arguments(sample_run):
+    script = "args_and_import/train.py"
+    run = sample_run(script, "--lr", "0.01", "256")
+    assert run.returncode == 0, run.stderr
+    assert run.diagnosis["steps_profiled"] == 8
+
+
+def test_double_dash_separates_script_arguments(sample_run):
+    run = sample_run("args_and_import/train.py", "--", "--lr", "0.01", "256")
+    assert run.returncode == 0, run.stderr
+
+
+def test_manual_update_without_dataloader_or_optimizer_still_gets_steps(sample_run):
+    run = sample_run("manual_update.py")
+    assert run.returncode == 0, run.stderr
+    capture = (run.run_dir / "capture.json").read_text()
+    assert '"step_source": "backward"' in capture
+    assert run.diagnosis["steps_profiled"] == 8
+
+
+def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(SAMPLES / "slow_loader.py", script)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    run = run_script(script, out=tmp_path.parent / f"{tmp_path.name}-run", options=("--warmup", "1", "--steps", "3"), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
