@@ -161,7 +161,7 @@ def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
 
 
 def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
-    metrics = analysis.metrics
+    metrics = {**dict.fromkeys(METRICS), **analysis.metrics}
     context = _context(analysis)
     findings = [_finding(rule, metrics, context) for rule in rules if rule.fires(metrics)]
     return sorted(findings, key=lambda f: f.cost_fraction, reverse=True)
@@ -170,7 +170,7 @@ def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
 def _context(analysis: Analysis) -> dict:
     locations = {k: display_location(v) for k, v in analysis.locations.items()}
     top = analysis.host_lines[0] if analysis.host_lines else None
-    return {**analysis.metrics, "locations": locations, "loader_location": locations.get("loader") or "your DataLoader",
+    return {**dict.fromkeys(METRICS), **analysis.metrics, "locations": locations, "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",
             "host_top_code": top.code if top else ""}
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from diagnose.analysis import intervals as iv
 from diagnose.analysis import ops as op_stats
+from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.breakdown import breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats
 from diagnose.analysis.trace import Trace
 from diagnose.model import Analysis, Capture, Samples, SourceLine, StackSamples
@@ -97,7 +98,8 @@ def _metrics(inputs: Inputs, steps, fractions, stats, top, host_lines, windows) 
     n = max(len(steps), 1)
     durations = np.array([s.duration_s for s in steps]) if steps else np.zeros(1)
     total_us = float(durations.sum() * 1e6) or 1.0
-    m: dict[str, Optional[float]] = {f"{b}_frac": v for b, v in fractions.items()}
+    m: dict[str, Optional[float]] = dict.fromkeys(METRICS)  # every metric present; None = unknown for this run
+    m.update({f"{b}_frac": v for b, v in fractions.items()})
     m.update(
         steps_profiled=float(len(steps)),
         step_time_mean_s=stats["mean"], step_time_p50_s=stats["p50"], step_time_p95_s=stats["p95"],

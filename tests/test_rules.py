@@ -1,0 +1,129 @@
+"""Rules are data: each rule file's own cases, load-time validation, user rules, and `diagnose rules`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import diagnose_cli
+from diagnose import rules as rule_engine
+from diagnose.errors import RuleError
+from diagnose.expr import Expr, ExprError
+from diagnose.model import CATEGORIES, Analysis
+
+BUNDLED = rule_engine.load_rules()
+REQUIRED_RULE_IDS = {
+    "data-loading.slow-loader", "data-loading.too-many-workers", "data-loading.repeated-preprocessing",
+    "transfer.pageable-h2d", "utilization.dispatch-bound", "utilization.gpu-underused", "memory.near-capacity",
+    "host-overhead.per-step-work", "host-overhead.syncs", "memory.empty-cache", "communication.data-parallel",
+    "utilization.tensor-cores-unused",
+}
+CASES = [(rule, i, case) for rule in BUNDLED for i, case in enumerate(rule.cases)]
+
+
+@pytest.mark.parametrize("rule,index,case", CASES, ids=[f"{r.id}-{i}" for r, i, _ in CASES])
+def test_rule_case(rule, index, case):
+    assert rule.fires(case.metrics) == case.fires, f"{rule.path} case {index}: {case.metrics}"
+
+
+def test_every_required_rule_ships_with_cases_that_fire_and_do_not():
+    by_id = {r.id: r for r in BUNDLED}
+    assert REQUIRED_RULE_IDS <= set(by_id)
+    for rule in BUNDLED:
+        assert rule.category in CATEGORIES
+        assert {c.fires for c in rule.cases} == {True, False}, rule.id
+        assert rule.fix and rule.docs.startswith("https://"), rule.id
+
+
+def test_every_rule_renders_its_evidence_and_fix_for_its_firing_cases():
+    for rule in BUNDLED:
+        for case in (c for c in rule.cases if c.fires):
+            metrics = {name: None for name in rule_engine.METRICS} | {"step_time_mean_s": 0.1} | case.metrics
+            analysis = _analysis(metrics)
+            [finding] = [f for f in rule_engine.evaluate([rule], analysis)]
+            assert finding.message and "{{" not in finding.message and "n/a n/a" not in finding.message
+            assert finding.severity in ("high", "medium", "low")
+
+
+def _analysis(metrics: dict) -> Analysis:
+    return Analysis(steps=(), step_time_s={"mean": 0.1, "p50": 0.1, "p95": 0.1}, breakdown={}, top_ops=(),
+                    host_lines=(), metrics=metrics, locations={"loader": "train.py:12", "host_top": "train.py:30"},
+                    step_definition="test")
+
+
+def test_severity_follows_the_share_of_step_time():
+    assert [rule_engine.severity_for(c) for c in (0.5, 0.2, 0.1, 0.05, 0.01)] == ["high", "high", "medium", "medium", "low"]
+
+
+def _write_rule(folder: Path, body: str, name: str = "my.rule.toml") -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_text(body)
+    return path
+
+
+GOOD_RULE = """
+id = "custom.slow-steps"
+category = "host-overhead"
+title = "Steps are slow"
+condition = "step_time_mean_s > 0.05"
+cost = "0.3"
+evidence = "Mean step {{ step_time_mean_s|ms }}."
+fix = "Make it faster."
+docs = "https://example.org"
+"""
+
+
+@pytest.mark.parametrize("body,message", [
+    (GOOD_RULE.replace("step_time_mean_s > 0.05", "no_such_metric > 1"), "unknown metric(s) no_such_metric"),
+    (GOOD_RULE.replace("step_time_mean_s > 0.05", "step_time_mean_s >"), "bad syntax"),
+    (GOOD_RULE.replace("step_time_mean_s > 0.05", "__import__('os').system('true')"), "only min(), max() and known()"),
+    (GOOD_RULE.replace('category = "host-overhead"', 'category = "speed"'), "is not one of"),
+    (GOOD_RULE.replace("{{ step_time_mean_s|ms }}", "{{ step_time_mean_s|ms "), "template syntax error"),
+    (GOOD_RULE + "\noptimizations = ['turbo']", "unknown optimization id(s) turbo"),
+    ("id = [", "not valid TOML"),
+    ('id = "x"', "missing category"),
+])
+def test_bad_rule_files_are_errors_that_name_the_file(tmp_path, body, message):
+    path = _write_rule(tmp_path / "rules", body)
+    with pytest.raises(RuleError) as info:
+        rule_engine.load_rule(path)
+    assert str(path) in info.value.message and message in info.value.message
+
+
+def test_user_rules_folder_adds_rules(tmp_path):
+    _write_rule(tmp_path / "rules", GOOD_RULE)
+    rules = rule_engine.load_rules([tmp_path / "rules"])
+    assert "custom.slow-steps" in {r.id for r in rules}
+    [finding] = rule_engine.evaluate([r for r in rules if r.id == "custom.slow-steps"], _analysis({"step_time_mean_s": 0.1}))
+    assert finding.message == "Mean step 100.0 ms." and finding.severity == "high"
+
+
+def test_expressions_treat_unknown_values_as_not_firing():
+    expr = Expr("gpu_busy_frac < 0.5")
+    assert expr.evaluate({"gpu_busy_frac": None}) is False
+    assert Expr("not (peak_memory_frac >= 0.8)").evaluate({"peak_memory_frac": None}) is True
+    assert Expr("known(a) and a / b > 1").evaluate({"a": 1.0, "b": 0.0}) is False
+    with pytest.raises(ExprError):
+        Expr("(lambda: 1)()")
+
+
+def test_rules_command_lists_every_rule_with_its_explanation():
+    proc = diagnose_cli("rules")
+    assert proc.returncode == 0, proc.stderr
+    for rule in BUNDLED:
+        assert rule.id in proc.stdout
+    assert "fixes: dataloader.num_workers" in proc.stdout
+
+
+def test_rules_command_rejects_a_bad_user_rule_with_a_clear_error(tmp_path):
+    _write_rule(tmp_path / "rules", GOOD_RULE.replace("step_time_mean_s > 0.05", "bogus > 1"))
+    proc = diagnose_cli("rules", "--rules", str(tmp_path / "rules"))
+    assert proc.returncode == 2 and "bogus" in proc.stderr and "my.rule.toml" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rules_check_and_metrics_listing():
+    assert diagnose_cli("rules", "--check").returncode == 0
+    metrics = diagnose_cli("rules", "--metrics").stdout
+    assert "data_wait_frac" in metrics and "op_mean_us" in metrics

@@ -1,0 +1,97 @@
+"""Analysis on real traces recorded on GPUs (../shared/traces) and on our own CPU runs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import TRACES
+from diagnose import rules as rule_engine
+from diagnose.analysis import Inputs, analyze
+from diagnose.analysis import intervals as iv
+from diagnose.analysis.trace import load_trace
+from diagnose.errors import UserError
+from diagnose.tbcompat import tensorboard_overview
+
+ALL_TRACES = sorted(p.name for p in TRACES.glob("*.json.gz")) + ["two_ranks/rank-0.json.gz", "two_ranks/rank-1.json.gz"]
+RULES = rule_engine.load_rules()
+
+
+def _diagnose(name: str):
+    analysis = analyze(Inputs(load_trace(TRACES / name)))
+    return analysis, rule_engine.evaluate(RULES, analysis)
+
+
+@pytest.mark.parametrize("name", ALL_TRACES)
+def test_every_shared_trace_is_analysed_into_buckets_that_sum_to_one(name):
+    analysis, _ = _diagnose(name)
+    assert analysis.steps
+    assert abs(sum(analysis.breakdown.values()) - 1.0) < 1e-6
+    assert all(v >= 0 for v in analysis.breakdown.values())
+    for step in analysis.steps:
+        assert sum(step.buckets_s.values()) <= step.duration_s * (1 + 1e-9) + 1e-9
+
+
+def test_kernel_heavy_v100_trace_is_compute_bound_with_no_utilization_finding():
+    analysis, findings = _diagnose("v100_single_rank_kernel_heavy.json.gz")
+    assert analysis.breakdown["compute"] > 0.9
+    assert analysis.metrics["gpu_busy_frac"] > 0.9  # torch-tb-profiler: kernel 97%
+    assert not [f for f in findings if f.category == "utilization"]
+
+
+def test_host_sync_trace_has_low_gpu_busy_and_a_utilization_finding():
+    analysis, findings = _diagnose("a100_rank0_of16_host_syncs.json.gz")
+    assert analysis.metrics["gpu_busy_frac"] < 0.5  # torch-tb-profiler: kernel 32%
+    assert analysis.metrics["syncs_per_step"] >= 10
+    assert "utilization.gpu-underused" in {f.rule for f in findings}
+
+
+def test_ddp_trace_shows_communication_and_pinned_copies():
+    analysis, _ = _diagnose("a100_ddp_rank3_of8.json.gz")
+    assert analysis.metrics["communication_frac"] > 0.05
+    assert analysis.metrics["h2d_pageable_frac"] is not None and analysis.metrics["h2d_pageable_frac"] < 0.5
+    assert len(analysis.steps) == 6
+
+
+def test_trace_without_profiler_steps_falls_back_to_one_step_and_says_so():
+    analysis, _ = _diagnose("a100_alexnet_pageable_h2d.json.gz")
+    assert len(analysis.steps) == 1
+    assert any("no ProfilerStep" in note for note in analysis.notes)
+    assert analysis.metrics["h2d_pageable_frac"] == pytest.approx(1.0)
+
+
+def test_not_a_trace_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    with pytest.raises(UserError, match="not a Chrome trace"):
+        load_trace(bad)
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(UserError, match="cannot read trace"):
+        load_trace(tmp_path / "broken.json")
+
+
+def test_tensorboard_overview_agrees_with_our_data_wait(sample_run):
+    run = sample_run("slow_loader.py")
+    overview = tensorboard_overview(run.run_dir / "tb")
+    ours = run.diagnosis["breakdown"]["data_wait"]
+    assert abs(overview["DataLoader"] - ours) <= 0.10, (overview, ours)
+
+
+def _brute(intervals: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    return np.array([any(a <= t < b for a, b in intervals) for t in grid])
+
+
+def test_interval_arithmetic_matches_brute_force_on_random_sets():
+    rng = np.random.default_rng(0)
+    grid = np.arange(0, 100, 0.25) + 0.125
+    for _ in range(200):
+        a = np.sort(rng.integers(0, 100, size=(rng.integers(0, 8), 2)), axis=1).astype(float)
+        b = np.sort(rng.integers(0, 100, size=(rng.integers(0, 8), 2)), axis=1).astype(float)
+        ua, ub = iv.union(a), iv.union(b)
+        in_a, in_b = _brute(a, grid), _brute(b, grid)
+        assert (_brute(ua, grid) == in_a).all()
+        assert (_brute(iv.intersect(ua, ub), grid) == (in_a & in_b)).all()
+        assert (_brute(iv.subtract(ua, ub), grid) == (in_a & ~in_b)).all()
+        assert iv.total(ua) == pytest.approx(in_a.sum() * 0.25)
+        window = np.array([[10.0, 60.0]])
+        assert iv.measure_within(ua, window)[0] == pytest.approx(iv.total(iv.intersect(ua, window)))
+        assert (iv.contains(ua, grid) == in_a).all()
