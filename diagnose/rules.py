@@ -70,6 +70,7 @@ class Rule:
     path: Path
     cases: tuple[RuleCase, ...]
     explanation: str
+    priority: int = 0  # breaks ties in cost: the more specific diagnosis first
 
     def fires(self, metrics: dict) -> bool:
         return bool(self.condition.evaluate(metrics))
@@ -108,7 +109,7 @@ def load_rule(path: Path) -> Rule:
         fix_code=_template(path, "fix_code", data["fix_code"]) if data.get("fix_code") else None,
         optimizations=tuple(data.get("optimizations", [])), location=data.get("location"),
         docs=data.get("docs", ""), path=path, cases=_cases(path, data.get("tests", [])),
-        explanation=data.get("explanation", "").strip(),
+        explanation=data.get("explanation", "").strip(), priority=int(data.get("priority", 0)),
     )
 
 
@@ -163,8 +164,9 @@ def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
 def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
     metrics = {**dict.fromkeys(METRICS), **analysis.metrics}
     context = _context(analysis)
-    findings = [_finding(rule, metrics, context) for rule in rules if rule.fires(metrics)]
-    return sorted(findings, key=lambda f: f.cost_fraction, reverse=True)
+    fired = [(rule, _finding(rule, metrics, context)) for rule in rules if rule.fires(metrics)]
+    fired.sort(key=lambda pair: (pair[1].cost_fraction, pair[0].priority), reverse=True)
+    return [finding for _, finding in fired]
 
 
 def _context(analysis: Analysis) -> dict:

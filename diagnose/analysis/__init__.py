@@ -160,11 +160,11 @@ def _capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: 
         "dataset_deterministic": _flag(probe.deterministic if probe else None),
         "dataset_item_s": probe.item_s if probe else None,
         "dataset_item_cpu_frac": probe.item_cpu_frac if probe else None,
-        **_sample_metrics(samples),
+        **sample_metrics(samples),
     }
 
 
-def _sample_metrics(samples: Optional[Samples]) -> dict:
+def sample_metrics(samples: Optional[Samples]) -> dict:
     if samples is None or not samples.t_s:
         return {"process_cpu_frac": None, "gpu_util_mean_frac": None}
     t = np.asarray(samples.t_s)

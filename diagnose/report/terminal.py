@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
-from rich.table import Table
 
 from diagnose.model import Diagnosis
 from diagnose.report.wording import CATEGORY_NAMES
@@ -21,14 +20,11 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     if diagnosis.breakdown:
         parts = " · ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in diagnosis.breakdown.items() if v >= 0.005)
         console.print(f"  step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms: {parts}")
-    if diagnosis.findings:
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in ("severity", "area", "cost", "finding", "where"):
-            table.add_column(column)
-        for f in diagnosis.findings:
-            table.add_row(f"[{STYLE[f.severity]}]{f.severity}[/]", CATEGORY_NAMES[f.category], f"{f.cost_fraction:.0%}",
-                          f.title, f.location or "")
-        console.print(table)
+    for f in diagnosis.findings:
+        console.print(f"  [{STYLE[f.severity]}]{f.severity:<6}[/] {f.cost_fraction:>4.0%}  {f.title} "
+                      f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False)
+        if f.location:
+            console.print(f"               at {f.location}", highlight=False, soft_wrap=True)
     if report:
         console.print(f"Report:  {report}")
     if (run_dir / "tb").is_dir():

@@ -1,0 +1,60 @@
+"""`diagnose report RUN` re-renders from the run folder; templates can be overridden; --json prints the contract."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from conftest import SAMPLES, diagnose_cli, run_script
+from diagnose.analysis import sample_metrics
+from diagnose.model import Samples
+
+
+def test_report_command_rerenders_with_user_templates_and_extra_rules(sample_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(sample_run("slow_loader.py").run_dir, run_dir)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.html.j2").write_text("<p>custom {{ view.verdict }} {{ '<b>' }}</p>")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "steps.toml").write_text(
+        'id = "team.any-steps"\ncategory = "host-overhead"\ntitle = "Team rule"\ncondition = "steps_profiled > 0"\n'
+        'cost = "0.01"\nevidence = "{{ steps_profiled|int }} steps"\nfix = "none"\n')
+    proc = diagnose_cli("report", str(run_dir), "--templates", str(templates), "--rules", str(rules), "--json")
+    assert proc.returncode == 0, proc.stderr
+    html = (run_dir / "report.html").read_text()
+    assert html.startswith("<p>custom Bottleneck: data loading") and "&lt;b&gt;" in html  # autoescaped
+    diagnosis = json.loads(proc.stdout)
+    assert "team.any-steps" in {f["rule"] for f in diagnosis["findings"]}
+    assert diagnosis == json.loads((run_dir / "diagnosis.json").read_text())
+
+
+def test_report_command_on_a_missing_folder_is_a_clear_error(tmp_path):
+    proc = diagnose_cli("report", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "run folder not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_json_flag_prints_only_the_diagnosis_on_stdout(tmp_path):
+    run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run", options=("--warmup", "1", "--steps", "3", "--json"))
+    assert run.returncode == 0, run.stderr
+    diagnosis = json.loads(run.stdout)
+    assert diagnosis["schema"] == 1 and diagnosis["steps_profiled"] == 3
+    assert "epoch 0 step 0" in run.stderr  # the script's own prints moved to stderr
+
+
+def test_unknown_experiment_id_is_rejected_before_running(tmp_path):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--experiments", "turbo", str(SAMPLES / "slow_loader.py"))
+    assert proc.returncode == 2 and "unknown optimization id(s) turbo" in proc.stderr
+
+
+def test_nvml_samples_become_separate_gpu_utilization_metric():
+    # No GPU here: these are the values the NVML sampler records, written by hand.
+    samples = Samples(t_s=(0.0, 0.1, 0.2, 0.3), process_cpu_frac=(0.5, 0.5, 0.5, 0.5),
+                      gpu_util_frac=(0.0, 0.8, 0.6, None), gpu="available", window_s=(0.05, 0.35))
+    metrics = sample_metrics(samples)
+    assert metrics["gpu_util_mean_frac"] == 0.7 and metrics["process_cpu_frac"] == 0.5
+
+
+def test_cpu_only_samples_leave_gpu_utilization_unknown():
+    samples = Samples(t_s=(0.0, 0.1), process_cpu_frac=(0.2, 0.4), gpu="unavailable: no CUDA device")
+    assert sample_metrics(samples)["gpu_util_mean_frac"] is None
