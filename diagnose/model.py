@@ -113,6 +113,8 @@ class Capture:
     memory_kind: str = "host"
     error: Optional[ScriptError] = None
     notes: tuple[str, ...] = ()
+    redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> copy in RUN/sandbox
+    skipped_removals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

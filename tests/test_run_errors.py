@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -85,3 +86,22 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
 def _profiling_started(out) -> bool:
     log = out / "script.log"  # the script prints every 20 steps; by step 20 the profiler runs
     return log.exists() and "step 20" in log.read_text()
+
+
+def test_files_the_script_writes_never_overwrite_the_users_files(tmp_path):
+    work = tmp_path / "project"
+    work.mkdir()
+    script = work / "train.py"
+    shutil.copy(SCRIPTS / "writes_checkpoint.py", script)
+    (work / "ckpt.pt").write_bytes(b"my precious checkpoint")
+    (work / "train.log").write_text("yesterday's log\n")
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+    run = run_script(script, out=tmp_path / "run", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+    sandbox = tmp_path / "run" / "sandbox" / "project"
+    assert (sandbox / "ckpt.pt").stat().st_size > 100  # the script's own checkpoint, kept aside
+    log = (sandbox / "train.log").read_text()
+    assert log.startswith("yesterday's log\n") and "step 5" in log  # appended to a copy
+    capture = json.loads((tmp_path / "run" / "capture.json").read_text())
+    assert str(work / "ckpt.pt") in capture["redirected_writes"]

@@ -22,6 +22,7 @@ from diagnose.capture import probe  # noqa: E402
 from diagnose.capture.gpu import device_facts, peak_memory  # noqa: E402
 from diagnose.capture.instrument import Instrumentation, StopCapture  # noqa: E402
 from diagnose.capture.sampler import StackSampler, SystemSampler  # noqa: E402
+from diagnose.capture.sandbox import WriteSandbox  # noqa: E402
 from diagnose.model import Capture, Environment, RunConfig, ScriptError  # noqa: E402
 from diagnose.serial import read_json, write_json  # noqa: E402
 
@@ -101,6 +102,8 @@ class Session:
         sys.argv = [self.config.script, *self.config.script_args]
         sys.path.insert(0, os.path.dirname(script))
         self.instr.install()
+        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], self.run_dir / "sandbox", [self.run_dir])
+        self.sandbox.install()
         self.system.start()
         self.stacks.start()
         self._arm_deadline()
@@ -152,6 +155,7 @@ class Session:
         if self.profiler is not None:
             self._stop_profiler()
         self.instr.uninstall()
+        self.sandbox.uninstall()
         if self.instr.clock.boundaries == 0 and status in ("timeout", "script_finished", "completed"):
             status = "no_steps"
         self.progress("probing dataset")
@@ -192,6 +196,8 @@ class Session:
             memory_capacity_bytes=capacity,
             memory_kind=kind,
             error=error,
+            redirected_writes=self.sandbox.written(),
+            skipped_removals=tuple(self.sandbox.skipped_removals),
         )
 
 

@@ -1,0 +1,110 @@
+"""Keep the user's files safe while their script runs under diagnose.
+
+Writes the script makes inside the user's folders (the current folder and the script's folder) go to
+RUN/sandbox/<same relative path> instead: open() and io.open() in a writing mode, torch.save, os.replace,
+os.rename; removals there are skipped. Reads of a file the script wrote earlier in the same run come back
+from the sandbox, so a script that saves a checkpoint and loads it again still works. The run folder itself
+and everything outside the user's folders (e.g. /tmp, caches) are left alone. Low-level os.open and writes
+from C extensions that open files themselves are not redirected.
+"""
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+WRITE_MODES = set("wax+")
+
+
+class WriteSandbox:
+    def __init__(self, protected: list[Path], sandbox_dir: Path, exempt: list[Path]):
+        self.protected = [p.resolve() for p in protected]
+        self.exempt = [p.resolve() for p in exempt]
+        self.sandbox_dir = sandbox_dir.resolve()
+        self.redirected: dict[Path, Path] = {}
+        self.skipped_removals: list[str] = []
+        self._undo: list[Callable[[], None]] = []
+
+    # -- path mapping -------------------------------------------------------------------------------
+    def _relative(self, path: Any) -> Path | None:
+        """Path relative to the protected folder it lies in, or None when it is not protected."""
+        if not isinstance(path, (str, bytes, os.PathLike)) or isinstance(path, int):
+            return None
+        target = Path(os.fsdecode(path)).absolute()
+        target = target.parent.resolve() / target.name
+        if any(target == e or e in target.parents for e in self.exempt + [self.sandbox_dir]):
+            return None
+        for root in self.protected:
+            if target == root or root in target.parents:
+                return Path(root.name) / target.relative_to(root)
+        return None
+
+    def for_write(self, path: Any, keep_content: bool = False) -> Any:
+        relative = self._relative(path)
+        if relative is None:
+            return path
+        original = Path(os.fsdecode(path)).absolute()
+        redirected = self.sandbox_dir / relative
+        if original not in self.redirected:
+            redirected.parent.mkdir(parents=True, exist_ok=True)
+            if keep_content and original.is_file():
+                shutil.copy2(original, redirected)  # appending to the user's file: append to a copy
+            self.redirected[original] = redirected
+        return str(redirected)
+
+    def for_read(self, path: Any) -> Any:
+        if not isinstance(path, (str, bytes, os.PathLike)) or isinstance(path, int):
+            return path
+        return str(self.redirected.get(Path(os.fsdecode(path)).absolute(), path))
+
+    # -- patches --------------------------------------------------------------------------------------
+    def install(self) -> None:
+        original_open = io.open
+        sandbox = self
+
+        def guarded_open(file, mode="r", *args, **kwargs):
+            if isinstance(mode, str) and WRITE_MODES & set(mode):
+                file = sandbox.for_write(file, keep_content="a" in mode or "+" in mode)
+            else:
+                file = sandbox.for_read(file)
+            return original_open(file, mode, *args, **kwargs)
+
+        self._patch(builtins, "open", guarded_open)
+        self._patch(io, "open", guarded_open)
+        self._wrap(torch, "save", lambda save, obj, f, *a, **k: save(obj, self.for_write(f), *a, **k))
+        self._wrap(torch, "load", lambda load, f, *a, **k: load(self.for_read(f), *a, **k))
+        for name in ("replace", "rename"):
+            self._wrap(os, name, lambda f, src, dst, *a, **k: f(self.for_read(src), self.for_write(dst), *a, **k))
+        for name in ("remove", "unlink"):
+            self._wrap(os, name, self._guarded_remove)
+
+    def _guarded_remove(self, original, path, *args, **kwargs):
+        if self._relative(path) is not None:
+            redirected = self.redirected.pop(Path(os.fsdecode(path)).absolute(), None)
+            if redirected is None:
+                self.skipped_removals.append(os.fsdecode(path))
+                return None
+            path = redirected
+        return original(path, *args, **kwargs)
+
+    def _wrap(self, owner, name: str, call: Callable) -> None:
+        original = getattr(owner, name)
+        self._patch(owner, name, lambda *a, **k: call(original, *a, **k))
+
+    def _patch(self, owner, name: str, value) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def uninstall(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    def written(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.redirected.items()}
