@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import sys
-import webbrowser
 from pathlib import Path
 from typing import Optional
 
@@ -36,13 +36,45 @@ def _run_dir(out: Optional[str], script: str) -> Path:
 def _experiments(value: str) -> str:
     from diagnose.model import OPTIMIZATION_IDS
 
-    if value in ("none", "all"):
+    if value in ("none", "all", "findings"):
         return value
     unknown = [v for v in value.split(",") if v not in OPTIMIZATION_IDS]
     if unknown:
         raise UserError(f"--experiments: unknown optimization id(s) {', '.join(unknown)}",
                         f"use none, all, or ids among: {', '.join(OPTIMIZATION_IDS)}")
     return value
+
+
+def _check_script_is_not_an_option(script: str) -> None:
+    """SCRIPT swallows unknown options (ignore_unknown_options): `run --step 5 train.py` would otherwise say
+    "script not found: --step"."""
+    if not script.startswith("-"):
+        return
+    ctx = click.get_current_context()
+    name = script.partition("=")[0]
+    known = [opt for param in ctx.command.params for opt in param.opts if opt.startswith("--")]
+    raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
+
+
+def _check_templates(templates_dir: Optional[str]) -> None:
+    """A missing folder or a template that does not parse is an error now, not after a long run."""
+    if templates_dir is None:
+        return
+    if not Path(templates_dir).is_dir():
+        raise UserError(f"templates folder not found: {templates_dir}",
+                        "pass a folder holding report.html.j2 and/or report.css to --templates")
+    from diagnose.report import check_templates
+
+    check_templates(templates_dir)
+
+
+def _check_run_folder(run_dir: Path) -> None:
+    """`diagnose report` writes into RUN_DIR: refuse any folder `diagnose run` did not write."""
+    hint = "pass a folder written by `diagnose run`"
+    if not run_dir.is_dir():
+        raise UserError(f"run folder not found: {run_dir}", hint)
+    if not (run_dir / "capture.json").is_file() and not any((run_dir / "tb").glob("*.pt.trace.json*")):
+        raise UserError(f"{run_dir} is not a run folder: it has no capture.json and no tb/*.pt.trace.json", hint)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,23 +89,27 @@ def cli() -> None:
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
 @click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
               help="Stop the script after this long, whatever happened.")
-@click.option("--experiments", default="none", show_default=True, metavar="none|all|ID[,ID...]",
-              help="Optimizations to try and measure (applying them arrives in a later release; `none` diagnoses only).")
+@click.option("--experiments", default="findings", show_default=True, metavar="findings|none|all|ID[,ID...]",
+              help="Optimizations to apply and measure: those the findings recommend, none, all, or a list of ids.")
+@click.option("--budget-seconds", default=240.0, show_default=True, type=click.FloatRange(min=10),
+              help="Time for all experiments together.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
 @click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout (the script's output goes to stderr).")
 @click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(out, warmup, steps, max_seconds, experiments, rules_dirs, templates_dir, as_json, open_report, script, script_args):
+def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, as_json, open_report, script, script_args):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report.
 
     Put `--` before the script's own arguments if they look like diagnose's options.
     """
+    _check_script_is_not_an_option(script)
+    _check_templates(templates_dir)
     from diagnose.runcommand import run_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
-    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds, experiments=_experiments(experiments),
+    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds, experiments=_experiments(experiments), budget_seconds=budget_seconds,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
                        make_run_dir=_run_dir)
     sys.exit(code)
@@ -86,6 +122,11 @@ def run(out, warmup, steps, max_seconds, experiments, rules_dirs, templates_dir,
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
 def report(run_dir, rules_dirs, templates_dir, as_json):
     """Analyse RUN_DIR again (new rules, new templates) and re-render its report."""
+    from diagnose import rules as rule_engine
+
+    _check_run_folder(Path(run_dir))
+    _check_templates(templates_dir)
+    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before anything is written
     from diagnose.runcommand import report_command
 
     sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json))
@@ -107,9 +148,9 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except UserError as exc:
         console = Console(stderr=True)
-        console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
         if exc.hint:
-            console.print(f"  {exc.hint}", highlight=False)
+            console.print(f"  {exc.hint}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(EXIT_INTERRUPTED)

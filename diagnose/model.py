@@ -14,6 +14,27 @@ SEVERITIES = ("high", "medium", "low")
 
 
 @dataclass(frozen=True)
+class Change:
+    """One optimization applied with one setting, e.g. ("dataloader.num_workers", {"num_workers": 4})."""
+    id: str
+    setting: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    """How a timed (unprofiled) run measures: warm up, then time windows of steps."""
+    changes: tuple[Change, ...] = ()
+    train_loader_location: Optional[str] = None
+    warmup_steps: int = 5
+    warmup_s: float = 1.0
+    window_s: float = 1.0
+    min_window_steps: int = 5
+    max_window_steps: int = 40  # a window also closes here: fast variants of short scripts still get windows
+    windows: int = 3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class RunConfig:
     script: str
     script_args: tuple[str, ...]
@@ -23,6 +44,33 @@ class RunConfig:
     max_seconds: float
     experiments: str = "none"
     rules_dirs: tuple[str, ...] = ()
+    measure: Optional[MeasurePlan] = None  # set for experiment runs: no profiler, timed windows
+    with_stack: bool = False  # torch.profiler's Python tracer (python_function events); slows Python code
+    budget_seconds: float = 240.0
+
+
+@dataclass(frozen=True)
+class Window:
+    steps: int
+    seconds: float
+    samples: Optional[int]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one timed run saw (RUN/experiments/<n>/measure.json)."""
+    status: str
+    windows: tuple[Window, ...]
+    applied: tuple[str, ...]
+    startup_s: Optional[float]  # process start to the first step
+    first_step_s: Optional[float]  # includes compilation, worker start-up
+    losses: tuple[float, ...]
+    peak_memory_bytes: Optional[int]
+    steps_seen: int
+    error: Optional["ScriptError"] = None
+    restart_steps_s: tuple[float, ...] = ()  # durations of steps that began a new epoch (kept out of windows)
+    step_median_s: Optional[float] = None  # median of the other timed steps
+    steps_per_epoch: Optional[int] = None  # len() of the training loader, when it has one
 
 
 @dataclass(frozen=True)
@@ -36,6 +84,7 @@ class LoaderInfo:
     dataset_type: str
     dataset_len: Optional[int]
     batches_drawn: int = 0
+    wait_s: float = 0.0  # time spent in next() on this loader during the profiled window
 
 
 @dataclass(frozen=True)
@@ -54,6 +103,7 @@ class ModelInfo:
     device: str
     dtype: str
     parameters: int
+    conv_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,6 +113,7 @@ class DatasetProbe:
     item_s: Optional[float]
     item_cpu_frac: Optional[float]
     reason: str = ""
+    item_bytes: Optional[int] = None  # tensor bytes in one item
 
 
 @dataclass(frozen=True)
@@ -103,6 +154,7 @@ class Capture:
     last_step_complete: bool = True
     loaders: tuple[LoaderInfo, ...] = ()
     train_loader: Optional[int] = None  # index into loaders of the one that drives steps
+    wait_loader: Optional[int] = None  # the loader training waited on most in the profiled window
     optimizers: tuple[OptimizerInfo, ...] = ()
     model: Optional[ModelInfo] = None
     dataset_probe: Optional[DatasetProbe] = None
@@ -141,7 +193,7 @@ class StackSamples:
     """Main-thread stack samples during the profiled window: (monotonic ns, user file:line)."""
     t_ns: tuple[int, ...] = ()
     location: tuple[Optional[str], ...] = ()
-    in_torch: tuple[bool, ...] = ()  # innermost Python frame inside torch: framework overhead, not user work
+    in_torch: tuple[bool, ...] = ()  # innermost frame in torch's machinery (or diagnose): framework overhead
     sync_mark_ns: Optional[int] = None  # monotonic ns taken inside the `diagnose::clock_sync` trace event
 
 
@@ -199,6 +251,39 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Experiment:
+    """One setting tried: its measured effect against the baseline (diagnosis.json `experiments`)."""
+    optimization: str  # an optimization id, "combined" or "ceiling"
+    setting: dict
+    metric: str  # steps/s | samples/s
+    speedup: Optional[float]
+    ci: Optional[tuple[float, float]]
+    verdict: str  # faster | slower | no-change | failed | skipped
+    loss_drift: Optional[float]
+    peak_memory_bytes: Optional[int]
+    reason: str
+    fidelity: str = ""  # identical | approximate | changes-dynamics
+    runs: int = 0
+    applied: tuple[str, ...] = ()
+    first_step_s: Optional[float] = None  # process start to the first step: start-up, workers, compilation
+    baseline_first_step_s: Optional[float] = None
+    change: str = ""  # unified diff against the user's script, or a snippet
+    fidelity_warning: str = ""
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The report's headline: all winning compatible changes together, verified."""
+    changes: tuple[str, ...]
+    speedup: Optional[float]
+    ci: Optional[tuple[float, float]]
+    verdict: str
+    metric: str
+    data_loading_recovered_frac: Optional[float] = None  # of the gap between baseline and the ceiling
+    ceiling_speedup: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The stable contract written to RUN/diagnosis.json (schema 1)."""
     schema: int
@@ -207,9 +292,10 @@ class Diagnosis:
     step_time_s: dict[str, float]
     breakdown: dict[str, float]
     findings: tuple[Finding, ...]
-    experiments: tuple[dict, ...] = ()
+    experiments: tuple[Experiment, ...] = ()
     status: str = "completed"
     metrics: dict[str, Optional[float]] = field(default_factory=dict)
+    headline: Optional[Headline] = None
 
 # The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
 OPTIMIZATION_IDS = (

@@ -10,7 +10,7 @@ from diagnose import rules as rule_engine
 from diagnose.analysis import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 from diagnose.errors import UserError
-from diagnose.model import Analysis, Capture, Diagnosis, Finding, Samples, StackSamples
+from diagnose.model import Analysis, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
 
@@ -51,8 +51,8 @@ def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...])
     return rule_engine.evaluate(rule_engine.load_rules(Path(d) for d in rules_dirs), analysis)
 
 
-def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis],
-                    findings: list[Finding]) -> Diagnosis:
+def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
+                    experiments: ExperimentResults) -> Diagnosis:
     empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0}
     return Diagnosis(
         schema=1,
@@ -61,23 +61,58 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         step_time_s=analysis.step_time_s if analysis else empty,
         breakdown=analysis.breakdown if analysis else {},
         findings=tuple(findings),
-        experiments=(),
+        experiments=experiments.experiments,
         status=capture.status if capture else "no_capture",
         metrics=analysis.metrics if analysis else {},
+        headline=experiments.headline,
     )
+
+
+@dataclass(frozen=True)
+class ExperimentResults:
+    """RUN/experiments.json: every setting tried and the headline."""
+    experiments: tuple[Experiment, ...] = ()
+    headline: Optional[Headline] = None
+
+
+def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...]):
+    analysis = analyze_run(run_dir, capture)
+    return analysis, diagnose_analysis(analysis, rules_dirs)
+
+
+def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> bool:
+    ok_status = ("completed", "script_finished", "timeout")
+    return capture is not None and capture.status in ok_status and analysis is not None and len(analysis.steps) > 0
+
+
+def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analysis: Analysis, findings: list[Finding],
+                          budget_s: float, on_progress) -> ExperimentResults:
+    from diagnose.experiments import run_experiments
+
+    experiments, headline = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress)
+    results = ExperimentResults(tuple(experiments), headline)
+    write_json(run_dir / "experiments.json", results)
+    return results
+
+
+def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analysis: Optional[Analysis],
+                  findings: list[Finding], experiments: ExperimentResults, templates_dir: Optional[str] = None) -> RunResult:
+    from diagnose.report import write_reports
+
+    diagnosis = build_diagnosis(script, capture, analysis, findings, experiments)
+    write_json(run_dir / "diagnosis.json", diagnosis)
+    report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir)
+    return RunResult(run_dir, capture, analysis, diagnosis, report)
 
 
 def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dirs: tuple[str, ...],
                templates_dir: Optional[str] = None) -> RunResult:
-    """Analysis, rules and report for a run folder whose capture is done (or partial)."""
-    from diagnose.report import write_reports
-
-    analysis = analyze_run(run_dir, capture)
-    findings = diagnose_analysis(analysis, rules_dirs)
-    diagnosis = build_diagnosis(script, capture, analysis, findings)
-    write_json(run_dir / "diagnosis.json", diagnosis)
-    report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir)
-    return RunResult(run_dir, capture, analysis, diagnosis, report)
+    """Analysis, rules and report for a run folder whose capture is done (or partial); experiments already
+    run for it (RUN/experiments.json) are kept."""
+    analysis, findings = diagnose_capture(run_dir, capture, rules_dirs)
+    saved = run_dir / "experiments.json"
+    experiments = read_json(saved, ExperimentResults) if saved.exists() else ExperimentResults()
+    return write_outputs(run_dir, script, capture, analysis, findings, experiments, templates_dir)
 
 
 def load_capture(run_dir: Path) -> Optional[Capture]:

@@ -20,28 +20,35 @@ from diagnose.resources import bundled, display_location
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
 LOCATION_KEYS = ("loader", "optimizer", "model", "host_top")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
+STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
+                 "explanation")
 TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location"}
 
 
-def _pct(value) -> str:
+def fmt_pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
-def _ms(value) -> str:
-    return "n/a" if value is None else f"{1000 * value:.1f} ms"
+def fmt_ms(value) -> str:
+    if value is None:
+        return "n/a"
+    text = f"{1000 * value:.1f}"
+    if value and text in ("0.0", "-0.0"):  # "0.0 ms" would hide a real, small cost
+        return f"{1e6 * value:.0f} us"
+    return f"{text} ms"
 
 
-def _gib(value) -> str:
+def fmt_gib(value) -> str:
     return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
 
 
-def _int(value) -> str:
+def fmt_int(value) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
 def _environment() -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
-    env.filters.update(pct=_pct, ms=_ms, gib=_gib, int=_int)
+    env.filters.update(pct=fmt_pct, ms=fmt_ms, gib=fmt_gib, int=fmt_int)
     return env
 
 
@@ -92,9 +99,12 @@ def load_rule(path: Path) -> Rule:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RuleError(f"rule file {path}: not valid TOML: {exc}")
-    missing = [k for k in REQUIRED if not data.get(k)]
+    missing = [k for k in REQUIRED if k not in data or data[k] == ""]
     if missing:
         raise RuleError(f"rule file {path}: missing {', '.join(missing)}")
+    problems = _type_problems(data)
+    if problems:  # caught here, so a typo in a rule is an error naming its file, not a traceback
+        raise RuleError(f"rule file {path}: {'; '.join(problems)}")
     if data["category"] not in CATEGORIES:
         raise RuleError(f"rule file {path}: category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
     condition, cost = _expr(path, "condition", data["condition"]), _expr(path, "cost", str(data["cost"]))
@@ -109,8 +119,37 @@ def load_rule(path: Path) -> Rule:
         fix_code=_template(path, "fix_code", data["fix_code"]) if data.get("fix_code") else None,
         optimizations=tuple(data.get("optimizations", [])), location=data.get("location"),
         docs=data.get("docs", ""), path=path, cases=_cases(path, data.get("tests", [])),
-        explanation=data.get("explanation", "").strip(), priority=int(data.get("priority", 0)),
+        explanation=data.get("explanation", "").strip(), priority=data.get("priority", 0),
     )
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _type_problems(data: dict) -> list[str]:
+    problems = [f"{k} must be a string" for k in STRING_FIELDS if k in data and not isinstance(data[k], str)]
+    if not isinstance(data["cost"], str) and not _is_number(data["cost"]):
+        problems.append("cost must be a string (an expression) or a number")
+    if "priority" in data and (not isinstance(data["priority"], int) or isinstance(data["priority"], bool)):
+        problems.append("priority must be an integer")
+    optimizations = data.get("optimizations", [])
+    if not isinstance(optimizations, list) or not all(isinstance(o, str) for o in optimizations):
+        problems.append("optimizations must be a list of strings (optimization ids)")
+    return problems + _case_problems(data.get("tests", []))
+
+
+def _case_problems(tests) -> list[str]:
+    if not isinstance(tests, list) or not all(isinstance(t, dict) for t in tests):
+        return ["tests must be [[tests]] tables"]
+    problems = []
+    for number, case in enumerate(tests, start=1):
+        metrics = case.get("metrics")
+        if not isinstance(metrics, dict) or not all(_is_number(v) or isinstance(v, bool) for v in metrics.values()):
+            problems.append(f"test case {number}: metrics must be a table of numbers")
+        if not isinstance(case.get("fires"), bool):
+            problems.append(f"test case {number}: fires must be true or false")
+    return problems
 
 
 def _expr(path: Path, field: str, source: str) -> Expr:
@@ -140,11 +179,11 @@ def _template(path: Path, field: str, source: str) -> jinja2.Template:
 def _cases(path: Path, raw: list) -> tuple[RuleCase, ...]:
     cases = []
     for case in raw:
-        metrics = case.get("metrics", {})
+        metrics = case["metrics"]
         unknown = sorted(set(metrics) - METRICS.keys())
         if unknown:
             raise RuleError(f"rule file {path}: test case names unknown metric(s) {', '.join(unknown)}")
-        cases.append(RuleCase(metrics=metrics, fires=bool(case.get("fires"))))
+        cases.append(RuleCase(metrics=metrics, fires=case["fires"]))
     return tuple(cases)
 
 
@@ -171,10 +210,17 @@ def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
 
 def _context(analysis: Analysis) -> dict:
     locations = {k: display_location(v) for k, v in analysis.locations.items()}
-    top = analysis.host_lines[0] if analysis.host_lines else None
-    return {**dict.fromkeys(METRICS), **analysis.metrics, "locations": locations, "loader_location": locations.get("loader") or "your DataLoader",
+    return {**dict.fromkeys(METRICS), **analysis.metrics, "locations": locations,
+            "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",
-            "host_top_code": top.code if top else ""}
+            "host_top_code": _host_top_code(analysis)}
+
+
+def _host_top_code(analysis: Analysis) -> str:
+    """The code of the line named host_top: analysis picks the first host line in the user's own code
+    (in_torch False), so the first line (which may be torch's Python) can be a different one."""
+    host_top = analysis.locations.get("host_top")
+    return next((h.code for h in analysis.host_lines if not h.in_torch and h.location == host_top), "")
 
 
 def _finding(rule: Rule, metrics: dict, context: dict) -> Finding:

@@ -10,7 +10,8 @@ from rich.console import Console
 
 from diagnose.capture.runner import check_script, run_capture
 from diagnose.model import RunConfig
-from diagnose.pipeline import finish_run, load_capture
+from diagnose.pipeline import (ExperimentResults, can_experiment, diagnose_capture, finish_run, load_capture,
+                               run_experiments_stage, write_outputs)
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import status_sentence, verdict
 from diagnose.serial import dumps
@@ -22,7 +23,7 @@ EXIT_FOR_STATUS = {"completed": 0, "script_finished": 0, "timeout": 0, "script_e
 
 
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
-                max_seconds: float, experiments: str, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
+                max_seconds: float, experiments: str, budget_seconds: float, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                 as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
     from diagnose.cli import progress_bar
     from diagnose import __version__
@@ -42,15 +43,30 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
         task = progress.add_task("profiling", total=warmup + steps, note="starting")
         outcome = run_capture(config, run_dir, _printer(progress, out_stream), _progress_handler(progress, task, warmup))
         progress.update(task, note="analysing")
-        result = finish_run(run_dir, script, outcome.capture, tuple(rules_dirs), templates_dir)
+        analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")
-    if experiments != "none":
-        console.print("note: applying and measuring optimizations is not in this release; --experiments was ignored.",
-                      style="yellow")
+        results = ExperimentResults()
+        if experiments != "none" and not outcome.interrupted and can_experiment(outcome.capture, analysis):
+            results = _experiments(progress, experiments, run_dir, outcome.capture, analysis, findings, budget_seconds)
+    result = write_outputs(run_dir, script, outcome.capture, analysis, findings, results, templates_dir)
     _finish_output(console, result, as_json, open_report)
     if outcome.interrupted:
         return 130
     return EXIT_FOR_STATUS.get(result.diagnosis.status, 1)
+
+
+def _experiments(progress, selection, run_dir, capture, analysis, findings, budget_seconds) -> ExperimentResults:
+    task = progress.add_task("experiments", total=None, note="planning")
+    count = [0]
+
+    def update(label: str) -> None:
+        count[0] += 1
+        progress.update(task, completed=count[0], note=label)
+
+    try:
+        return run_experiments_stage(selection, run_dir, capture, analysis, findings, budget_seconds, update)
+    finally:
+        progress.update(task, note="done", total=count[0])
 
 
 def _device_line() -> str:

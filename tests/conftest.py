@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_runs"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TRACES = REPO.parent / "shared" / "traces"
-FAST = ("--warmup", "3", "--steps", "8")
+FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
 
 
 @dataclass

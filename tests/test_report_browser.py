@@ -63,7 +63,7 @@ def report(tmp_path_factory, chromium, websocket_module) -> pathlib.Path:
     """One real run of the CLI; every test in this module looks at its report."""
     out = tmp_path_factory.mktemp("browser") / "run"
     cmd = [sys.executable, "-m", "diagnose", "run", "--out", str(out),
-           "--warmup", "2", "--steps", "5", "sample_runs/slow_loader.py"]
+           "--warmup", "2", "--steps", "5", "--experiments", "none", "sample_runs/slow_loader.py"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, (

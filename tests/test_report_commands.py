@@ -58,3 +58,45 @@ def test_nvml_samples_become_separate_gpu_utilization_metric():
 def test_cpu_only_samples_leave_gpu_utilization_unknown():
     samples = Samples(t_s=(0.0, 0.1), process_cpu_frac=(0.2, 0.4), gpu="unavailable: no CUDA device")
     assert sample_metrics(samples)["gpu_util_mean_frac"] is None
+
+
+def test_mistyped_option_is_a_usage_error_not_a_missing_script(tmp_path):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--step", "5", str(SAMPLES / "slow_loader.py"))
+    assert proc.returncode == 2 and "no such option" in proc.stderr.lower() and "--step" in proc.stderr
+    assert "--steps" in proc.stderr  # click's suggestion
+    assert "script not found" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+def test_missing_templates_folder_is_an_error_before_anything_runs(tmp_path):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--templates", str(tmp_path / "nope"),
+                        str(SAMPLES / "slow_loader.py"))
+    assert proc.returncode == 2 and "templates folder not found" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_template_syntax_error_is_reported_before_the_run(tmp_path):
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.html.j2").write_text("<h1>{{ view.title }}</h1>\n{% if view.findings %}\n<p>unclosed\n")
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--templates", str(templates), str(SAMPLES / "slow_loader.py"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "report.html.j2" in proc.stderr and "endif" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_report_refuses_a_folder_that_is_not_a_run_folder(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes(b"not a run")
+    proc = diagnose_cli("report", str(folder))
+    assert proc.returncode == 2 and "not a run folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert [p.name for p in folder.iterdir()] == ["cat.jpg"]  # nothing written there
+
+
+def test_report_checks_templates_before_writing(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "tb").mkdir(parents=True)
+    (run_dir / "tb" / "host.pt.trace.json").write_text("{}")
+    proc = diagnose_cli("report", str(run_dir), "--templates", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "templates folder not found" in proc.stderr
+    assert sorted(p.name for p in run_dir.rglob("*")) == ["host.pt.trace.json", "tb"]

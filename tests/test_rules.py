@@ -9,7 +9,7 @@ from conftest import diagnose_cli
 from diagnose import rules as rule_engine
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
-from diagnose.model import CATEGORIES, Analysis
+from diagnose.model import CATEGORIES, Analysis, SourceLine
 
 BUNDLED = rule_engine.load_rules()
 REQUIRED_RULE_IDS = {
@@ -51,6 +51,31 @@ def _analysis(metrics: dict) -> Analysis:
                     step_definition="test")
 
 
+def test_host_top_code_is_the_code_of_the_host_top_line():
+    # torch's own Python (an optimizer loop) tops the list; host_top is the first line of the user's code
+    lines = (SourceLine("train.py:40", 0.02, 0.2, "optimizer.step()", in_torch=True),
+             SourceLine("train.py:30", 0.01, 0.1, "log_to_disk(loss)"))
+    analysis = Analysis(steps=(), step_time_s={}, breakdown={}, top_ops=(), host_lines=lines,
+                        metrics={"host_user_frac": 0.1, "host_top_line_frac": 0.1, "host_overhead_frac": 0.3,
+                                 "step_time_mean_s": 0.1},
+                        locations={"host_top": "train.py:30"}, step_definition="test")
+    rule = next(r for r in BUNDLED if r.id == "host-overhead.per-step-work")
+    [finding] = rule_engine.evaluate([rule], analysis)
+    assert "`log_to_disk(loss)`" in finding.message and "optimizer.step()" not in finding.message
+    assert "log_to_disk(loss)" in finding.fix_code and "if step %" not in finding.fix_code
+
+
+def test_fix_code_without_a_dataloader_does_not_invent_one():
+    rule = next(r for r in BUNDLED if r.id == "utilization.dispatch-bound")
+    case = next(c for c in rule.cases if c.fires)
+    [finding] = rule_engine.evaluate([rule], _analysis({name: None for name in rule_engine.METRICS} | case.metrics))
+    assert "DataLoader" not in finding.fix_code and "larger batch" in finding.fix_code
+    assert "foreach=True" in finding.fix_code and "torch.optim.Adam" not in finding.fix_code
+    [with_loader] = rule_engine.evaluate([rule], _analysis({name: None for name in rule_engine.METRICS} | case.metrics
+                                                           | {"loader_batch_size": 8}))
+    assert "batch_size=128" in with_loader.fix_code
+
+
 def test_severity_follows_the_share_of_step_time():
     assert [rule_engine.severity_for(c) for c in (0.5, 0.2, 0.1, 0.05, 0.01)] == ["high", "high", "medium", "medium", "low"]
 
@@ -83,12 +108,34 @@ docs = "https://example.org"
     (GOOD_RULE + "\noptimizations = ['turbo']", "unknown optimization id(s) turbo"),
     ("id = [", "not valid TOML"),
     ('id = "x"', "missing category"),
+    # wrong types: an error naming the file, never an AttributeError from deep inside
+    (GOOD_RULE.replace('"step_time_mean_s > 0.05"', "1"), "condition must be a string"),
+    (GOOD_RULE.replace('cost = "0.3"', "cost = [0.3]"), "cost must be a string (an expression) or a number"),
+    (GOOD_RULE.replace('evidence = "Mean step {{ step_time_mean_s|ms }}."', "evidence = 3"), "evidence must be a string"),
+    (GOOD_RULE.replace('fix = "Make it faster."', "fix = ['a']"), "fix must be a string"),
+    (GOOD_RULE + "\nfix_code = 42", "fix_code must be a string"),
+    (GOOD_RULE.replace('title = "Steps are slow"', "title = true"), "title must be a string"),
+    (GOOD_RULE + '\noptimizations = "amp"', "optimizations must be a list of strings"),
+    (GOOD_RULE + "\noptimizations = [1]", "optimizations must be a list of strings"),
+    (GOOD_RULE + '\npriority = "high"', "priority must be an integer"),
+    (GOOD_RULE + "\npriority = 1.5", "priority must be an integer"),
+    (GOOD_RULE + "\n[tests]\nfires = true", "tests must be [[tests]] tables"),
+    (GOOD_RULE + "\ntests = [1, 2]", "tests must be [[tests]] tables"),
+    (GOOD_RULE + "\n[[tests]]\nfires = true", "test case 1: metrics must be a table"),
+    (GOOD_RULE + '\n[[tests]]\nmetrics = { step_time_mean_s = "slow" }\nfires = true', "test case 1: metrics must be a table of numbers"),
+    (GOOD_RULE + "\n[[tests]]\nmetrics = { step_time_mean_s = 0.1 }\nfires = 1", "test case 1: fires must be true or false"),
+    (GOOD_RULE + "\n[[tests]]\nmetrics = { step_time_mean_s = 0.1 }", "test case 1: fires must be true or false"),
 ])
 def test_bad_rule_files_are_errors_that_name_the_file(tmp_path, body, message):
     path = _write_rule(tmp_path / "rules", body)
     with pytest.raises(RuleError) as info:
         rule_engine.load_rule(path)
     assert str(path) in info.value.message and message in info.value.message
+
+
+def test_cost_may_be_a_number(tmp_path):
+    rule = rule_engine.load_rule(_write_rule(tmp_path / "rules", GOOD_RULE.replace('cost = "0.3"', "cost = 0.3")))
+    assert rule.cost_of({}) == 0.3
 
 
 def test_user_rules_folder_adds_rules(tmp_path):
@@ -120,6 +167,13 @@ def test_rules_command_rejects_a_bad_user_rule_with_a_clear_error(tmp_path):
     _write_rule(tmp_path / "rules", GOOD_RULE.replace("step_time_mean_s > 0.05", "bogus > 1"))
     proc = diagnose_cli("rules", "--rules", str(tmp_path / "rules"))
     assert proc.returncode == 2 and "bogus" in proc.stderr and "my.rule.toml" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rules_command_rejects_a_mistyped_field_without_a_traceback(tmp_path):
+    _write_rule(tmp_path / "rules", GOOD_RULE.replace('"step_time_mean_s > 0.05"', "1"))
+    proc = diagnose_cli("rules", "--rules", str(tmp_path / "rules"))
+    assert proc.returncode == 2 and "condition must be a string" in proc.stderr and "my.rule.toml" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

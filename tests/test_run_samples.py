@@ -84,7 +84,7 @@ def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
     script = tmp_path / "train.py"
     shutil.copy(SAMPLES / "slow_loader.py", script)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    run = run_script(script, out=tmp_path.parent / f"{tmp_path.name}-run", options=("--warmup", "1", "--steps", "3"), cwd=tmp_path)
+    run = run_script(script, out=tmp_path.parent / f"{tmp_path.name}-run", options=("--warmup", "1", "--steps", "3", "--experiments", "none"), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 

@@ -12,7 +12,8 @@ import numpy as np
 from diagnose.analysis import intervals as iv
 from diagnose.analysis import ops as op_stats
 from diagnose.analysis.metrics import METRICS
-from diagnose.analysis.breakdown import breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats
+from diagnose.analysis.breakdown import (breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats,
+                                         step_windows)
 from diagnose.analysis.trace import Trace
 from diagnose.model import Analysis, Capture, Samples, SourceLine, StackSamples
 
@@ -27,11 +28,11 @@ class Inputs:
 
 def analyze(inputs: Inputs) -> Analysis:
     trace = inputs.trace
-    buckets, windows = exclusive_buckets(trace)
-    steps = per_step(trace, buckets)
-    if inputs.capture is not None and not inputs.capture.last_step_complete and len(steps) > 1:
-        steps = steps[:-1]  # the script stopped mid-step: that step's time is not a step time
-        windows = windows[:-1] if len(windows) == len(steps) + 1 else windows
+    windows = step_windows(trace)
+    if inputs.capture is not None and not inputs.capture.last_step_complete and len(windows) > 1:
+        windows = windows[:-1]  # the script stopped mid-step: that step's time is not a step time
+    buckets, _ = exclusive_buckets(trace, windows)
+    steps = per_step(buckets, windows)
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
     self_t, top = op_stats.self_times(trace.cpu_ops, compute_threads(trace))
@@ -141,7 +142,7 @@ def _capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: 
     if capture is None:
         return {}
     env = capture.environment
-    loader = capture.loaders[capture.train_loader] if capture.train_loader is not None else None
+    loader = _loader(capture)
     probe = capture.dataset_probe
     counters = capture.counters
     peak, capacity = capture.peak_memory_bytes, capture.memory_capacity_bytes
@@ -181,8 +182,16 @@ def _num(value) -> Optional[float]:
     return None if value is None else float(value)
 
 
+def _loader(capture: Optional[Capture]):
+    """The loader training waited on most (a validation loader can be the one), else the training loader."""
+    if capture is None or not capture.loaders:
+        return None
+    index = capture.wait_loader if capture.wait_loader is not None else capture.train_loader
+    return capture.loaders[index] if index is not None else None
+
+
 def _locations(capture: Optional[Capture], host_lines) -> dict[str, Optional[str]]:
-    loader = capture.loaders[capture.train_loader] if capture and capture.train_loader is not None else None
+    loader = _loader(capture)
     return {
         "loader": loader.location if loader else None,
         "optimizer": capture.optimizers[0].location if capture and capture.optimizers else None,
@@ -199,4 +208,22 @@ def _notes(inputs: Inputs, steps) -> tuple[str, ...]:
         notes.append(f"steps were found from {inputs.capture.step_source}() calls (no DataLoader drives training)")
     if len(steps) < 3:
         notes.append(f"only {len(steps)} step(s) were profiled: figures are rough")
+    overhead = _profiler_overhead(inputs.capture, steps)
+    if overhead:
+        notes.append(overhead)
     return tuple(notes)
+
+
+def _profiler_overhead(capture: Optional[Capture], steps) -> Optional[str]:
+    """Compare profiled steps with the last unprofiled warm-up steps: the profiler's own cost, stated."""
+    if capture is None or capture.warmup_steps < 4 or len(capture.boundaries_s) <= capture.warmup_steps or not steps:
+        return None
+    warm = np.diff(capture.boundaries_s[2:capture.warmup_steps + 1])
+    if len(warm) < 2:
+        return None
+    plain = float(np.median(warm))
+    profiled = float(np.median([s.duration_s for s in steps]))
+    if plain <= 0 or profiled / plain < 1.2:
+        return None
+    return (f"steps took {profiled / plain:.1f}x longer under the profiler ({profiled * 1e3:.1f} ms median) than in "
+            f"the unprofiled warm-up ({plain * 1e3:.1f} ms): shares of time are measured under the profiler")

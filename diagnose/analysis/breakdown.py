@@ -45,9 +45,9 @@ def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
     ]
 
 
-def exclusive_buckets(trace: Trace) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Disjoint intervals per bucket inside the steps, and the host_overhead remainder."""
-    windows = iv.union(step_windows(trace))
+def exclusive_buckets(trace: Trace, steps: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Disjoint intervals per bucket inside the given step windows, and the host_overhead remainder."""
+    windows = iv.union(steps)
     claimed = iv.EMPTY
     result: dict[str, list[np.ndarray]] = {b: [] for b in BUCKETS}
     for bucket, raw in bucket_sources(trace):
@@ -59,8 +59,7 @@ def exclusive_buckets(trace: Trace) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return merged, windows
 
 
-def per_step(trace: Trace, buckets: dict[str, np.ndarray]) -> list[StepBreakdown]:
-    windows = step_windows(trace)
+def per_step(buckets: dict[str, np.ndarray], windows: np.ndarray) -> list[StepBreakdown]:
     if len(windows) == 0:
         return []
     per_bucket = {b: iv.measure_within(buckets[b], windows) / 1e6 for b in BUCKETS}

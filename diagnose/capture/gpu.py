@@ -17,18 +17,18 @@ def cuda_ready() -> bool:
 
 
 def device_facts() -> dict:
-    """Name, total memory and compute capability of the current CUDA device, or {}."""
+    """Name, total memory and compute capability of the GPU the script uses, or {}.
+
+    Never initialises CUDA itself (that would pin a device before the script's own CUDA_VISIBLE_DEVICES and
+    make every run look like a GPU run): torch's view once the script has used CUDA, NVML's before."""
     if not cuda_ready():
         return {}
     try:
-        index = torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        return {
-            "gpu_name": props.name,
-            "gpu_memory_bytes": int(props.total_memory),
-            "gpu_capability": f"{props.major}.{props.minor}",
-            "uuid": str(getattr(props, "uuid", "") or ""),
-        }
+        if torch.cuda.is_initialized():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            return {"gpu_name": props.name, "gpu_memory_bytes": int(props.total_memory),
+                    "gpu_capability": f"{props.major}.{props.minor}", "uuid": str(getattr(props, "uuid", "") or "")}
+        return Nvml().facts()
     except Exception:
         return {}
 
@@ -56,20 +56,27 @@ class Nvml:
 
             pynvml.nvmlInit()
             self.nvml = pynvml
-            uuid = device_facts().get("uuid")
-            self.handle = self._handle_for(uuid)
+            self.handle = self._handle_for(_visible_device())
             self.status = "available"
         except Exception as exc:  # no driver, no library, no permission: all mean "unavailable"
             self.status = f"unavailable: {exc}"
 
-    def _handle_for(self, uuid: str):
-        if uuid:
-            try:
-                text = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-                return self.nvml.nvmlDeviceGetHandleByUUID(text)
-            except Exception:
-                pass
-        return self.nvml.nvmlDeviceGetHandleByIndex(0)
+    def _handle_for(self, device: str):
+        """NVML handle of the first device CUDA_VISIBLE_DEVICES shows (NVML numbers all devices)."""
+        if device.startswith(("GPU-", "MIG-")):
+            return self.nvml.nvmlDeviceGetHandleByUUID(device)
+        return self.nvml.nvmlDeviceGetHandleByIndex(int(device) if device.isdigit() else 0)
+
+    def facts(self) -> dict:
+        if self.handle is None:
+            return {}
+        n = self.nvml
+        name = self._read(n.nvmlDeviceGetName)
+        memory = self._read(n.nvmlDeviceGetMemoryInfo)
+        capability = self._read(n.nvmlDeviceGetCudaComputeCapability)
+        return {"gpu_name": name.decode() if isinstance(name, bytes) else name,
+                "gpu_memory_bytes": int(memory.total) if memory is not None else None,
+                "gpu_capability": f"{capability[0]}.{capability[1]}" if capability else None}
 
     def _read(self, fn, *args):
         if self.handle is None:
@@ -98,3 +105,9 @@ class Nvml:
             "power_w": power / 1000.0 if power is not None else None,  # NVML reports mW
             "sm_clock_mhz": float(clock) if clock is not None else None,
         }
+
+
+def _visible_device() -> str:
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"

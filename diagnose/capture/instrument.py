@@ -7,8 +7,12 @@ The start of next() is the natural boundary: the wait for data belongs to the st
 from __future__ import annotations
 
 import functools
+import inspect
+import os
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.optim.optimizer as optimizer_module
@@ -17,6 +21,7 @@ import torch.utils.data.dataloader as dl_module
 import diagnose
 from diagnose.capture.sites import caller_location, class_location
 from diagnose.model import LoaderInfo, ModelInfo, OptimizerInfo
+from diagnose.optimizations.runtime import ChangeSet
 
 PRIORITY = {"optimizer": 0, "backward": 1, "dataloader": 2, "manual": 3}
 
@@ -35,10 +40,14 @@ class Observed:
     loaders: list[LoaderInfo] = field(default_factory=list)
     loaders_alive: list = field(default_factory=list)  # the DataLoader objects, kept for the dataset probe
     batches_drawn: list[int] = field(default_factory=list)
+    wait_s: list[float] = field(default_factory=list)  # time in next() per loader while timing
     train_loader: Optional[int] = None
     optimizers: list[OptimizerInfo] = field(default_factory=list)
     root_module: Optional[torch.nn.Module] = None  # kept alive: runpy drops the script's globals
     counters: dict[str, int] = field(default_factory=dict)
+
+    def train_loader_or_first(self) -> Optional[int]:
+        return self.train_loader if self.train_loader is not None else (0 if self.loaders else None)
 
     def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
@@ -51,14 +60,12 @@ class StepClock:
         self.on_boundary = on_boundary
         self.source: Optional[str] = None
         self.boundaries = 0
-        self.backward_since_boundary = False
 
     def signal(self, source: str) -> None:
         if self.source is not None and PRIORITY[source] < PRIORITY[self.source]:
             return
         self.source = source
         self.boundaries += 1
-        self.backward_since_boundary = False
         self.on_boundary(self.boundaries)
 
 
@@ -83,11 +90,18 @@ def _loader_info(loader, location: Optional[str]) -> LoaderInfo:
 
 
 class Instrumentation:
-    def __init__(self, on_boundary: Callable[[int], None]):
+    def __init__(self, on_boundary: Callable[[int], None], changes: Optional[ChangeSet] = None,
+                 on_batch: Optional[Callable[[Any], None]] = None, on_loss: Optional[Callable[[Any], None]] = None,
+                 on_epoch: Optional[Callable[[Any], None]] = None):
         self.seen = Observed()
         self.clock = StepClock(on_boundary)
+        self.changes = changes or ChangeSet()
+        self.on_batch, self.on_loss, self.on_epoch = on_batch, on_loss, on_epoch
         self._undo: list[Callable[[], None]] = []
         self._module_depth = 0
+        self._replayed: dict[int, Any] = {}
+        self._pid, self._main_ident = os.getpid(), threading.main_thread().ident
+        self.timing = False  # measure the time in each loader's next() (during the profiled window)
 
     # -- install / remove -------------------------------------------------------------------------
     def install(self) -> None:
@@ -105,6 +119,8 @@ class Instrumentation:
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
         self._undo += [pre.remove, post.remove]
         diagnose._step_hook = lambda: self.clock.signal("manual")
+        for start in self.changes.start_hooks:
+            start()
 
     def uninstall(self) -> None:
         diagnose._step_hook = None
@@ -121,22 +137,38 @@ class Instrumentation:
     def _wrap_loader_init(self, original):
         seen = self.seen
 
+        changes = self.changes
+        signature = inspect.signature(original)
+
         @functools.wraps(original)
         def init(loader, *args, **kwargs):
-            original(loader, *args, **kwargs)
+            location = caller_location()
+            if changes.loader_edits and changes.is_train_loader(location, len(seen.loaders)):
+                arguments = signature.bind(loader, *args, **kwargs).arguments
+                for edit in changes.loader_edits:
+                    edit(arguments)
+                original(**arguments)
+            else:
+                original(loader, *args, **kwargs)
             if getattr(loader, "_diagnose_index", None) is None:  # subclasses call __init__ once each
                 loader._diagnose_index = len(seen.loaders)
-                seen.loaders.append(_loader_info(loader, caller_location()))
+                seen.loaders.append(_loader_info(loader, location))
                 seen.loaders_alive.append(loader)
                 seen.batches_drawn.append(0)
+                seen.wait_s.append(0.0)
 
         return init
 
     def _wrap_loader_iter(self, original):
+        instr = self
+
         @functools.wraps(original)
         def iterate(loader):
             iterator = original(loader)
             iterator._diagnose_index = getattr(loader, "_diagnose_index", None)
+            if instr.on_epoch is not None and iterator._diagnose_index is not None and instr.in_main_thread() \
+                    and instr._is_train(iterator._diagnose_index):
+                instr.on_epoch(iterator)
             return iterator
 
         return iterate
@@ -147,32 +179,67 @@ class Instrumentation:
         @functools.wraps(original)
         def next_batch(iterator):
             index = getattr(iterator, "_diagnose_index", None)
-            if index is not None:
+            if index is None or not instr.in_main_thread():
+                return original(iterator)  # a loader iterated by a helper thread or in a worker process
+            if not _epoch_exhausted(iterator):  # the next() that ends an epoch starts no step
                 instr._on_loader_next(index)
-            return original(iterator)
+            train = instr._is_train(index)
+            start = time.perf_counter()
+            if train and instr.changes.replay_first_batch:  # the ceiling: no data loading after the first batch
+                if index not in instr._replayed:
+                    instr._replayed[index] = original(iterator)
+                batch = instr._replayed[index]
+            else:
+                batch = original(iterator)
+            if instr.timing:
+                instr.seen.wait_s[index] += time.perf_counter() - start
+            if train and instr.on_batch is not None:
+                instr.on_batch(batch)
+            return batch
 
         return next_batch
 
     def _on_loader_next(self, index: int) -> None:
-        seen, clock = self.seen, self.clock
+        """A step starts at next() on the training loader: the one whose batch was followed by backward() or an
+        optimizer step. Until that is known, no loader's next() counts (a validation pass may come first)."""
+        seen = self.seen
         seen.batches_drawn[index] += 1
-        if seen.train_loader is None and clock.backward_since_boundary and clock.source == "dataloader":
-            seen.train_loader = self._last_loader  # the loader whose batch was trained on
+        if seen.train_loader is None and self._trained_since_next and self._last_loader is not None:
+            seen.train_loader = self._last_loader
+        self._trained_since_next = False
         self._last_loader = index
-        if seen.train_loader is None or seen.train_loader == index:
-            clock.signal("dataloader")
+        if seen.train_loader == index:
+            self.clock.signal("dataloader")
 
     _last_loader: Optional[int] = None
+    _trained_since_next = False
+
+    def in_main_thread(self) -> bool:
+        return os.getpid() == self._pid and threading.get_ident() == self._main_ident
+
+    def _is_train(self, index: int) -> bool:
+        wanted = self.changes.train_loader_location
+        if wanted is not None:
+            return self.seen.loaders[index].location == wanted
+        return index == self.seen.train_loader_or_first()
 
     def _wrap_optimizer_init(self, original):
         seen = self.seen
 
+        changes = self.changes
+
         @functools.wraps(original)
         def init(opt, params, defaults, *args, **kwargs):
+            first = not getattr(opt, "_diagnose_seen", False)
+            if first:
+                for edit in changes.optimizer_edits:
+                    edit(defaults)
             original(opt, params, defaults, *args, **kwargs)
-            if getattr(opt, "_diagnose_seen", False):
+            if not first:
                 return
             opt._diagnose_seen = True
+            for hook in changes.optimizer_hooks:
+                hook(opt)
             lr = defaults.get("lr")
             seen.optimizers.append(OptimizerInfo(
                 location=caller_location(),
@@ -187,10 +254,19 @@ class Instrumentation:
     def _wrap_backward(self, original):
         clock = self.clock
 
+        instr = self
+
         @functools.wraps(original)
-        def backward(*args, **kwargs):
-            result = original(*args, **kwargs)
-            clock.backward_since_boundary = True
+        def backward(tensors, *args, **kwargs):
+            if not instr.in_main_thread():
+                return original(tensors, *args, **kwargs)
+            if isinstance(tensors, torch.Tensor):
+                for transform in instr.changes.loss_transforms:
+                    tensors = transform(tensors)
+                if instr.on_loss is not None and tensors.numel() == 1:
+                    instr.on_loss(tensors)
+            result = original(tensors, *args, **kwargs)
+            instr._trained_since_next = True
             if clock.source in (None, "backward", "optimizer"):
                 clock.signal("backward")
             return result
@@ -199,6 +275,9 @@ class Instrumentation:
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         # Only a fallback: a boundary here sits inside the Optimizer.step annotation in the trace.
+        if not self.in_main_thread():
+            return
+        self._trained_since_next = True
         if self.clock.source in (None, "optimizer"):
             self.clock.signal("optimizer")
 
@@ -218,6 +297,8 @@ class Instrumentation:
     def _before_forward(self, module, inputs) -> None:
         if self._module_depth == 0 and self.seen.root_module is None and _has_parameters(module):
             self.seen.root_module = module
+            for hook in self.changes.model_hooks:
+                hook(module)
         self._module_depth += 1
 
     def _after_forward(self, module, inputs, output) -> None:
@@ -227,7 +308,9 @@ class Instrumentation:
     def loader_infos(self) -> tuple[LoaderInfo, ...]:
         from dataclasses import replace
 
-        return tuple(replace(info, batches_drawn=n) for info, n in zip(self.seen.loaders, self.seen.batches_drawn))
+        seen = self.seen
+        return tuple(replace(info, batches_drawn=n, wait_s=w)
+                     for info, n, w in zip(seen.loaders, seen.batches_drawn, seen.wait_s))
 
     def train_loader_index(self) -> Optional[int]:
         if self.seen.train_loader is not None:
@@ -247,7 +330,18 @@ class Instrumentation:
             device=str(first.device),
             dtype=str(first.dtype).replace("torch.", ""),
             parameters=sum(p.numel() for p in params),
+            conv_layers=sum(isinstance(m, torch.nn.Conv2d) for m in module.modules()),
         )
+
+
+def _epoch_exhausted(iterator) -> bool:
+    """True when this next() will raise StopIteration (map-style loaders know their length)."""
+    if getattr(iterator, "_dataset_kind", None) != dl_module._DatasetKind.Map:
+        return False
+    try:
+        return iterator._num_yielded >= len(iterator)
+    except (TypeError, AttributeError):
+        return False
 
 
 def _has_parameters(module) -> bool:

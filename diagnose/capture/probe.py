@@ -33,6 +33,16 @@ def same(a: Any, b: Any) -> bool:
         return False
 
 
+def tensor_bytes(item: Any) -> int:
+    if isinstance(item, torch.Tensor):
+        return item.numel() * item.element_size()
+    if isinstance(item, (list, tuple)):
+        return sum(tensor_bytes(x) for x in item)
+    if isinstance(item, dict):
+        return sum(tensor_bytes(x) for x in item.values())
+    return int(getattr(item, "nbytes", 0) or 0)
+
+
 def probe_dataset(dataset: Any) -> DatasetProbe:
     """Fetch a few items twice: is __getitem__ deterministic, how long does it take, how much is CPU."""
     if not hasattr(dataset, "__getitem__") or isinstance(dataset, torch.utils.data.IterableDataset):
@@ -50,11 +60,12 @@ def probe_dataset(dataset: Any) -> DatasetProbe:
 
 
 def _probe(dataset: Any, n: int) -> DatasetProbe:
-    walls, cpus, deterministic = [], [], True
+    walls, cpus, deterministic, size = [], [], True, 0
     start = time.perf_counter()
     for index in dict.fromkeys([0, n // 2, n - 1]):
         w0, c0 = time.perf_counter(), time.thread_time()
         first = dataset[index]
+        size = max(size, tensor_bytes(first))
         walls.append(time.perf_counter() - w0)
         cpus.append(time.thread_time() - c0)
         deterministic = deterministic and same(first, dataset[index])
@@ -66,6 +77,7 @@ def _probe(dataset: Any, n: int) -> DatasetProbe:
         item_s=wall / len(walls),
         item_cpu_frac=min(1.0, sum(cpus) / wall) if wall > 0 else None,
         reason="" if deterministic else "the same index returned different items (random augmentation?)",
+        item_bytes=size,
     )
 
 

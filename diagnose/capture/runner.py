@@ -57,16 +57,20 @@ def _relay(stream, sink: Callable[[str], None], log) -> None:
     for line in iter(stream.readline, ""):
         log.write(line)
         log.flush()
-        sink(line.rstrip("\n"))
+        try:
+            sink(line.rstrip("\n"))
+        except Exception:  # a closed terminal must not stop the draining: the child would block on a full pipe
+            pass
 
 
 def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool], None],
                 on_progress: Callable[[str], None]) -> CaptureOutcome:
+    run_dir = run_dir.resolve()  # the script may chdir; the child must still find its run folder
     write_json(run_dir / "config.json", config)
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", "diagnose.capture.child", str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            pass_fds=(write_fd,), env=child_env(write_fd))
+                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd))
     os.close(write_fd)
     threads = _start_relays(proc, run_dir, read_fd, on_output, on_progress)
     interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S)
@@ -79,7 +83,7 @@ def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool
 
 def _start_relays(proc, run_dir: Path, read_fd: int, on_output, on_progress) -> list[threading.Thread]:
     log = open(run_dir / "script.log", "w", encoding="utf-8", errors="replace")
-    progress = os.fdopen(read_fd, "r")
+    progress = os.fdopen(read_fd, "r", errors="replace")
     threads = [
         threading.Thread(target=_relay, args=(proc.stdout, lambda s: on_output(s, False), log), daemon=True),
         threading.Thread(target=_relay, args=(proc.stderr, lambda s: on_output(s, True), log), daemon=True),

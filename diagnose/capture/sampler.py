@@ -9,7 +9,7 @@ from typing import Optional
 import psutil
 
 from diagnose.capture.gpu import Nvml
-from diagnose.capture.sites import is_torch_file, user_location
+from diagnose.capture.sites import is_framework_file, user_location
 from diagnose.model import Samples, StackSamples
 
 GPU_FIELDS = ("gpu_util_frac", "gpu_mem_used_bytes", "pcie_rx_bytes_s", "pcie_tx_bytes_s", "power_w", "sm_clock_mhz")
@@ -100,7 +100,7 @@ class StackSampler(threading.Thread):
             frame = sys._current_frames().get(self.main_thread_id)
             self.t_ns.append(time.monotonic_ns())
             self.locations.append(user_location(frame))
-            self.in_torch.append(frame is not None and is_torch_file(frame.f_code.co_filename))
+            self.in_torch.append(frame is not None and is_framework_file(frame.f_code.co_filename))
             del frame
             time.sleep(self.interval_s)
 

@@ -38,8 +38,16 @@ def is_user_file(filename: str) -> bool:
     return not _realpath(filename).startswith(_LIBRARY_DIRS)
 
 
-def is_torch_file(filename: str) -> bool:
-    return _realpath(filename).startswith(_TORCH_DIR)
+# torch's own machinery: Python time here is framework overhead (optimizer loops, module calls, autograd,
+# the DataLoader, compilation); time in other torch functions the user calls (torch.save...) is the user's work.
+_FRAMEWORK = tuple(os.path.join(_TORCH_DIR, p) for p in (
+    "optim", "nn", "autograd", "utils/data", "_dynamo", "_inductor", "amp", "cuda/amp", "_tensor.py",
+    "functional.py", "overrides.py", "_ops.py", "profiler", "utils/hooks.py", "_compile.py")) + (
+    os.path.realpath(os.path.dirname(diagnose.__file__)) + os.sep,)
+
+
+def is_framework_file(filename: str) -> bool:
+    return _realpath(filename).startswith(_FRAMEWORK)
 
 
 def user_location(frame: Optional[FrameType]) -> Optional[str]:

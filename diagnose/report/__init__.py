@@ -6,10 +6,14 @@ from typing import Optional
 
 import jinja2
 
+from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, Diagnosis, Samples
 from diagnose.report.view import build_view
 from diagnose.resources import bundled, display_location
+from diagnose.rules import fmt_gib, fmt_ms, fmt_pct
 from diagnose.serial import read_json
+
+TEMPLATE_EXTENSIONS = ("j2", "html", "css")
 
 
 def template_environment(templates_dir: Optional[str] = None) -> jinja2.Environment:
@@ -18,11 +22,22 @@ def template_environment(templates_dir: Optional[str] = None) -> jinja2.Environm
     loaders.append(jinja2.FileSystemLoader(str(bundled("templates"))))
     env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(pct=lambda v: "n/a" if v is None else f"{100 * v:.0f}%",
-                       ms=lambda v: "n/a" if v is None else f"{1000 * v:.1f} ms",
-                       gib=lambda v: "n/a" if v is None else f"{v / 2**30:.1f} GiB",
-                       where=display_location)
+    env.filters.update(pct=fmt_pct, ms=fmt_ms, gib=fmt_gib, where=display_location)  # the rules' own formats
     return env
+
+
+def check_templates(templates_dir: Optional[str]) -> None:
+    """Compile every template now, so a syntax error in the user's override stops diagnose before the run
+    rather than after it."""
+    env = template_environment(templates_dir)
+    for name in env.list_templates(extensions=TEMPLATE_EXTENSIONS):
+        try:
+            env.get_template(name)
+        except jinja2.TemplateSyntaxError as exc:
+            raise UserError(f"template {exc.filename or name}, line {exc.lineno}: {exc.message}",
+                            "fix the template, or remove it from --templates to use the bundled one")
+        except UnicodeDecodeError:
+            raise UserError(f"template {name} in {templates_dir} is not UTF-8 text")
 
 
 def render_html(view, templates_dir: Optional[str] = None) -> str:

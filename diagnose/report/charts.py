@@ -73,3 +73,29 @@ def utilization_chart(t_s: Sequence[float], series: dict[str, Sequence[Optional[
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False, fontsize=8)
     return _svg(fig)
+
+
+VERDICT_COLORS = {"faster": "#1e8449", "slower": "#c0392b", "no-change": "#7f8c8d"}
+SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
+
+
+def speedup_chart(labels: Sequence[str], speedups: Sequence[float], cis: Sequence[Optional[tuple[float, float]]],
+                  verdicts: Sequence[str]) -> str:
+    """Each speedup with its interval on a log axis (2x and 0.5x are equally far from 1.0), first on top."""
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.35 * len(labels)))
+    for y, (speedup, ci, verdict) in enumerate(zip(speedups, cis, verdicts)):
+        lo, hi = ci if ci else (speedup, speedup)
+        ax.errorbar([speedup], [y], xerr=[[max(0.0, speedup - lo)], [max(0.0, hi - speedup)]], fmt="o", capsize=3,
+                    color=VERDICT_COLORS.get(verdict, "#29335c"))
+    ax.axvline(1.0, color="#6b6b70", linewidth=1, linestyle="--")
+    ax.set_xscale("log")
+    low = min([1.0, *speedups, *(c[0] for c in cis if c)]) / 1.15
+    high = max([1.0, *speedups, *(c[1] for c in cis if c)]) * 1.15
+    ax.set_xlim(low, high)
+    ticks = [t for t in SPEEDUP_TICKS if low <= t <= high]  # fixed ticks: log axes label decades only
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel("speedup over the baseline (99% interval)")
+    return _svg(fig)

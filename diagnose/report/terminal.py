@@ -1,13 +1,17 @@
-"""The short terminal summary printed at the end of a run (rich)."""
+"""The short terminal summary printed at the end of a run (rich).
+
+Every line is printed with soft_wrap: when stderr is not a terminal rich assumes 80 columns and would break
+lines mid-phrase ("(low" / "utilization)"); a terminal or a log file wraps long lines by itself."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 
 from diagnose.model import Diagnosis
-from diagnose.report.wording import CATEGORY_NAMES
+from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, speedup_text
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -15,17 +19,38 @@ STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: str, run_dir: Path,
                   report: Optional[Path]) -> None:
     console.print()
-    console.print(status, style="dim")
-    console.print(verdict, style="bold")
+    console.print(status, style="dim", soft_wrap=True)
+    _print_headline(console, diagnosis)
+    console.print(verdict, style="bold", soft_wrap=True)
     if diagnosis.breakdown:
         parts = " · ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in diagnosis.breakdown.items() if v >= 0.005)
-        console.print(f"  step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms: {parts}")
+        console.print(f"  step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms: {parts}", soft_wrap=True)
     for f in diagnosis.findings:
         console.print(f"  [{STYLE[f.severity]}]{f.severity:<6}[/] {f.cost_fraction:>4.0%}  {f.title} "
-                      f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False)
+                      f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False, soft_wrap=True)
         if f.location:
             console.print(f"               at {f.location}", highlight=False, soft_wrap=True)
     if report:
-        console.print(f"Report:  {report}")
+        console.print(f"Report:  {report}", soft_wrap=True)
     if (run_dir / "tb").is_dir():
-        console.print(f"Traces:  tensorboard --logdir {run_dir / 'tb'}")
+        console.print(f"Traces:  tensorboard --logdir {run_dir / 'tb'}", soft_wrap=True)
+
+
+VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim"}
+
+
+def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
+    head = diagnosis.headline
+    sentence = headline_sentence(diagnosis)
+    if sentence:
+        verified = head is not None and head.verdict == "faster"
+        console.print(sentence, style="bold green" if verified else "bold yellow", highlight=False, markup=False,
+                      soft_wrap=True)
+    for e in diagnosis.experiments:
+        if e.verdict == "skipped" and e.optimization not in ("combined", "ceiling"):
+            continue
+        setting = ", ".join(f"{k}={v}" for k, v in e.setting.items() if k != "changes")
+        label = f"{e.optimization}({setting})" if setting else e.optimization
+        speedup = escape(speedup_text(e.speedup, e.ci))
+        console.print(f"  [{VERDICT_STYLE.get(e.verdict, '')}]{e.verdict:<9}[/] {speedup:<20} {escape(label)}",
+                      highlight=False, soft_wrap=True)

@@ -8,11 +8,15 @@ from pathlib import Path
 from typing import Optional
 
 from diagnose import __version__
-from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Finding, Samples
+from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples
 from diagnose.report import charts
-from diagnose.report.wording import CATEGORY_NAMES, status_sentence, verdict
+from diagnose.rules import fmt_ms
+from diagnose.report.wording import (CATEGORY_NAMES, headline_sentence, recovery_sentence, setting_text, speedup_text,
+                                     status_sentence, verdict)
 
 SNIPPET_CONTEXT = 2
+OK_STATUSES = ("completed", "script_finished", "timeout")
+SUMMARY_FIRST = {"combined": 0, "ceiling": 1}  # the table opens with the combination and the ceiling
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,17 @@ class FindingView:
     finding: Finding
     category_name: str
     snippet: Optional[Snippet]
+
+
+@dataclass(frozen=True)
+class ExperimentView:
+    """One experiment with its display strings worked out, so the template only places them."""
+    experiment: Experiment
+    label: str  # "dataloader.num_workers(num_workers=4)"
+    setting: str
+    speedup: str  # "1.52x [1.40-1.65]", or "" when not measured
+    loss_drift: str
+    first_step: str  # compile / start-up cost against the baseline, or ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,12 @@ class ReportView:
     trace_files: tuple[str, ...]
     charts: dict[str, str] = field(default_factory=dict)
     bucket_labels: dict[str, str] = field(default_factory=dict)
+    verdict_style: str = "neutral"  # ok | high | medium | error | neutral: the verdict box's colour
+    experiments: tuple[ExperimentView, ...] = ()  # sorted for the table and the chart
+    faster_experiments: tuple[ExperimentView, ...] = ()  # verified changes: the report shows each one's code
+    headline: str = ""
+    headline_verified: bool = False
+    recovery: str = ""
 
 
 def snippet(location: Optional[str]) -> Optional[Snippet]:
@@ -61,6 +82,7 @@ def snippet(location: Optional[str]) -> Optional[Snippet]:
 
 def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
                samples: Optional[Samples]) -> ReportView:
+    experiments = experiment_views(diagnosis.experiments)
     return ReportView(
         title=f"diagnose: {Path(diagnosis.script).name}",
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
@@ -74,9 +96,61 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         analysis=analysis,
         findings=tuple(FindingView(f, CATEGORY_NAMES[f.category], snippet(f.location)) for f in diagnosis.findings),
         trace_files=tuple(str(p.relative_to(run_dir)) for p in sorted((run_dir / "tb").glob("*.json*"))),
-        charts={**_charts(analysis), **utilization_charts(samples)},
+        charts={**_charts(analysis), **utilization_charts(samples), **_speedup_chart(experiments)},
         bucket_labels=charts.LABELS,
+        verdict_style=verdict_style(diagnosis, analysis),
+        experiments=experiments,
+        faster_experiments=tuple(e for e in experiments if e.experiment.verdict == "faster"
+                                 and e.experiment.optimization != "ceiling"),  # the ceiling is no change to make
+        headline=headline_sentence(diagnosis),
+        headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict == "faster",
+        recovery=recovery_sentence(diagnosis.headline),
     )
+
+
+def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
+    """Green only for a run that measured steps and ended normally; red for the script's own error."""
+    if analysis is None or not analysis.steps:
+        return "neutral"
+    top = diagnosis.findings[0].severity if diagnosis.findings else "low"
+    if top in ("high", "medium"):
+        return top
+    if diagnosis.status in OK_STATUSES:
+        return "ok"
+    return "error" if diagnosis.status == "script_error" else "neutral"
+
+
+def experiment_views(experiments: tuple[Experiment, ...]) -> tuple[ExperimentView, ...]:
+    ordered = sorted(experiments, key=lambda e: (SUMMARY_FIRST.get(e.optimization, 2), e.speedup is None,
+                                                 -(e.speedup or 0.0)))
+    return tuple(_experiment_view(e) for e in ordered)
+
+
+def _experiment_view(e: Experiment) -> ExperimentView:
+    setting = setting_text(e.setting)
+    first_step = ""
+    if e.first_step_s is not None and e.baseline_first_step_s is not None:
+        first_step = (f"first step took {_seconds(e.first_step_s)} vs {_seconds(e.baseline_first_step_s)} "
+                      "for the baseline")
+    return ExperimentView(
+        experiment=e, label=f"{e.optimization}({setting})" if setting else e.optimization, setting=setting,
+        speedup=speedup_text(e.speedup, e.ci), first_step=first_step,
+        loss_drift="n/a" if e.loss_drift is None else f"{e.loss_drift:.2%}",
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value >= 0.1 else fmt_ms(value)  # a fast first step reads better in ms
+
+
+def _speedup_chart(experiments: tuple[ExperimentView, ...]) -> dict[str, str]:
+    measured = [v for v in experiments if v.experiment.speedup is not None]
+    if not measured:
+        return {}
+    labels = [v.experiment.optimization if v.experiment.optimization in SUMMARY_FIRST else v.label for v in measured]
+    return {"speedups": charts.speedup_chart(labels, [v.experiment.speedup for v in measured],
+                                             [v.experiment.ci for v in measured],
+                                             [v.experiment.verdict for v in measured])}
 
 
 def _charts(analysis: Optional[Analysis]) -> dict[str, str]:

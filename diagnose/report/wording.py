@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from diagnose.model import Analysis, Capture, Diagnosis
+from diagnose.model import Analysis, Capture, Diagnosis, Headline
 
 CATEGORY_NAMES = {
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
@@ -46,3 +46,55 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     if capture.status == "script_finished":
         return f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
     return f"Capture ended with status {capture.status}."
+
+
+def speedup_text(speedup: Optional[float], ci, digits: int = 2) -> str:
+    """'1.52x [1.40-1.65]'; empty when nothing was measured."""
+    if speedup is None:
+        return ""
+    interval = f" [{ci[0]:.{digits}f}-{ci[1]:.{digits}f}]" if ci else ""
+    return f"{speedup:.{digits}f}x{interval}"
+
+
+def headline_sentence(diagnosis: Diagnosis) -> str:
+    """The verified result of the experiments; empty when none ran."""
+    head = diagnosis.headline
+    if head is not None and head.verdict == "faster" and head.speedup:
+        count = len(head.changes)
+        interval = f" [{head.ci[0]:.1f}-{head.ci[1]:.1f}]" if head.ci else ""
+        return (f"Verified: {count} change{'' if count == 1 else 's'}, {head.speedup:.1f}x faster{interval}, "
+                f"{head.metric}: {', '.join(head.changes)}")
+    return _unverified_sentence(diagnosis) if diagnosis.experiments else ""
+
+
+def _unverified_sentence(diagnosis: Diagnosis) -> str:
+    """No verified combination; settings that were faster on their own still deserve a mention."""
+    alone = [e for e in diagnosis.experiments if e.verdict == "faster" and e.speedup
+             and e.optimization not in ("combined", "ceiling")]
+    if not alone:
+        return "No change was verified faster on this machine."
+    best = max(alone, key=lambda e: e.speedup)
+    interval = f" [{best.ci[0]:.1f}-{best.ci[1]:.1f}]" if best.ci else ""
+    detail = ", ".join(f"{k}={v}" for k, v in best.setting.items())
+    label = f"{best.optimization}({detail})" if detail else best.optimization
+    return (f"No combination of changes was verified faster; on its own, {label} was {best.speedup:.1f}x faster"
+            f"{interval}, {best.metric}.")
+
+
+def recovery_sentence(head: Optional[Headline]) -> str:
+    """How much of the data-loading cost the fixes won back, against the no-data-loading ceiling."""
+    if head is None or (head.data_loading_recovered_frac is None and not head.ceiling_speedup):
+        return ""
+    ceiling = (f"with no data loading at all (ceiling) steps would be {head.ceiling_speedup:.1f}x faster"
+               if head.ceiling_speedup else "")
+    if head.data_loading_recovered_frac is None:
+        return f"{ceiling[0].upper()}{ceiling[1:]}."
+    recovered = f"The fixes recover {head.data_loading_recovered_frac:.0%} of the time data loading cost"
+    return f"{recovered}; {ceiling}." if ceiling else f"{recovered}."
+
+
+def setting_text(setting: dict) -> str:
+    """'num_workers=4'; the combined run lists the changes it combines."""
+    if "changes" in setting:
+        return ", ".join(str(c) for c in setting["changes"])
+    return ", ".join(f"{k}={v}" for k, v in setting.items())

@@ -1,0 +1,127 @@
+"""Runs the user's script inside the child process as `python SCRIPT ARGS` would, with diagnose's hooks, a
+deadline and the write sandbox. Subclasses decide what a step boundary does and what is written at the end."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from diagnose.capture.instrument import Instrumentation, StopCapture
+from diagnose.capture.sandbox import WriteSandbox
+from diagnose.model import RunConfig, ScriptError
+
+
+# A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
+DEADLINE_SIGNAL = getattr(signal, "SIGRTMIN", signal.SIGUSR1) + (2 if hasattr(signal, "SIGRTMIN") else 0)
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, DEADLINE_SIGNAL}
+
+
+class signals_held:
+    """Hold Ctrl-C and the deadline while a trace is written: they arrive afterwards, not half-way."""
+
+    def __enter__(self):
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
+class ScriptHost:
+    """Runs the user's script with diagnose's hooks, a deadline and the write sandbox; subclasses decide what
+    happens at each step boundary and what gets written at the end."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, progress, instr: Instrumentation):
+        self.config, self.run_dir, self.progress, self.instr = config, run_dir, progress, instr
+        self.t0 = time.monotonic()
+        self.stop_reason: Optional[str] = None
+
+    def boundary(self, count: int) -> None:
+        """Called by the hooks at each step boundary (main thread only)."""
+        if self.stop_reason is None and time.monotonic() - self.t0 > self.config.max_seconds:
+            self.stop_reason = "timeout"  # also checked here: the script may handle the deadline signal itself
+        if self.stop_reason is not None:
+            raise StopCapture(self.stop_reason)  # again and again: a bare `except:` in the script cannot keep it
+        self.on_boundary(count)
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        raise StopCapture(reason)
+
+    def on_boundary(self, count: int) -> None:
+        raise NotImplementedError
+
+    def finish(self, status: str, error: Optional[ScriptError]) -> int:
+        raise NotImplementedError
+
+    def start_samplers(self) -> None:
+        pass
+
+    # -- running the script -------------------------------------------------------------------------
+    def run(self) -> int:
+        script = os.path.realpath(self.config.script)
+        sys.argv = [self.config.script, *self.config.script_args]
+        sys.path.insert(0, os.path.dirname(script))
+        self.instr.install()
+        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], self.run_dir / "sandbox", [self.run_dir])
+        self.sandbox.install()
+        self.start_samplers()
+        self._arm_deadline()
+        status, error = self._run_script(self.config.script)
+        self.timer.cancel()
+        for sig in (DEADLINE_SIGNAL, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # a late deadline or Ctrl-C must not cut the files short
+        self.instr.uninstall()
+        self.sandbox.uninstall()
+        if self.instr.clock.boundaries == 0 and status in ("timeout", "script_finished", "completed"):
+            status = "no_steps"
+        return self.finish(status, error)
+
+    def _arm_deadline(self) -> None:
+        def on_deadline(signum, frame):
+            self.stop("timeout")
+
+        signal.signal(DEADLINE_SIGNAL, on_deadline)
+        signal.signal(signal.SIGTERM, on_deadline)
+        self.timer = threading.Timer(self.config.max_seconds, os.kill, (os.getpid(), DEADLINE_SIGNAL))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _run_script(self, script: str) -> tuple[str, Optional[ScriptError]]:
+        import runpy
+
+        try:
+            runpy.run_path(script, run_name="__main__")
+            return "script_finished", None
+        except StopCapture as stop:
+            return stop.reason, None
+        except KeyboardInterrupt:
+            return "interrupted", None
+        except SystemExit as exc:
+            if exc.code in (None, 0):
+                return "script_finished", None
+            return "script_error", self._script_error(exc)
+        except BaseException as exc:  # the user's own error: report it as theirs
+            return "script_error", self._script_error(exc)
+
+    def _script_error(self, exc: BaseException) -> ScriptError:
+        text = user_traceback(exc)
+        if not isinstance(exc, SystemExit):
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        message = str(exc.code) if isinstance(exc, SystemExit) else str(exc)
+        step = self.instr.clock.boundaries - 1 if self.instr.clock.boundaries else None
+        return ScriptError(type(exc).__name__, message, text, step)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback as `python SCRIPT` would print it: without diagnose's and runpy's frames."""
+    ours = os.path.dirname(os.path.dirname(__file__))
+    te = traceback.TracebackException.from_exception(exc)
+    te.stack = traceback.StackSummary.from_list(
+        [f for f in te.stack if not f.filename.startswith(ours) and "runpy" not in f.filename])
+    return "".join(te.format())

@@ -1,0 +1,151 @@
+"""Run the experiments: the same script with one change at a time, in fresh child processes, profiler off,
+interleaved with baseline runs (B V V B V V ...), repeated for the winners, then all winners combined and a
+ceiling run with no data loading. Keeps to a time budget; a variant that crashes is `failed`, others go on."""
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from diagnose.capture.runner import run_capture
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig
+from diagnose.optimizations import REGISTRY
+from diagnose.optimizations.base import Context
+from diagnose.serial import read_json
+
+SCREEN_ROUNDS = 2  # runs of every setting: the fewest that give an interval
+CONFIRM_ROUNDS = 1  # further runs of the best setting of each optimization
+VARIANTS_PER_BASELINE = 2
+
+
+@dataclass
+class Arm:
+    """One configuration: the baseline, one setting of one optimization, the combination or the ceiling."""
+    optimization: str
+    setting: dict
+    changes: tuple[Change, ...]
+    extra_warmup: int = 0
+    min_window_steps: int = 5
+    runs: list[Measurement] = field(default_factory=list)
+    run_dirs: list[Path] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        detail = ", ".join(f"{k}={v}" for k, v in self.setting.items())
+        return f"{self.optimization}({detail})" if detail else self.optimization
+
+    def ok_runs(self) -> list[Measurement]:
+        return [m for m in self.runs if m.windows]
+
+    def throughputs(self, metric: str) -> list[float]:
+        """One throughput per timed window, over all runs (every arm has at least two runs, interleaved with
+        the baseline's, so drift between processes shows up as spread between windows). Windows leave out the
+        first step of an epoch; its extra time (worker start-up...) is added back, amortised over the epoch."""
+        extra = self.epoch_start_extra_s()
+        values = []
+        for m in self.ok_runs():
+            for w in m.windows:
+                amount = w.samples if metric == "samples/s" else w.steps
+                seconds = w.seconds + (w.steps / m.steps_per_epoch * extra if extra and m.steps_per_epoch else 0.0)
+                if amount is not None and seconds > 0:
+                    values.append(amount / seconds)
+        return values
+
+    def epoch_start_extra_s(self) -> float:
+        """How much longer an epoch's first step takes than an ordinary one, over all runs of this arm."""
+        starts = sorted(t for m in self.runs for t in m.restart_steps_s)
+        steps = sorted(m.step_median_s for m in self.runs if m.step_median_s is not None)
+        if not starts or not steps:
+            return 0.0
+        return max(0.0, starts[len(starts) // 2] - steps[len(steps) // 2])
+
+
+class Scheduler:
+    def __init__(self, script: str, script_args: tuple[str, ...], run_dir: Path, ctx: Context, budget_s: float,
+                 on_progress: Callable[[str], None]):
+        self.script, self.script_args, self.ctx = script, script_args, ctx
+        self.root = run_dir / "experiments"
+        self.budget_s, self.on_progress = budget_s, on_progress
+        self.started = time.monotonic()
+        self.count = 0
+        self.durations: list[float] = []
+        self.step_s = max(ctx.analysis.step_time_s.get("mean", 0.05), 1e-4)
+        loader = ctx.loader
+        self.train_location = loader.location if loader else None
+
+    def remaining_s(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def estimate_s(self, arm: Arm) -> float:
+        typical = sorted(self.durations)[len(self.durations) // 2] if self.durations else 15.0
+        return typical + arm.extra_warmup * self.step_s
+
+    def can_run(self, arm: Arm) -> bool:
+        return self.remaining_s() >= self.estimate_s(arm)
+
+    def run(self, arm: Arm) -> Optional[Measurement]:
+        if not self.can_run(arm):
+            return None
+        self.count += 1
+        folder = self.root / f"{self.count:02d}-{re.sub(r'[^A-Za-z0-9._=-]+', '_', arm.label).strip('_')}"
+        folder.mkdir(parents=True, exist_ok=True)
+        plan = MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
+                           warmup_steps=5 + arm.extra_warmup, warmup_s=0.3, window_s=self._window_s(),
+                           min_window_steps=arm.min_window_steps, max_window_steps=max(40, 4 * arm.min_window_steps),
+                           windows=3)
+        limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
+        config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
+                           profile_steps=0, max_seconds=limit, measure=plan)
+        self.on_progress(arm.label)
+        start = time.monotonic()
+        run_capture(config, folder, lambda line, is_err: None, lambda line: None)
+        self.durations.append(time.monotonic() - start)
+        measurement = _read_measurement(folder)
+        arm.runs.append(measurement)
+        arm.run_dirs.append(folder)
+        return measurement
+
+    def _window_s(self) -> float:
+        # long enough for several steps of the baseline, short enough to repeat within the budget
+        return min(3.0, max(0.5, 5 * self.step_s))
+
+
+def _read_measurement(folder: Path) -> Measurement:
+    path = folder / "measure.json"
+    if path.exists():
+        return read_json(path, Measurement)
+    log = (folder / "script.log").read_text(errors="replace")[-2000:] if (folder / "script.log").exists() else ""
+    return Measurement(status="crashed", windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
+                       peak_memory_bytes=None, steps_seen=0, error=None if not log else _crash_error(log))
+
+
+def _crash_error(log: str):
+    from diagnose.model import ScriptError
+
+    last = [line for line in log.splitlines() if line.strip()][-1:] or ["the process died"]
+    return ScriptError("Crash", last[0], log, None)
+
+
+def interleave(scheduler: Scheduler, baseline: Arm, arms: list[Arm]) -> None:
+    """B V V B V V ...: a baseline run before every few variant runs, so drift hits both sides alike."""
+    for i, arm in enumerate(arms):
+        if i % VARIANTS_PER_BASELINE == 0:
+            scheduler.run(baseline)
+        scheduler.run(arm)
+
+
+def steps_in_epoch(ctx: Context) -> Optional[int]:
+    loader = ctx.loader
+    if loader is None or loader.dataset_len is None or not loader.batch_size:
+        return None
+    return math.ceil(loader.dataset_len / loader.batch_size)
+
+
+def arms_for(optimization_id: str, ctx: Context) -> list[Arm]:
+    optimization = REGISTRY[optimization_id]
+    return [Arm(optimization_id, setting, (Change(optimization_id, setting),),
+                optimization.extra_warmup_steps(setting, ctx), optimization.min_window_steps(setting, ctx))
+            for setting in optimization.settings(ctx)]

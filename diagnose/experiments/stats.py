@@ -1,0 +1,68 @@
+"""Comparing throughputs honestly: the ratio of geometric-mean throughputs with a 99% confidence interval
+(Welch's t on the log throughput of each run). 'no-change' when the interval includes 1.0."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+# two-sided 99% Student t quantiles (0.995) for 1..30 degrees of freedom; beyond, a conservative 2.75
+T_995 = (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977,
+         2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763,
+         2.756, 2.750)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    speedup: float
+    ci: tuple[float, float]
+    verdict: str  # faster | slower | no-change
+
+
+def t_quantile(df: float) -> float:
+    if df < 1:
+        return T_995[0]
+    return T_995[min(int(df), len(T_995)) - 1] if df <= len(T_995) else 2.75
+
+
+def _mean_var(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, var
+
+
+def compare(baseline: Sequence[float], variant: Sequence[float]) -> Comparison:
+    """Throughputs (higher is better), one per run; needs at least two runs on each side."""
+    if len(baseline) < 2 or len(variant) < 2:
+        raise ValueError("need at least two runs on each side")
+    lb, lv = [math.log(x) for x in baseline], [math.log(x) for x in variant]
+    (mb, vb), (mv, vv) = _mean_var(lb), _mean_var(lv)
+    se2 = vb / len(lb) + vv / len(lv)
+    diff = mv - mb
+    if se2 == 0:
+        return Comparison(math.exp(diff), (math.exp(diff), math.exp(diff)), _verdict(diff, diff))
+    df = se2 ** 2 / ((vb / len(lb)) ** 2 / max(len(lb) - 1, 1) + (vv / len(lv)) ** 2 / max(len(lv) - 1, 1))
+    half = t_quantile(df) * math.sqrt(se2)
+    return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)), _verdict(diff - half, diff + half))
+
+
+def _verdict(lo: float, hi: float) -> str:
+    if lo > 0:
+        return "faster"
+    if hi < 0:
+        return "slower"
+    return "no-change"
+
+
+def loss_drift(baseline: Sequence[float], variant: Sequence[float]) -> float | None:
+    """Mean absolute difference of the per-step losses over the steps both runs made, relative to the
+    baseline's mean absolute loss (0 = identical)."""
+    n = min(len(baseline), len(variant))
+    if n == 0:
+        return None
+    scale = sum(abs(x) for x in baseline[:n]) / n
+    diff = sum(abs(a - b) for a, b in zip(baseline[:n], variant[:n])) / n
+    if not math.isfinite(diff):
+        return float("inf")
+    return diff / scale if scale > 0 else diff

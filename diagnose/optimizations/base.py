@@ -1,0 +1,69 @@
+"""An optimization: what it changes, when it applies, how it is applied at runtime, and what to show."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from diagnose.model import Analysis, Capture
+from diagnose.optimizations.runtime import ChangeSet
+
+IDENTICAL, APPROXIMATE, DYNAMICS = "identical", "approximate", "changes-dynamics"
+
+
+@dataclass(frozen=True)
+class Context:
+    capture: Capture
+    analysis: Analysis
+
+    @property
+    def loader(self):
+        """The loader to change: the one training waited on most, else the training loader."""
+        c = self.capture
+        index = c.wait_loader if c.wait_loader is not None else c.train_loader
+        return c.loaders[index] if index is not None and c.loaders else None
+
+    @property
+    def cuda(self) -> bool:
+        return self.capture.memory_kind == "cuda" or bool(self.capture.model and self.capture.model.device.startswith("cuda"))
+
+    @property
+    def cpu_count(self) -> int:
+        return self.capture.environment.cpu_count
+
+    def metric(self, name: str) -> Optional[float]:
+        return self.analysis.metrics.get(name)
+
+
+class Optimization:
+    id: str = ""
+    title: str = ""
+    fidelity: str = IDENTICAL
+    applied_automatically: bool = True
+    metric: str = "steps/s"
+    site: Optional[str] = None  # "loader" or "optimizer": the construction call a diff edits
+    conflicts_with: tuple[str, ...] = ()  # optimizations that cannot be combined with this one
+
+    def skip_reason(self, ctx: Context) -> Optional[str]:
+        """Why this cannot be tried on this run (None: it can)."""
+        return None
+
+    def settings(self, ctx: Context) -> list[dict[str, Any]]:
+        """Settings to try; more than one is a sweep of which the best is kept."""
+        return [{}]
+
+    def extra_warmup_steps(self, setting: dict[str, Any], ctx: Context) -> int:
+        return 0
+
+    def min_window_steps(self, setting: dict[str, Any], ctx: Context) -> int:
+        """Fewest steps a timed window may have (more when batches arrive in bursts)."""
+        return 5
+
+    def apply(self, setting: dict[str, Any], changes: ChangeSet) -> None:
+        raise NotImplementedError(f"{self.id} is a recommendation, not applied automatically")
+
+    def keyword_edits(self, setting: dict[str, Any]) -> dict[str, str]:
+        """Keyword arguments (as source text) to set on the construction call at `site`, for the diff."""
+        return {}
+
+    def snippet(self, setting: dict[str, Any], ctx: Context) -> str:
+        return ""

@@ -1,0 +1,45 @@
+"""A larger batch: more samples per op, until throughput stops improving or memory reaches 80-95%."""
+from __future__ import annotations
+
+from diagnose.optimizations.base import DYNAMICS, Context, Optimization
+from diagnose.optimizations.registry import register
+
+FACTORS = (4, 16)
+
+
+@register
+class BatchSize(Optimization):
+    id = "batch_size"
+    title = "Larger batch"
+    fidelity = DYNAMICS
+    metric = "samples/s"
+    site = "loader"
+
+    def skip_reason(self, ctx: Context):
+        loader = ctx.loader
+        if loader is None:
+            return "the script builds no DataLoader whose batch size could change"
+        if loader.batch_size is None:
+            return "the DataLoader uses a batch_sampler: its batch size is not a DataLoader argument"
+        peak = ctx.metric("peak_memory_frac")
+        if ctx.cuda and peak is not None and peak >= 0.8:
+            return f"device memory is already at {peak:.0%}"
+        return None
+
+    def settings(self, ctx):
+        size, length = ctx.loader.batch_size, ctx.loader.dataset_len
+        return [{"batch_size": size * f} for f in FACTORS if length is None or size * f * 8 <= length]
+
+    def apply(self, setting, changes):
+        def edit(args: dict) -> None:
+            args["batch_size"] = setting["batch_size"]
+
+        changes.loader_edits.append(edit)
+        changes.applied.append(f"DataLoader(batch_size={setting['batch_size']})")
+
+    def keyword_edits(self, setting):
+        return {"batch_size": str(setting["batch_size"])}
+
+    def snippet(self, setting, ctx):
+        factor = setting["batch_size"] // max(1, ctx.loader.batch_size)
+        return f"# batch {factor}x larger: scale the learning rate too (e.g. lr * {factor}, with warm-up)"

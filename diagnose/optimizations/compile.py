@@ -1,0 +1,27 @@
+"""torch.compile on the model; compile time is reported apart from steady-state speed."""
+from __future__ import annotations
+
+from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
+from diagnose.optimizations.registry import register
+
+
+@register
+class Compile(Optimization):
+    id = "compile"
+    title = "torch.compile"
+    fidelity = APPROXIMATE
+
+    def skip_reason(self, ctx: Context):
+        if ctx.capture.model is None:
+            return "no model call was seen (no nn.Module forward)"
+        return None
+
+    def extra_warmup_steps(self, setting, ctx):
+        return 10  # compilation and recompilations happen in the first steps
+
+    def apply(self, setting, changes):
+        changes.model_hooks.append(lambda model: model.compile())
+        changes.applied.append("model.compile()")
+
+    def snippet(self, setting, ctx):
+        return "model = torch.compile(model)  # the first steps compile; the report gives that time apart"

@@ -1,0 +1,35 @@
+"""Keep DataLoader workers alive between epochs instead of starting them again each epoch."""
+from __future__ import annotations
+
+from diagnose.optimizations.base import Context, Optimization
+from diagnose.optimizations.registry import register
+
+
+@register
+class PersistentWorkers(Optimization):
+    id = "dataloader.persistent_workers"
+    title = "Persistent DataLoader workers"
+    site = "loader"
+
+    def skip_reason(self, ctx: Context):
+        if ctx.loader is None:
+            return "the script builds no DataLoader"
+        if ctx.loader.num_workers == 0:
+            return "needs worker processes (num_workers=0 here); it joins dataloader.num_workers in `combined`"
+        if ctx.loader.persistent_workers:
+            return "already persistent_workers=True"
+        return None
+
+    def settings(self, ctx):
+        return [{"persistent_workers": True}]
+
+    def apply(self, setting, changes):
+        def edit(args: dict) -> None:
+            if args.get("num_workers", 0) > 0:
+                args["persistent_workers"] = True
+
+        changes.loader_edits.append(edit)
+        changes.applied.append("DataLoader(persistent_workers=True)")
+
+    def keyword_edits(self, setting):
+        return {"persistent_workers": "True"}
