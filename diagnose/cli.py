@@ -95,11 +95,14 @@ def cli() -> None:
               help="Time for all experiments together.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
 @click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
+@click.option("--with-stack", is_flag=True,
+              help="Record Python stacks in the trace (python_function events); slows Python-heavy steps.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout (the script's output goes to stderr).")
 @click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, as_json, open_report, script, script_args):
+def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
+        open_report, script, script_args):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report.
 
     Put `--` before the script's own arguments if they look like diagnose's options.
@@ -109,7 +112,7 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     from diagnose.runcommand import run_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
-    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds, experiments=_experiments(experiments), budget_seconds=budget_seconds,
+    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds, experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
                        make_run_dir=_run_dir)
     sys.exit(code)

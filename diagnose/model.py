@@ -30,6 +30,7 @@ class MeasurePlan:
     window_s: float = 1.0
     min_window_steps: int = 5
     max_window_steps: int = 40  # a window also closes here: fast variants of short scripts still get windows
+    rewarm_steps: int = 1  # steps after an epoch starts that count as its start-up (workers refilling)
     windows: int = 3
     seed: int = 0
 
@@ -51,9 +52,11 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Window:
-    steps: int
+    steps: int  # ordinary steps: an epoch's first step is left out (and amortised when comparing)
     seconds: float
     samples: Optional[int]
+    wall_steps: Optional[int] = None  # everything from the window's start to its end, epoch starts included
+    wall_seconds: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ class Measurement:
     peak_memory_bytes: Optional[int]
     steps_seen: int
     error: Optional["ScriptError"] = None
-    restart_steps_s: tuple[float, ...] = ()  # durations of steps that began a new epoch (kept out of windows)
+    restart_steps_s: tuple[float, ...] = ()  # durations of epoch start-ups (MeasurePlan.rewarm_steps steps each)
+    rewarm_steps: int = 1
     step_median_s: Optional[float] = None  # median of the other timed steps
     steps_per_epoch: Optional[int] = None  # len() of the training loader, when it has one
 
@@ -268,6 +272,7 @@ class Experiment:
     first_step_s: Optional[float] = None  # process start to the first step: start-up, workers, compilation
     baseline_first_step_s: Optional[float] = None
     change: str = ""  # unified diff against the user's script, or a snippet
+    baseline_peak_memory_bytes: Optional[int] = None  # to report memory saved (checkpointing, accumulation)
     fidelity_warning: str = ""
 
 

@@ -23,7 +23,7 @@ EXIT_FOR_STATUS = {"completed": 0, "script_finished": 0, "timeout": 0, "script_e
 
 
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
-                max_seconds: float, experiments: str, budget_seconds: float, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
+                max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                 as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
     from diagnose.cli import progress_bar
     from diagnose import __version__
@@ -36,7 +36,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     run_dir = make_run_dir(out, script)
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim", highlight=False)
-    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
+    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup, with_stack=with_stack,
                        profile_steps=steps, max_seconds=max_seconds, experiments=experiments, rules_dirs=tuple(rules_dirs))
     out_stream = Console(stderr=True) if as_json else Console()
     with progress_bar(console) as progress:

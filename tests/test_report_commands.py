@@ -35,7 +35,7 @@ def test_report_command_on_a_missing_folder_is_a_clear_error(tmp_path):
 
 
 def test_json_flag_prints_only_the_diagnosis_on_stdout(tmp_path):
-    run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run", options=("--warmup", "1", "--steps", "3", "--json"))
+    run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run", options=("--warmup", "1", "--steps", "3", "--json", "--experiments", "none"))
     assert run.returncode == 0, run.stderr
     diagnosis = json.loads(run.stdout)
     assert diagnosis["schema"] == 1 and diagnosis["steps_profiled"] == 3

@@ -105,3 +105,18 @@ def test_files_the_script_writes_never_overwrite_the_users_files(tmp_path):
     assert log.startswith("yesterday's log\n") and "step 5" in log  # appended to a copy
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
     assert str(work / "ckpt.pt") in capture["redirected_writes"]
+
+
+def test_scripts_that_remove_temporary_folders_still_work_under_the_sandbox(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, shutil, tempfile, torch\n"
+        "for step in range(50):\n"
+        "    d = tempfile.mkdtemp(dir=os.getcwd())\n"
+        "    open(os.path.join(d, 'x'), 'w').write('x')\n"
+        "    shutil.rmtree(d)\n"
+        "    w = torch.randn(4, requires_grad=True)\n"
+        "    (w * 2).sum().backward()\n")
+    run = run_script(script, out=tmp_path / "run", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "train.py"]

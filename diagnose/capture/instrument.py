@@ -261,10 +261,10 @@ class Instrumentation:
             if not instr.in_main_thread():
                 return original(tensors, *args, **kwargs)
             if isinstance(tensors, torch.Tensor):
+                if instr.on_loss is not None and tensors.numel() == 1:
+                    instr.on_loss(tensors)  # the script's own loss, before any scaling an optimization adds
                 for transform in instr.changes.loss_transforms:
                     tensors = transform(tensors)
-                if instr.on_loss is not None and tensors.numel() == 1:
-                    instr.on_loss(tensors)
             result = original(tensors, *args, **kwargs)
             instr._trained_since_next = True
             if clock.source in (None, "backward", "optimizer"):

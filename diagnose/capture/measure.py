@@ -94,6 +94,7 @@ class MeasureSession(ScriptHost):
             warmed = count - 1 >= plan.warmup_steps and now - self.boundaries[0] >= plan.warmup_s
             if warmed:
                 self.window_start = (count, now, self.samples)
+                self.wall_start = (count, now)
                 self.progress("measuring")
             return
         start_count, start_t, start_samples = self.window_start
@@ -104,25 +105,34 @@ class MeasureSession(ScriptHost):
         steps = count - start_count
         if steps >= plan.min_window_steps and (now - start_t >= plan.window_s or steps >= plan.max_window_steps):
             samples = self.samples - start_samples if self.samples_known else None
-            self.windows.append(Window(count - start_count, now - start_t, samples))
+            wall_count, wall_t = self.wall_start
+            self.windows.append(Window(count - start_count, now - start_t, samples, count - wall_count, now - wall_t))
+            self.wall_start = (count, now)
             self.progress(f"window {len(self.windows)} {plan.windows}")
             if len(self.windows) >= plan.windows:
                 self.stop("completed")
             self.window_start = (count, now, self.samples)
 
     def _classify_last_step(self) -> None:
-        """Sort the step that just ended: an epoch's first step, or an ordinary one."""
+        """Sort the step that just ended: part of an epoch's start (its first step and the steps while the
+        workers refill their prefetch buffers), or an ordinary one."""
         self.restart_step = False
         if len(self.boundaries) > 1:
             duration = self.boundaries[-1] - self.boundaries[-2]
             if self.starts_epoch:
-                self.restart_steps.append(duration)
+                self.span_left, self.span_total = self.plan.rewarm_steps, 0.0
+            if self.span_left > 0:
+                self.span_total += duration
+                self.span_left -= 1
                 self.restart_step = self.window_start is not None
+                if self.span_left == 0:
+                    self.restart_steps.append(self.span_total)
             elif self.window_start is not None:
                 self.step_durations.append(duration)
         self.starts_epoch, self.epoch_started = self.epoch_started, False
 
     starts_epoch = False
+    span_left, span_total = 0, 0.0
 
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
         peak, _ = peak_memory()
@@ -141,6 +151,7 @@ class MeasureSession(ScriptHost):
             restart_steps_s=tuple(self.restart_steps[1:]),  # the very first epoch start is the run's start-up
             step_median_s=float(sorted(self.step_durations)[len(self.step_durations) // 2]) if self.step_durations else None,
             steps_per_epoch=self.steps_per_epoch,
+            rewarm_steps=self.plan.rewarm_steps,
         )
         write_json(self.run_dir / "measure.json", measurement)
         return 0 if status in ("completed", "script_finished", "timeout") else 1

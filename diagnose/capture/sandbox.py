@@ -79,11 +79,18 @@ class WriteSandbox:
         self._wrap(torch, "save", lambda save, obj, f, *a, **k: save(obj, self.for_write(f), *a, **k))
         self._wrap(torch, "load", lambda load, f, *a, **k: load(self.for_read(f), *a, **k))
         for name in ("replace", "rename"):
-            self._wrap(os, name, lambda f, src, dst, *a, **k: f(self.for_read(src), self.for_write(dst), *a, **k))
+            self._wrap(os, name, self._guarded_move)
         for name in ("remove", "unlink"):
             self._wrap(os, name, self._guarded_remove)
 
+    def _guarded_move(self, original, src, dst, *args, **kwargs):
+        if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
+            return original(src, dst, *args, **kwargs)  # paths relative to a directory fd: not the cwd's
+        return original(self.for_read(src), self.for_write(dst), *args, **kwargs)
+
     def _guarded_remove(self, original, path, *args, **kwargs):
+        if kwargs.get("dir_fd") is not None:  # shutil.rmtree removes by name relative to a directory fd
+            return original(path, *args, **kwargs)
         if self._relative(path) is not None:
             redirected = self.redirected.pop(Path(os.fsdecode(path)).absolute(), None)
             if redirected is None:

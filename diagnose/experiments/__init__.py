@@ -36,6 +36,8 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         return [], None
     skipped = [_skipped(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
     arms = [arm for i in ids if not REGISTRY[i].skip_reason(ctx) for arm in arms_for(i, ctx)]
+    if not arms:
+        return skipped, None  # nothing to measure: no baseline, no ceiling either
     scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
     baseline = Arm("baseline", {}, ())
     for _ in range(SCREEN_ROUNDS):
@@ -82,6 +84,8 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None)
                           peak_memory_bytes=None, reason=BUDGET_REASON)
     ok = arm.ok_runs()
     peak = max((m.peak_memory_bytes for m in arm.runs if m.peak_memory_bytes), default=None)
+    common["baseline_peak_memory_bytes"] = max((m.peak_memory_bytes for m in baseline.runs if m.peak_memory_bytes),
+                                               default=None)
     if not ok:
         return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
                           reason=_failure(arm.runs[-1]))
@@ -208,7 +212,7 @@ def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context) -> Experiment:
     result = _result(ceiling, baseline, ctx, "steps/s")
     from dataclasses import replace
 
-    return replace(result, fidelity="", change="", fidelity_warning="",
+    return replace(result, fidelity="", change="", fidelity_warning="", loss_drift=None,
                    reason="the same first batch replayed from memory: the step time with no data loading at all")
 
 

@@ -55,12 +55,13 @@ class Arm:
         return values
 
     def epoch_start_extra_s(self) -> float:
-        """How much longer an epoch's first step takes than an ordinary one, over all runs of this arm."""
+        """How much longer an epoch's start-up steps take than as many ordinary steps, over this arm's runs."""
         starts = sorted(t for m in self.runs for t in m.restart_steps_s)
         steps = sorted(m.step_median_s for m in self.runs if m.step_median_s is not None)
         if not starts or not steps:
             return 0.0
-        return max(0.0, starts[len(starts) // 2] - steps[len(steps) // 2])
+        span = max((m.rewarm_steps for m in self.runs), default=1)
+        return max(0.0, starts[len(starts) // 2] - span * steps[len(steps) // 2])
 
 
 class Scheduler:
@@ -95,7 +96,7 @@ class Scheduler:
         plan = MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
                            warmup_steps=5 + arm.extra_warmup, warmup_s=0.3, window_s=self._window_s(),
                            min_window_steps=arm.min_window_steps, max_window_steps=max(40, 4 * arm.min_window_steps),
-                           windows=3)
+                           rewarm_steps=arm.min_window_steps if arm.min_window_steps > 5 else 1, windows=3)
         limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
                            profile_steps=0, max_seconds=limit, measure=plan)

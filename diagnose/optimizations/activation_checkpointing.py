@@ -1,15 +1,50 @@
-"""Activation checkpointing: recompute activations in backward to save memory."""
-from diagnose.optimizations.recommendation import Recommendation
+"""Activation checkpointing: the model's top-level blocks recompute their activations in backward instead of
+keeping them, trading compute for memory. Reported with the memory it saved and the time it cost."""
+from __future__ import annotations
+
+import functools
+
+from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class ActivationCheckpointing(Recommendation):
+class ActivationCheckpointing(Optimization):
     id = "activation_checkpointing"
     title = "Activation checkpointing"
-    why_not_applied = "which blocks to checkpoint is a choice about the model's structure"
-    code = ("from torch.utils.checkpoint import checkpoint\n"
-            "def forward(self, x):\n"
-            "    for block in self.blocks:\n"
-            "        x = checkpoint(block, x, use_reentrant=False)\n"
-            "    return x")
+    fidelity = APPROXIMATE  # identical maths; dropout and other RNG use is replayed, not re-drawn
+
+    def skip_reason(self, ctx: Context):
+        if ctx.capture.model is None:
+            return "no model call was seen (no nn.Module forward)"
+        return None
+
+    def apply(self, setting, changes):
+        from torch.utils.checkpoint import checkpoint
+
+        def checkpoint_children(model) -> None:
+            wrapped = 0
+            for child in model.children():
+                if next(child.parameters(), None) is None:
+                    continue
+                forward = child.forward
+                child.forward = functools.partial(_checkpointed, checkpoint, forward)
+                wrapped += 1
+            changes.applied.append(f"{wrapped} top-level blocks of {type(model).__name__} checkpointed")
+
+        changes.model_hooks.append(checkpoint_children)
+
+    def snippet(self, setting, ctx):
+        return ("from torch.utils.checkpoint import checkpoint\n"
+                "def forward(self, x):\n"
+                "    for block in self.blocks:\n"
+                "        x = checkpoint(block, x, use_reentrant=False)\n"
+                "    return x")
+
+
+def _checkpointed(checkpoint, forward, *args, **kwargs):
+    import torch
+
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)

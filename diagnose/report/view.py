@@ -130,8 +130,8 @@ def _experiment_view(e: Experiment) -> ExperimentView:
     setting = setting_text(e.setting)
     first_step = ""
     if e.first_step_s is not None and e.baseline_first_step_s is not None:
-        first_step = (f"first step took {_seconds(e.first_step_s)} vs {_seconds(e.baseline_first_step_s)} "
-                      "for the baseline")
+        first_step = (f"reached its first step {_seconds(e.first_step_s)} after starting (start-up, workers, "
+                      f"compilation) vs {_seconds(e.baseline_first_step_s)} for the baseline")
     return ExperimentView(
         experiment=e, label=f"{e.optimization}({setting})" if setting else e.optimization, setting=setting,
         speedup=speedup_text(e.speedup, e.ci), first_step=first_step,
