@@ -30,7 +30,8 @@ class MeasurePlan:
     window_s: float = 1.0
     min_window_steps: int = 5
     max_window_steps: int = 40  # a window also closes here: fast variants of short scripts still get windows
-    rewarm_steps: int = 1  # steps after an epoch starts that count as its start-up (workers refilling)
+    rewarm_steps: int = 1  # steps after an epoch's first that count as its start-up (new workers' first batches)
+    burst_steps: int = 1  # windows hold whole bursts: with N loader workers, batches arrive N at a time
     windows: int = 3
     seed: int = 0
 
@@ -52,7 +53,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Window:
-    steps: int  # ordinary steps: an epoch's first step is left out (and amortised when comparing)
+    steps: int  # consecutive steady steps: an epoch's start-up is left out (and amortised when comparing)
     seconds: float
     samples: Optional[int]
     wall_steps: Optional[int] = None  # everything from the window's start to its end, epoch starts included
@@ -71,9 +72,8 @@ class Measurement:
     peak_memory_bytes: Optional[int]
     steps_seen: int
     error: Optional["ScriptError"] = None
-    restart_steps_s: tuple[float, ...] = ()  # durations of epoch start-ups (MeasurePlan.rewarm_steps steps each)
-    rewarm_steps: int = 1
-    step_median_s: Optional[float] = None  # median of the other timed steps
+    restart_steps_s: tuple[float, ...] = ()  # durations of the epoch start-ups after the first (rewarm_steps each)
+    rewarm_steps: int = 1  # steps in each epoch start-up: the one that made the iterator, then the refill
     steps_per_epoch: Optional[int] = None  # len() of the training loader, when it has one
 
 

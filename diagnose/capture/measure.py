@@ -41,16 +41,14 @@ class MeasureSession(ScriptHost):
         instr = Instrumentation(self.boundary, changes, on_batch=self.on_batch, on_loss=self.on_loss,
                                 on_epoch=self.on_epoch)
         super().__init__(config, run_dir, progress, instr)
-        self.boundaries: list[float] = []
-        self.window_start: Optional[tuple[int, float, int]] = None  # (boundary count, time, samples so far)
+        self.boundaries: list[float] = []  # the end of each step (the first: the end of step 0's set-up)
+        self.samples_at: list[int] = []  # samples fetched by then
         self.windows: list[Window] = []
         self.samples = 0
         self.samples_known = True
         self.losses: list[torch.Tensor] = []
         self.epoch_started = False  # the next step begins a new epoch (worker start-up, sampler reset)
-        self.restart_step = False
         self.restart_steps: list[float] = []
-        self.step_durations: list[float] = []
         self.steps_per_epoch: Optional[int] = None
         self._seed()
 
@@ -86,55 +84,82 @@ class MeasureSession(ScriptHost):
             pass
 
     def on_boundary(self, count: int) -> None:
-        now = time.monotonic()
-        self.boundaries.append(now)
-        self._classify_last_step()
-        plan = self.plan
-        if self.window_start is None:
-            warmed = count - 1 >= plan.warmup_steps and now - self.boundaries[0] >= plan.warmup_s
-            if warmed:
-                self.window_start = (count, now, self.samples)
-                self.wall_start = (count, now)
-                self.progress("measuring")
+        """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
+        is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
+        N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
+        self.boundaries.append(time.monotonic())
+        self.samples_at.append(self.samples)
+        kind = self._classify_last_step()
+        if kind == "warmup":
             return
-        start_count, start_t, start_samples = self.window_start
-        if self.restart_step:  # keep an epoch's start-up out of the window: it is amortised over the epoch later
-            duration = self.boundaries[-1] - self.boundaries[-2]
-            start_count, start_t, start_samples = start_count + 1, start_t + duration, start_samples + self.last_samples
-            self.window_start = (start_count, start_t, start_samples)
-        steps = count - start_count
-        if steps >= plan.min_window_steps and (now - start_t >= plan.window_s or steps >= plan.max_window_steps):
-            samples = self.samples - start_samples if self.samples_known else None
-            wall_count, wall_t = self.wall_start
-            self.windows.append(Window(count - start_count, now - start_t, samples, count - wall_count, now - wall_t))
-            self.wall_start = (count, now)
-            self.progress(f"window {len(self.windows)} {plan.windows}")
-            if len(self.windows) >= plan.windows:
-                self.stop("completed")
-            self.window_start = (count, now, self.samples)
+        if self.wall_start is None:
+            self.wall_start = len(self.boundaries) - 2
+            self.progress("measuring")
+        if kind == "restart":
+            self._close_window(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
+            return
+        end = len(self.boundaries) - 1
+        if self.window_start is None:
+            self.window_start = end - 1
+        plan, steps = self.plan, end - self.window_start
+        elapsed = self.boundaries[end] - self.boundaries[self.window_start]
+        if steps % plan.burst_steps == 0 and steps >= plan.min_window_steps and (
+                elapsed >= plan.window_s or steps >= plan.max_window_steps):
+            self._close_window(end, partial=False)
 
-    def _classify_last_step(self) -> None:
-        """Sort the step that just ended: part of an epoch's start (its first step and the steps while the
-        workers refill their prefetch buffers), or an ordinary one."""
-        self.restart_step = False
-        if len(self.boundaries) > 1:
-            duration = self.boundaries[-1] - self.boundaries[-2]
-            if self.starts_epoch:
-                self.span_left, self.span_total = self.plan.rewarm_steps, 0.0
-            if self.span_left > 0:
-                self.span_total += duration
-                self.span_left -= 1
-                self.restart_step = self.window_start is not None
-                if self.span_left == 0:
-                    self.restart_steps.append(self.span_total)
-            elif self.window_start is not None:
-                self.step_durations.append(duration)
-        self.starts_epoch, self.epoch_started = self.epoch_started, False
+    def _close_window(self, last: int, partial: bool) -> None:
+        """Record the open window. A partial one (cut short by an epoch's start-up or the script's end) keeps
+        its whole bursts only, and is dropped when it has too few steps to time."""
+        if self.window_start is None:
+            return
+        plan, start = self.plan, self.window_start
+        steps = (last - start) // plan.burst_steps * plan.burst_steps
+        self.window_start = None
+        if partial and steps < max(plan.burst_steps, plan.min_window_steps // 2, 2):
+            return
+        end = start + steps
+        b, samples = self.boundaries, self.samples_at
+        self.windows.append(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known else None,
+                                   end - self.wall_start, b[end] - b[self.wall_start]))
+        self.wall_start = end
+        self.progress(f"window {len(self.windows)} {plan.windows}")
+        if len(self.windows) >= plan.windows:
+            self.stop("completed")
 
-    starts_epoch = False
+    def _classify_last_step(self) -> str:
+        """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's
+        iterator was made, joining the old workers and starting new ones, then the steps while the new workers
+        deliver their first batches), or steady."""
+        transition, self.epoch_started = self.epoch_started, False
+        if len(self.boundaries) < 2:
+            return "warmup"  # the first epoch starts before the first step: it is warm-up
+        if transition:
+            self.span_left, self.span_total = self.span_steps, 0.0
+        in_span = self.span_left > 0
+        if in_span:
+            self.span_total += self.boundaries[-1] - self.boundaries[-2]
+            self.span_left -= 1
+            if self.span_left == 0:
+                self.restart_steps.append(self.span_total)
+        if self.wall_start is None:
+            plan = self.plan
+            warmed = len(self.boundaries) - 1 > plan.warmup_steps and \
+                self.boundaries[-2] - self.boundaries[0] >= plan.warmup_s
+            if not warmed or in_span:
+                return "warmup"
+        return "restart" if in_span else "steady"
+
+    @property
+    def span_steps(self) -> int:
+        return self.plan.rewarm_steps + 1
+
     span_left, span_total = 0, 0.0
+    wall_start: Optional[int] = None
+    window_start: Optional[int] = None
 
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
+        if status != "completed":
+            self._close_window(len(self.boundaries) - 1, partial=True)
         peak, _ = peak_memory()
         losses = torch.stack(self.losses).float().cpu().tolist() if self.losses else []
         b = self.boundaries
@@ -148,10 +173,9 @@ class MeasureSession(ScriptHost):
             peak_memory_bytes=peak if peak is not None else peak_rss_bytes(),
             steps_seen=len(b),
             error=error,
-            restart_steps_s=tuple(self.restart_steps[1:]),  # the very first epoch start is the run's start-up
-            step_median_s=float(sorted(self.step_durations)[len(self.step_durations) // 2]) if self.step_durations else None,
+            restart_steps_s=tuple(self.restart_steps),
             steps_per_epoch=self.steps_per_epoch,
-            rewarm_steps=self.plan.rewarm_steps,
+            rewarm_steps=self.span_steps,
         )
         write_json(self.run_dir / "measure.json", measurement)
         return 0 if status in ("completed", "script_finished", "timeout") else 1

@@ -192,7 +192,7 @@ def _combine_and_ceiling(scheduler: Scheduler, baseline: Arm, best: list[Arm], r
     if winners:
         changes = tuple(c for arm in winners for c in arm.changes)
         combined = Arm("combined", {"changes": [a.label for a in winners]}, changes,
-                       max(a.extra_warmup for a in winners), max(a.min_window_steps for a in winners))
+                       max(a.extra_warmup for a in winners), _combined_burst(winners))
     if ctx.loader is not None and (ctx.metric("data_wait_frac") or 0) >= 0.05:
         ceiling = Arm("ceiling", {}, (Change("ceiling"),))
     arms = [a for a in (combined, ceiling) if a is not None]
@@ -206,6 +206,11 @@ def _combine_and_ceiling(scheduler: Scheduler, baseline: Arm, best: list[Arm], r
     ceiling_result = _ceiling_result(ceiling, baseline, ctx) if ceiling else None
     extra = [r for r in (combined_result, ceiling_result) if r is not None]
     return _headline(winners, combined_result, ceiling_result), extra
+
+
+def _combined_burst(winners: list[Arm]) -> Optional[int]:
+    bursts = [a.burst_steps for a in winners if a.burst_steps is not None]
+    return max(bursts) if bursts else None
 
 
 def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context) -> Experiment:

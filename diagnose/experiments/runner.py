@@ -28,7 +28,7 @@ class Arm:
     setting: dict
     changes: tuple[Change, ...]
     extra_warmup: int = 0
-    min_window_steps: int = 5
+    burst_steps: Optional[int] = None  # loader workers when this arm sets them (None: the script's own)
     runs: list[Measurement] = field(default_factory=list)
     run_dirs: list[Path] = field(default_factory=list)
 
@@ -55,13 +55,14 @@ class Arm:
         return values
 
     def epoch_start_extra_s(self) -> float:
-        """How much longer an epoch's start-up steps take than as many ordinary steps, over this arm's runs."""
+        """How much longer an epoch's start-up steps take than as many steady steps, over this arm's runs."""
         starts = sorted(t for m in self.runs for t in m.restart_steps_s)
-        steps = sorted(m.step_median_s for m in self.runs if m.step_median_s is not None)
+        steps = sum(w.steps for m in self.ok_runs() for w in m.windows)
         if not starts or not steps:
             return 0.0
+        steady_step_s = sum(w.seconds for m in self.ok_runs() for w in m.windows) / steps
         span = max((m.rewarm_steps for m in self.runs), default=1)
-        return max(0.0, starts[len(starts) // 2] - span * steps[len(steps) // 2])
+        return max(0.0, starts[len(starts) // 2] - span * steady_step_s)
 
 
 class Scheduler:
@@ -76,6 +77,7 @@ class Scheduler:
         self.step_s = max(ctx.analysis.step_time_s.get("mean", 0.05), 1e-4)
         loader = ctx.loader
         self.train_location = loader.location if loader else None
+        self.script_workers = loader.num_workers if loader else 0
 
     def remaining_s(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -93,10 +95,11 @@ class Scheduler:
         self.count += 1
         folder = self.root / f"{self.count:02d}-{re.sub(r'[^A-Za-z0-9._=-]+', '_', arm.label).strip('_')}"
         folder.mkdir(parents=True, exist_ok=True)
+        burst = max(1, arm.burst_steps if arm.burst_steps is not None else self.script_workers)
         plan = MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
                            warmup_steps=5 + arm.extra_warmup, warmup_s=0.3, window_s=self._window_s(),
-                           min_window_steps=arm.min_window_steps, max_window_steps=max(40, 4 * arm.min_window_steps),
-                           rewarm_steps=arm.min_window_steps if arm.min_window_steps > 5 else 1, windows=3)
+                           min_window_steps=max(5, 2 * burst), max_window_steps=max(40, 8 * burst),
+                           rewarm_steps=burst, burst_steps=burst, windows=3)
         limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
                            profile_steps=0, max_seconds=limit, measure=plan)
@@ -148,5 +151,5 @@ def steps_in_epoch(ctx: Context) -> Optional[int]:
 def arms_for(optimization_id: str, ctx: Context) -> list[Arm]:
     optimization = REGISTRY[optimization_id]
     return [Arm(optimization_id, setting, (Change(optimization_id, setting),),
-                optimization.extra_warmup_steps(setting, ctx), optimization.min_window_steps(setting, ctx))
+                optimization.extra_warmup_steps(setting, ctx), optimization.burst_steps(setting, ctx))
             for setting in optimization.settings(ctx)]

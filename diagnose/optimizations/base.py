@@ -54,9 +54,9 @@ class Optimization:
     def extra_warmup_steps(self, setting: dict[str, Any], ctx: Context) -> int:
         return 0
 
-    def min_window_steps(self, setting: dict[str, Any], ctx: Context) -> int:
-        """Fewest steps a timed window may have (more when batches arrive in bursts)."""
-        return 5
+    def burst_steps(self, setting: dict[str, Any], ctx: Context) -> Optional[int]:
+        """Batches that arrive together (the loader's workers) when this setting changes them; None: unchanged."""
+        return None
 
     def apply(self, setting: dict[str, Any], changes: ChangeSet) -> None:
         raise NotImplementedError(f"{self.id} is a recommendation, not applied automatically")

@@ -25,11 +25,12 @@ class NumWorkers(Optimization):
         return [{"num_workers": n} for n in candidates if n != current]
 
     def extra_warmup_steps(self, setting, ctx):
-        # the first ~prefetch_factor * workers batches come from a buffer filled during start-up
-        return 2 * setting["num_workers"] * (ctx.loader.prefetch_factor or 2) + setting["num_workers"]
+        # after a slow first step the first prefetch_factor * workers batches come from a full buffer, then
+        # one more burst to be back in step
+        return (ctx.loader.prefetch_factor or 2) * setting["num_workers"] + setting["num_workers"]
 
-    def min_window_steps(self, setting, ctx):
-        return max(5, 2 * setting["num_workers"] * (ctx.loader.prefetch_factor or 2))  # span the bursts
+    def burst_steps(self, setting, ctx):
+        return setting["num_workers"]
 
     def apply(self, setting, changes):
         def edit(args: dict) -> None:
