@@ -1,4 +1,4 @@
-"""Command line: `diagnose run`, `diagnose report`, `diagnose rules`."""
+"""Command line: `diagnose run`, `diagnose analyze`, `diagnose report`, `diagnose rules`."""
 from __future__ import annotations
 
 import datetime as dt
@@ -81,6 +81,23 @@ def _check_run_folder(run_dir: Path) -> None:
 @click.version_option(__version__, prog_name="diagnose")
 def cli() -> None:
     """Find what holds a PyTorch training script back, and which line to change."""
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", metavar="DIR", help="Folder for the report (default: diagnose_runs/<timestamp>-analyze-<name>).")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
+@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
+@click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
+    """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz) or a folder of them
+    (one per rank or worker). Writes the same report.html and diagnosis.json as `diagnose run`."""
+    _check_templates(templates_dir)
+    from diagnose.analyzecommand import analyze_command
+
+    sys.exit(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
+                             open_report=open_report, make_run_dir=_run_dir))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -1,6 +1,6 @@
 """A tiny, safe expression language for rule conditions: metric names, numbers, comparisons, and/or/not,
-+ - * /, min(), max(), known(). Parsed with `ast`, checked against a whitelist, evaluated by our own walker:
-no eval(), no attribute access, no calls beyond the three functions.
++ - * /, min(), max(), known(), first() (the first known value). Parsed with `ast`, checked against a
+whitelist, evaluated by our own walker: no eval(), no attribute access, no calls beyond those four.
 
 A metric that is unknown for this run is None: arithmetic with None gives None, a comparison with None is
 False, so a rule about GPUs stays silent on a CPU run.
@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-FUNCTIONS = {"min", "max", "known"}
+FUNCTIONS = {"min", "max", "known", "first"}
 
 
 class ExprError(ValueError):
@@ -47,7 +47,7 @@ class Expr:
                 raise ExprError(f"only numbers are allowed as constants in `{self.source}`")
         elif isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
-                raise ExprError(f"only min(), max() and known() may be called in `{self.source}`")
+                raise ExprError(f"only min(), max(), known() and first() may be called in `{self.source}`")
             for arg in node.args:
                 self._check(arg)
             return
@@ -100,6 +100,8 @@ def _call(node: ast.Call, values) -> Any:
     args = [_eval(a, values) for a in node.args]
     if node.func.id == "known":
         return all(a is not None for a in args)
+    if node.func.id == "first":
+        return next((a for a in args if a is not None), None)
     present = [a for a in args if a is not None]
     if not present:
         return None

@@ -227,6 +227,27 @@ class SourceLine:
 
 
 @dataclass(frozen=True)
+class SyncSource:
+    """Where blocking host-device syncs come from: the runtime call, the torch op around it, the user's line."""
+    call: str  # cudaStreamSynchronize, cudaMemcpy...
+    op: str  # outermost torch op around it (aten::item, aten::to...), "" when none
+    location: str  # path:line of the user's code when the trace has Python frames, else ""
+    per_step: float
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank of a multi-process job (one trace per rank)."""
+    rank: int
+    trace: str
+    step_time_s: float
+    breakdown: dict[str, float]
+    collective_wait_frac: Optional[float]  # share of step time in collectives (waiting for the other ranks)
+    gpu_busy_frac: Optional[float] = None
+    data_wait_frac: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Analysis:
     steps: tuple[StepBreakdown, ...]
     step_time_s: dict[str, float]  # mean, p50, p95
@@ -237,6 +258,8 @@ class Analysis:
     locations: dict[str, Optional[str]]
     step_definition: str
     notes: tuple[str, ...] = ()
+    syncs: tuple[SyncSource, ...] = ()
+    ranks: tuple[RankSummary, ...] = ()  # every rank's figures when several traces were analysed together
 
 
 @dataclass(frozen=True)
@@ -301,6 +324,7 @@ class Diagnosis:
     status: str = "completed"
     metrics: dict[str, Optional[float]] = field(default_factory=dict)
     headline: Optional[Headline] = None
+    ranks: tuple[RankSummary, ...] = ()
 
 # The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
 OPTIMIZATION_IDS = (

@@ -2,12 +2,13 @@
 run folder, so `diagnose report RUN` can re-run everything after the capture."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from diagnose import rules as rule_engine
 from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import load_trace
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
@@ -41,6 +42,36 @@ def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]
     return analysis
 
 
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def find_traces(path: Path) -> list[Path]:
+    """PATH is one trace file, or a folder of them (one per rank or worker, as tensorboard_trace_handler
+    writes them)."""
+    if not path.exists():
+        raise UserError(f"trace not found: {path}", "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
+    if path.is_file():
+        return [path]
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if not found:
+        raise UserError(f"no trace files (.json, .json.gz) in {path}", "pass a trace file or the folder the profiler wrote")
+    return found
+
+
+def analyze_traces(paths: list[Path]) -> Analysis:
+    """Traces of one job: each analysed alone, then combined (per-rank table, the rank to diagnose)."""
+    analyses = []
+    for index, path in enumerate(paths):
+        trace = load_trace(path)
+        analyses.append((rank_of(trace, index), str(path), analyze(Inputs(trace))))
+    if len(analyses) == 1:
+        return analyses[0][2]
+    ranks = [r for r, _, _ in analyses]
+    if len(set(ranks)) < len(ranks):  # e.g. several traces of one process, not one per rank
+        analyses = [(i, p, a) for i, (_, p, a) in enumerate(analyses)]
+    return combine(analyses)[1]
+
+
 def _optional(path: Path, cls):
     return read_json(path, cls) if path.exists() else None
 
@@ -48,7 +79,11 @@ def _optional(path: Path, cls):
 def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...]) -> list[Finding]:
     if analysis is None or not analysis.steps:
         return []
-    return rule_engine.evaluate(rule_engine.load_rules(Path(d) for d in rules_dirs), analysis)
+    findings = rule_engine.evaluate(rule_engine.load_rules(Path(d) for d in rules_dirs), analysis)
+    if len(analysis.ranks) > 1:  # the findings are about one rank of several: say which
+        rank = int(analysis.metrics["rank"])
+        findings = [replace(f, message=f"rank {rank}: {f.message}") for f in findings]
+    return findings
 
 
 def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
@@ -65,6 +100,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         status=capture.status if capture else "no_capture",
         metrics=analysis.metrics if analysis else {},
         headline=experiments.headline,
+        ranks=analysis.ranks if analysis else (),
     )
 
 
@@ -96,12 +132,13 @@ def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analy
 
 
 def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analysis: Optional[Analysis],
-                  findings: list[Finding], experiments: ExperimentResults, templates_dir: Optional[str] = None) -> RunResult:
+                  findings: list[Finding], experiments: ExperimentResults, templates_dir: Optional[str] = None,
+                  trace_files: Optional[tuple[str, ...]] = None, tensorboard_dir: str = "") -> RunResult:
     from diagnose.report import write_reports
 
     diagnosis = build_diagnosis(script, capture, analysis, findings, experiments)
     write_json(run_dir / "diagnosis.json", diagnosis)
-    report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir)
+    report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir, trace_files, tensorboard_dir)
     return RunResult(run_dir, capture, analysis, diagnosis, report)
 
 

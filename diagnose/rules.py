@@ -18,11 +18,11 @@ from diagnose.model import CATEGORIES, OPTIMIZATION_IDS, Analysis, Finding
 from diagnose.resources import bundled, display_location
 
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
-LOCATION_KEYS = ("loader", "optimizer", "model", "host_top")
+LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
                  "explanation")
-TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location"}
+TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "syncs"}
 
 
 def fmt_pct(value) -> str:
@@ -48,7 +48,7 @@ def fmt_int(value) -> str:
 
 def _environment() -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
-    env.filters.update(pct=fmt_pct, ms=fmt_ms, gib=fmt_gib, int=fmt_int)
+    env.filters.update(pct=fmt_pct, ms=fmt_ms, gib=fmt_gib, int=fmt_int, loc=display_location)
     return env
 
 
@@ -213,7 +213,7 @@ def _context(analysis: Analysis) -> dict:
     return {**dict.fromkeys(METRICS), **analysis.metrics, "locations": locations,
             "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",
-            "host_top_code": _host_top_code(analysis)}
+            "host_top_code": _host_top_code(analysis), "syncs": analysis.syncs}
 
 
 def _host_top_code(analysis: Analysis) -> str:

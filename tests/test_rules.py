@@ -102,7 +102,7 @@ docs = "https://example.org"
 @pytest.mark.parametrize("body,message", [
     (GOOD_RULE.replace("step_time_mean_s > 0.05", "no_such_metric > 1"), "unknown metric(s) no_such_metric"),
     (GOOD_RULE.replace("step_time_mean_s > 0.05", "step_time_mean_s >"), "bad syntax"),
-    (GOOD_RULE.replace("step_time_mean_s > 0.05", "__import__('os').system('true')"), "only min(), max() and known()"),
+    (GOOD_RULE.replace("step_time_mean_s > 0.05", "__import__('os').system('true')"), "only min(), max(), known() and first()"),
     (GOOD_RULE.replace('category = "host-overhead"', 'category = "speed"'), "is not one of"),
     (GOOD_RULE.replace("{{ step_time_mean_s|ms }}", "{{ step_time_mean_s|ms "), "template syntax error"),
     (GOOD_RULE + "\noptimizations = ['turbo']", "unknown optimization id(s) turbo"),

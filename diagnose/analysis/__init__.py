@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from diagnose.analysis import gpu
 from diagnose.analysis import intervals as iv
 from diagnose.analysis import ops as op_stats
 from diagnose.analysis.metrics import METRICS
@@ -37,6 +38,7 @@ def analyze(inputs: Inputs) -> Analysis:
     stats = step_stats(steps)
     self_t, top = op_stats.self_times(trace.cpu_ops, compute_threads(trace))
     host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
+    syncs = gpu.sync_sources(trace, len(steps)) if trace.has_gpu and steps else ()
     metrics = _metrics(inputs, steps, fractions, stats, top, host_lines, windows)
     return Analysis(
         steps=tuple(steps),
@@ -45,9 +47,10 @@ def analyze(inputs: Inputs) -> Analysis:
         top_ops=op_stats.top_ops(trace.cpu_ops, self_t),
         host_lines=host_lines,
         metrics=metrics,
-        locations=_locations(inputs.capture, host_lines),
+        locations=_locations(inputs.capture, host_lines, syncs),
         step_definition=trace.step_definition,
         notes=_notes(inputs, steps),
+        syncs=syncs,
     )
 
 
@@ -113,6 +116,7 @@ def _metrics(inputs: Inputs, steps, fractions, stats, top, host_lines, windows) 
         h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
     )
     m.update(_device_metrics(trace, capture, windows, total_us, n))
+    m.update(_trace_loader_metrics(trace))
     m.update(_capture_metrics(capture, inputs.samples, n))
     return m
 
@@ -121,14 +125,30 @@ def _device_metrics(trace: Trace, capture: Optional[Capture], windows: np.ndarra
     used_cuda = capture is not None and capture.memory_kind == "cuda"
     has_gpu = trace.has_gpu or used_cuda
     capability = capture.environment.gpu_capability if capture else _trace_capability(trace)
-    kernels = iv.intersect(iv.union(trace.kernels.intervals()), iv.union(windows)) if has_gpu else iv.EMPTY
+    within = iv.union(windows)
+    metrics = {"has_gpu": float(has_gpu), **gpu.communication_metrics(trace, within, total_us)}
+    if not has_gpu:
+        return metrics
+    kernels = iv.intersect(iv.union(trace.kernels.intervals()), within)
     return {
-        "has_gpu": float(has_gpu),
-        "gpu_busy_frac": iv.total(kernels) / total_us if has_gpu else None,
+        **metrics,
+        "gpu_busy_frac": iv.total(kernels) / total_us,
         "tensor_core_gpu": None if capability is None else float(float(capability) >= 7.0),
-        "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace) / total_us if has_gpu else None,
-        "syncs_per_step": op_stats.syncs(trace) / n if has_gpu else None,
+        "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace) / total_us,
+        "syncs_per_step": op_stats.syncs(trace) / n,
+        **gpu.idle_attribution(trace, windows, total_us),
+        **gpu.copy_metrics(trace, within, total_us, n),
+        **gpu.launch_metrics(trace, within, n),
     }
+
+
+def _trace_loader_metrics(trace: Trace) -> dict:
+    """What the DataLoader spans' names tell: `_SingleProcessDataLoaderIter` loads in the training process."""
+    kinds = {("multi" if "MultiProcessing" in n else "single") for n in trace.dataloader.names}
+    if not kinds:
+        return {}
+    multi = "multi" in kinds
+    return {"loader_multiprocess": float(multi), **({} if multi else {"loader_num_workers": 0.0})}
 
 
 def _trace_capability(trace: Trace) -> Optional[str]:
@@ -155,6 +175,7 @@ def _capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: 
         "data_parallel_used": float(counters.get("data_parallel", 0) > 0),
         "loader_count": float(len(capture.loaders)),
         "loader_num_workers": _num(loader.num_workers if loader else None),
+        "loader_multiprocess": _flag(loader.num_workers > 0 if loader else None),
         "loader_batch_size": _num(loader.batch_size if loader else None),
         "loader_pin_memory": _flag(loader.pin_memory if loader else None),
         "loader_persistent_workers": _flag(loader.persistent_workers if loader else None),
@@ -190,13 +211,14 @@ def _loader(capture: Optional[Capture]):
     return capture.loaders[index] if index is not None else None
 
 
-def _locations(capture: Optional[Capture], host_lines) -> dict[str, Optional[str]]:
+def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optional[str]]:
     loader = _loader(capture)
     return {
         "loader": loader.location if loader else None,
         "optimizer": capture.optimizers[0].location if capture and capture.optimizers else None,
         "model": capture.model.location if capture and capture.model else None,
         "host_top": next((h.location for h in host_lines if not h.in_torch), None),
+        "sync": next((s.location for s in syncs if s.location), None),
     }
 
 

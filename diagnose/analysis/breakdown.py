@@ -2,7 +2,8 @@
 
 Priority (torch-tb-profiler's idea, with our bucket names): GPU kernels (compute) > host-to-device copies
 (h2d) > communication > other GPU activity (memsets, other copies) > DataLoader wait (data_wait) > CPU ops
-(compute) > everything else (host_overhead: Python, logging, sleeps, time outside any torch op).
+(compute, on CPU-only runs) > everything else (host_overhead: Python, logging, sleeps, time outside any torch
+op; on GPU runs also the CPU side of torch ops while the GPU idles, as that is time the host keeps it waiting).
 """
 from __future__ import annotations
 
@@ -35,14 +36,16 @@ def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
     threads = compute_threads(trace)
     cpu_mask = np.fromiter((t in threads for t in trace.cpu_ops.tids), dtype=bool, count=len(trace.cpu_ops))
     cpu_comm = trace.cpu_ops.mask(is_communication)
-    return [
+    sources = [
         ("compute", trace.kernels.intervals(~kernel_comm)),
         ("h2d", trace.memcpy.intervals(memcpy_h2d)),
         ("communication", np.vstack([trace.kernels.intervals(kernel_comm), trace.cpu_ops.intervals(cpu_mask & cpu_comm)])),
         ("other", np.vstack([trace.memcpy.intervals(~memcpy_h2d), trace.memset.intervals()])),
         ("data_wait", trace.dataloader.intervals()),
-        ("compute", trace.cpu_ops.intervals(cpu_mask & ~cpu_comm)),
     ]
+    if not trace.has_gpu:
+        sources.append(("compute", trace.cpu_ops.intervals(cpu_mask & ~cpu_comm)))
+    return sources
 
 
 def exclusive_buckets(trace: Trace, steps: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:

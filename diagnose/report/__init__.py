@@ -45,10 +45,11 @@ def render_html(view, templates_dir: Optional[str] = None) -> str:
 
 
 def write_reports(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
-                  templates_dir: Optional[str] = None) -> Path:
+                  templates_dir: Optional[str] = None, trace_files: Optional[tuple[str, ...]] = None,
+                  tensorboard_dir: str = "") -> Path:
     samples_path = run_dir / "samples.json"
     samples = read_json(samples_path, Samples) if samples_path.exists() else None
-    view = build_view(run_dir, capture, analysis, diagnosis, samples)
+    view = build_view(run_dir, capture, analysis, diagnosis, samples, trace_files, tensorboard_dir)
     path = run_dir / "report.html"
     tmp = path.with_name("report.html.tmp")
     tmp.write_text(render_html(view, templates_dir), encoding="utf-8")

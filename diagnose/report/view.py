@@ -57,7 +57,8 @@ class ReportView:
     capture: Optional[Capture]
     analysis: Optional[Analysis]
     findings: tuple[FindingView, ...]
-    trace_files: tuple[str, ...]
+    trace_files: tuple[str, ...]  # paths to open in Perfetto
+    tensorboard_dir: str = ""  # the --logdir for TensorBoard, when the traces sit in one
     charts: dict[str, str] = field(default_factory=dict)
     bucket_labels: dict[str, str] = field(default_factory=dict)
     verdict_style: str = "neutral"  # ok | high | medium | error | neutral: the verdict box's colour
@@ -81,7 +82,8 @@ def snippet(location: Optional[str]) -> Optional[Snippet]:
 
 
 def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
-               samples: Optional[Samples]) -> ReportView:
+               samples: Optional[Samples], trace_files: Optional[tuple[str, ...]] = None,
+               tensorboard_dir: str = "") -> ReportView:
     experiments = experiment_views(diagnosis.experiments)
     return ReportView(
         title=f"diagnose: {Path(diagnosis.script).name}",
@@ -95,7 +97,9 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         capture=capture,
         analysis=analysis,
         findings=tuple(FindingView(f, CATEGORY_NAMES[f.category], snippet(f.location)) for f in diagnosis.findings),
-        trace_files=tuple(str(p.relative_to(run_dir)) for p in sorted((run_dir / "tb").glob("*.json*"))),
+        trace_files=trace_files if trace_files is not None else
+        tuple(str(p) for p in sorted((run_dir / "tb").glob("*.json*"))),
+        tensorboard_dir=tensorboard_dir or (str(run_dir / "tb") if (run_dir / "tb").is_dir() else ""),
         charts={**_charts(analysis), **utilization_charts(samples), **_speedup_chart(experiments)},
         bucket_labels=charts.LABELS,
         verdict_style=verdict_style(diagnosis, analysis),

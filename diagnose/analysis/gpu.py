@@ -1,0 +1,197 @@
+"""GPU-side metrics from a trace: where the GPU idles and what the host did meanwhile, copies by direction and
+memory kind, kernel launch cost, host-device syncs and where they come from, communication overlap."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Optional
+
+import numpy as np
+
+from diagnose.analysis import intervals as iv
+from diagnose.analysis.trace import SYNC_RUNTIME, Spans, Trace, is_communication
+from diagnose.model import SyncSource
+
+LAUNCH_RUNTIME = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaGraphLaunch",
+                  "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+                  "hipModuleLaunchKernel", "hipGraphLaunch")
+SYNC_COPY_RUNTIME = ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")  # synchronous copies block the host
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
+IDLE_CAUSES = ("data_wait", "sync", "runtime", "cpu_ops", "python")
+USER_FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): ")
+LIBRARY_PATHS = ("site-packages", "dist-packages", "/torch/", "/lib/python3")
+
+
+def gpu_activity(trace: Trace) -> np.ndarray:
+    """Times when the GPU runs anything: kernels on any stream, copies, memsets."""
+    return iv.union(np.vstack([trace.kernels.intervals(), trace.memcpy.intervals(), trace.memset.intervals()]))
+
+
+def _runtime_named(trace: Trace, names: tuple[str, ...]) -> np.ndarray:
+    wanted = set(names)
+    return trace.runtime.intervals(trace.runtime.mask(lambda n: n in wanted))
+
+
+def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict[str, float]:
+    """Share of step time the GPU idles, split by what the host's main process was doing meanwhile: waiting for
+    the DataLoader, waiting in a sync, launching work, running torch ops on the CPU, or none of those (Python)."""
+    idle = iv.subtract(iv.union(windows), gpu_activity(trace))
+    result = {"gpu_idle_frac": iv.total(idle) / total_us}
+    sources = [
+        ("data_wait", trace.dataloader.intervals()),
+        ("sync", np.vstack([_runtime_named(trace, SYNC_RUNTIME + SYNC_COPY_RUNTIME),
+                            trace.cpu_ops.intervals(trace.cpu_ops.mask(lambda n: n in SYNC_OPS))])),
+        ("runtime", trace.runtime.intervals()),
+        ("cpu_ops", trace.cpu_ops.intervals()),
+    ]
+    remaining = idle
+    for cause, raw in sources:
+        mine = iv.intersect(remaining, iv.union(raw))
+        result[f"gpu_idle_{cause}_frac"] = iv.total(mine) / total_us
+        remaining = iv.subtract(remaining, mine)
+    result["gpu_idle_python_frac"] = iv.total(remaining) / total_us
+    result["gpu_idle_after_sync_frac"] = _gaps_after_syncs(trace, idle) / total_us
+    return result
+
+
+def _gaps_after_syncs(trace: Trace, idle: np.ndarray) -> float:
+    """Length of the GPU idle gaps a sync opened: a sync returns once the GPU has drained its queue, so the gap
+    that follows (until the host launches again) contains the sync's end."""
+    ends = np.sort(_runtime_named(trace, SYNC_RUNTIME + SYNC_COPY_RUNTIME)[:, 1])
+    if not len(ends) or not len(idle):
+        return 0.0
+    first = np.searchsorted(ends, idle[:, 0], side="left")
+    opened = (first < len(ends)) & (ends[np.minimum(first, len(ends) - 1)] <= idle[:, 1])
+    return float((idle[opened, 1] - idle[opened, 0]).sum())
+
+
+def copy_metrics(trace: Trace, within: np.ndarray, total_us: float, n_steps: int) -> dict[str, Optional[float]]:
+    """Copy time by direction (share of step time, overlapping copies counted once) and pageable copies."""
+    names = trace.memcpy.names
+
+    def direction(*markers: str) -> np.ndarray:
+        return np.fromiter((any(m in n for m in markers) for n in names), dtype=bool, count=len(names))
+
+    h2d, d2h, d2d = direction("HtoD", "Host to Device"), direction("DtoH", "Device to Host"), direction("DtoD", "PtoP")
+    pageable = direction("Pageable")
+
+    def share(intervals: np.ndarray) -> float:
+        return iv.total(iv.intersect(iv.union(intervals), within)) / total_us
+
+    return {
+        "h2d_copy_frac": share(trace.memcpy.intervals(h2d)),
+        "d2h_copy_frac": share(trace.memcpy.intervals(d2h)),
+        "d2d_copy_frac": share(trace.memcpy.intervals(d2d)),
+        "memset_frac": share(trace.memset.intervals()),
+        "h2d_gpu_share": share(trace.memcpy.intervals(h2d)) / max(share(gpu_activity(trace)), 1e-12),
+        "pageable_h2d_per_step": float((h2d & pageable).sum()) / n_steps,
+        "pageable_d2h_per_step": float((d2h & pageable).sum()) / n_steps,
+        "sync_copies_per_step": float(sum(1 for n in trace.runtime.names if n in SYNC_COPY_RUNTIME)) / n_steps,
+    }
+
+
+def launch_metrics(trace: Trace, within: np.ndarray, n_steps: int) -> dict[str, Optional[float]]:
+    """How many kernels a step launches, how long they run, and how long launching one takes on the host
+    (medians: one 30 s cudaLaunchKernel that waited on lazy module loading says nothing about the others)."""
+    in_steps = iv.contains(within, trace.kernels.start)
+    if not in_steps.any():
+        return {"kernels_per_step": 0.0, "kernel_mean_us": None, "launch_to_kernel_ratio": None}
+    durations = (trace.kernels.end - trace.kernels.start)[in_steps]
+    launches = trace.runtime.mask(lambda n: n in LAUNCH_RUNTIME) & iv.contains(within, trace.runtime.start)
+    launch_us = (trace.runtime.end - trace.runtime.start)[launches]
+    return {
+        "kernels_per_step": float(in_steps.sum()) / n_steps,
+        "kernel_mean_us": float(durations.mean()),
+        "launch_to_kernel_ratio": float(np.median(launch_us) / max(np.median(durations), 1e-3)) if len(launch_us) else None,
+    }
+
+
+def communication_metrics(trace: Trace, within: np.ndarray, total_us: float) -> dict[str, Optional[float]]:
+    """Collectives: the share of step time a rank spends in them (host ops of gloo, or GPU kernels of NCCL, which
+    wait there for the slowest rank), and for kernels how much of them ran while compute kernels ran too."""
+    comm_mask = trace.kernels.mask(is_communication)
+    comm_ops = trace.cpu_ops.mask(is_communication)
+    result: dict[str, Optional[float]] = {"comm_kernel_frac": None, "comm_overlap_frac": None, "collective_wait_frac": None}
+    if comm_ops.any() or comm_mask.any():
+        both = np.vstack([trace.kernels.intervals(comm_mask), trace.cpu_ops.intervals(comm_ops)])
+        result["collective_wait_frac"] = iv.total(iv.intersect(iv.union(both), within)) / total_us
+    if comm_mask.any():
+        comm = iv.intersect(iv.union(trace.kernels.intervals(comm_mask)), within)
+        compute = iv.union(trace.kernels.intervals(~comm_mask))
+        comm_total = iv.total(comm)
+        result["comm_kernel_frac"] = comm_total / total_us
+        result["comm_overlap_frac"] = iv.total(iv.intersect(comm, compute)) / comm_total if comm_total else None
+    return result
+
+
+def sync_sources(trace: Trace, n_steps: int, limit: int = 8) -> tuple[SyncSource, ...]:
+    """Each blocking sync (cuda*Synchronize, synchronous cudaMemcpy) named by the top-level torch op it ran in
+    (aten::item, aten::to...) and, when the trace has Python frames, the user's line that called it."""
+    wanted = set(SYNC_RUNTIME + SYNC_COPY_RUNTIME)
+    picks = [i for i, n in enumerate(trace.runtime.names) if n in wanted]
+    if not picks:
+        return ()
+    at = trace.runtime.start[picks]
+    threads = [trace.runtime.tids[i] for i in picks]
+    ops = _outermost_enclosing(trace.cpu_ops, at, threads)
+    lines = _innermost_user_frame(trace.python, at, threads)
+    counts = Counter(zip((trace.runtime.names[i] for i in picks), ops, lines))
+    return tuple(SyncSource(call, op or "", line or "", count / n_steps)
+                 for (call, op, line), count in counts.most_common(limit))
+
+
+def _by_thread(spans: Spans, keep=None) -> dict:
+    groups: dict = {}
+    for i, tid in enumerate(spans.tids):
+        if keep is None or keep(spans.names[i]):
+            groups.setdefault(tid, []).append(i)
+    return groups
+
+
+def _outermost_enclosing(spans: Spans, at: np.ndarray, threads: list) -> list[Optional[str]]:
+    """Name of the outermost span on the same thread that contains each time (top-level op)."""
+    result: list[Optional[str]] = [None] * len(at)
+    for tid, idx in _by_thread(spans).items():
+        order = sorted(idx, key=lambda i: (spans.start[i], -spans.end[i]))
+        tops, reach = [], -np.inf
+        for i in order:  # top-level spans: not inside the previous top-level one
+            if spans.start[i] >= reach:
+                tops.append(i)
+                reach = spans.end[i]
+        _assign(result, spans, np.asarray(tops), at, threads, tid)
+    return result
+
+
+def _innermost_user_frame(spans: Spans, at: np.ndarray, threads: list) -> list[Optional[str]]:
+    """path:line of the innermost Python frame of the user's own code around each time (with_stack traces)."""
+    result: list[Optional[str]] = [None] * len(at)
+    if not len(spans):
+        return result
+    for tid, idx in _by_thread(spans, _is_user_frame).items():
+        want = [k for k, t in enumerate(threads) if t == tid]
+        for k in want:
+            best, best_len = None, np.inf
+            for i in idx:
+                if spans.start[i] <= at[k] <= spans.end[i] and spans.end[i] - spans.start[i] < best_len:
+                    best, best_len = i, spans.end[i] - spans.start[i]
+            if best is not None:
+                match = USER_FRAME.match(spans.names[best])
+                result[k] = f"{match['path']}:{match['line']}"
+    return result
+
+
+def _is_user_frame(name: str) -> bool:
+    match = USER_FRAME.match(name)
+    return bool(match) and not any(p in match["path"] for p in LIBRARY_PATHS)
+
+
+def _assign(result: list, spans: Spans, tops: np.ndarray, at: np.ndarray, threads: list, tid) -> None:
+    if not len(tops):
+        return
+    starts, ends = spans.start[tops], spans.end[tops]
+    for k, t in enumerate(threads):
+        if t != tid:
+            continue
+        j = int(np.searchsorted(starts, at[k], side="right")) - 1
+        if j >= 0 and ends[j] >= at[k]:
+            result[k] = spans.names[int(tops[j])]

@@ -1,0 +1,51 @@
+"""`diagnose analyze`: the same diagnosis and report for traces people already have (no script, no re-run).
+Imports nothing that loads torch: a big trace should cost its parsing, not a framework start-up."""
+from __future__ import annotations
+
+import sys
+import webbrowser
+from pathlib import Path
+from typing import Callable, Optional
+
+from rich.console import Console
+
+from diagnose import rules as rule_engine
+from diagnose.pipeline import ExperimentResults, analyze_traces, diagnose_analysis, find_traces, write_outputs
+from diagnose.report.terminal import print_summary
+from diagnose.report.wording import verdict
+from diagnose.serial import dumps, write_json
+
+
+def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],
+                    as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
+    traces = find_traces(path)
+    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before the parsing
+    console = Console(stderr=True)
+    with console.status(f"analysing {len(traces)} trace(s)"):
+        analysis = analyze_traces(traces)
+    run_dir = make_run_dir(out, f"analyze-{_stem(path)}")
+    write_json(run_dir / "analysis.json", analysis)
+    findings = diagnose_analysis(analysis, rules_dirs)
+    result = write_outputs(run_dir, str(path), None, analysis, findings, ExperimentResults(), templates_dir,
+                           trace_files=tuple(str(p.resolve()) for p in traces), tensorboard_dir=_tensorboard_dir(traces))
+    status = f"Analysed {len(analysis.steps)} step(s) from {len(traces)} trace(s): {analysis.step_definition}."
+    print_summary(console, result.diagnosis, verdict(result.diagnosis, analysis), status, run_dir, result.report_path)
+    if as_json:
+        sys.stdout.write(dumps(result.diagnosis).decode() + "\n")
+    if open_report and result.report_path:
+        webbrowser.open(result.report_path.resolve().as_uri())
+    return 0 if analysis.steps else 3
+
+
+def _tensorboard_dir(traces: list[Path]) -> str:
+    """torch-tb-profiler lists only files named *.pt.trace.json[.gz], from one folder."""
+    folders = {p.resolve().parent for p in traces}
+    named = all(p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) for p in traces)
+    return str(folders.pop()) if named and len(folders) == 1 else ""
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name or "trace"
