@@ -167,6 +167,7 @@ class Capture:
     peak_memory_bytes: Optional[int] = None  # device memory (CUDA max reserved) or host RSS on CPU
     memory_capacity_bytes: Optional[int] = None
     memory_kind: str = "host"
+    allocator: dict[str, int] = field(default_factory=dict)  # CUDA caching allocator counters (GPU runs only)
     error: Optional[ScriptError] = None
     notes: tuple[str, ...] = ()
     redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> copy in RUN/sandbox

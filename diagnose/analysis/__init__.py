@@ -171,6 +171,7 @@ def _capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: 
         "peak_memory_bytes": _num(peak), "memory_capacity_bytes": _num(capacity),
         "peak_memory_frac": peak / capacity if peak and capacity else None,
         "empty_cache_per_step": counters.get("empty_cache_calls", 0) / max(capture.steps_seen, 1),
+        **allocator_metrics(capture.allocator),
         "autocast_used": float(counters.get("autocast", 0) > 0),
         "data_parallel_used": float(counters.get("data_parallel", 0) > 0),
         "loader_count": float(len(capture.loaders)),
@@ -183,6 +184,17 @@ def _capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: 
         "dataset_item_s": probe.item_s if probe else None,
         "dataset_item_cpu_frac": probe.item_cpu_frac if probe else None,
         **sample_metrics(samples),
+    }
+
+
+def allocator_metrics(stats: dict[str, int]) -> dict:
+    """The CUDA allocator's counters as metrics (run mode on a GPU; unknown otherwise)."""
+    allocated, reserved = stats.get("peak_allocated_bytes"), stats.get("peak_reserved_bytes")
+    return {
+        "allocator_retries": _num(stats.get("alloc_retries")),
+        "allocator_ooms": _num(stats.get("ooms")),
+        "peak_allocated_bytes": _num(allocated),
+        "fragmentation_frac": 1 - allocated / reserved if allocated is not None and reserved else None,
     }
 
 

@@ -43,6 +43,21 @@ def peak_memory() -> tuple[Optional[int], Optional[int]]:
         return None, None
 
 
+ALLOCATOR_STATS = {"num_alloc_retries": "alloc_retries", "num_ooms": "ooms",
+                   "allocated_bytes.all.peak": "peak_allocated_bytes", "reserved_bytes.all.peak": "peak_reserved_bytes"}
+
+
+def allocator_stats() -> dict[str, int]:
+    """The CUDA caching allocator's counters that the memory rules read, or {} without CUDA in use."""
+    try:
+        if not (cuda_ready() and torch.cuda.is_initialized()):
+            return {}
+        stats = torch.cuda.memory_stats()
+        return {ours: int(stats[theirs]) for theirs, ours in ALLOCATOR_STATS.items() if theirs in stats}
+    except Exception:
+        return {}
+
+
 class Nvml:
     """One NVML device handle; every reading returns None when NVML is missing or fails."""
 

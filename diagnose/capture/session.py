@@ -13,7 +13,7 @@ import psutil
 import torch
 
 from diagnose.capture import probe
-from diagnose.capture.gpu import device_facts, peak_memory
+from diagnose.capture.gpu import allocator_stats, device_facts, peak_memory
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.host import ScriptHost, signals_held
@@ -145,6 +145,7 @@ class Session(ScriptHost):
             peak_memory_bytes=peak,
             memory_capacity_bytes=capacity,
             memory_kind=kind,
+            allocator=allocator_stats(),
             error=error,
             redirected_writes=self.sandbox.written(),
             skipped_removals=tuple(self.sandbox.skipped_removals),

@@ -1,0 +1,69 @@
+"""The live GPU paths (NVML, torch.cuda memory stats) on this CPU-only machine: they must say "unavailable",
+and what a GPU run would record must become metrics and findings. Only the GPU itself is faked here (no
+machine that runs the suite has one); `sample_runs/cuda_train.py` exercises the real paths on a GPU."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from diagnose import rules as rule_engine
+from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.trace import load_trace
+from diagnose.capture import gpu
+from diagnose.model import Capture
+from diagnose.serial import read_json
+
+
+def test_live_gpu_readings_degrade_to_unavailable_without_a_gpu():
+    assert gpu.device_facts() == {}
+    assert gpu.peak_memory() == (None, None)
+    assert gpu.allocator_stats() == {}
+    nvml = gpu.Nvml()
+    assert nvml.status.startswith("unavailable") and nvml.sample() == {} and nvml.facts() == {}
+
+
+def test_allocator_counters_are_read_from_memory_stats(monkeypatch):
+    # fake CUDA (none here): the names torch.cuda.memory_stats() uses on a real device
+    stats = {"num_alloc_retries": 7, "num_ooms": 0, "allocated_bytes.all.peak": 30 << 30,
+             "reserved_bytes.all.peak": 60 << 30, "active.all.current": 12}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: stats)
+    assert gpu.allocator_stats() == {"alloc_retries": 7, "ooms": 0, "peak_allocated_bytes": 30 << 30,
+                                     "peak_reserved_bytes": 60 << 30}
+
+
+def test_allocator_retries_and_fragmentation_of_a_gpu_run_become_memory_findings(sample_run):
+    run = sample_run("healthy.py")
+    capture = read_json(run.run_dir / "capture.json", Capture)
+    assert capture.allocator == {} and capture.memory_kind == "host"  # what this CPU run recorded
+    # what the same capture holds on an 80 GiB GPU whose allocator retried (fields a GPU run fills in)
+    on_gpu = replace(capture, memory_kind="cuda", peak_memory_bytes=75 << 30, memory_capacity_bytes=80 << 30,
+                     allocator={"alloc_retries": 9, "ooms": 0, "peak_allocated_bytes": 40 << 30,
+                                "peak_reserved_bytes": 75 << 30})
+    [trace] = sorted((run.run_dir / "tb").glob("*.pt.trace.json*"))
+    analysis = analyze(Inputs(load_trace(trace), on_gpu))
+    m = analysis.metrics
+    assert m["has_gpu"] == 1 and m["allocator_retries"] == 9
+    assert abs(m["fragmentation_frac"] - (1 - 40 / 75)) < 1e-9
+    fired = {f.rule: f for f in rule_engine.evaluate(rule_engine.load_rules(), analysis)}
+    assert "retried 9 allocation(s)" in fired["memory.allocator-retries"].message
+    assert "expandable_segments" in fired["memory.allocator-retries"].optimizations
+    assert "47% of the reserved memory was cached but unused" in fired["memory.fragmentation"].message
+    assert "memory.near-capacity" in fired  # 94% of the device
+
+
+def test_a_cpu_run_has_no_allocator_metrics(sample_run):
+    m = sample_run("healthy.py").diagnosis["metrics"]
+    assert m["allocator_retries"] is None and m["fragmentation_frac"] is None and m["has_gpu"] == 0
+
+
+def test_the_cuda_sample_runs_on_the_cpu_when_asked(tmp_path):
+    # the script that exercises the live GPU paths must itself work, even where no GPU can check it
+    from conftest import SAMPLES, run_script
+
+    run = run_script(SAMPLES / "cuda_train.py", "--device", "cpu", "--batch-size", "4", "--num-items", "96",
+                     out=tmp_path / "run", options=("--warmup", "2", "--steps", "3", "--experiments", "none"))
+    assert run.returncode == 0, run.stderr
+    assert run.diagnosis["steps_profiled"] >= 3 and run.diagnosis["metrics"]["has_gpu"] == 0
