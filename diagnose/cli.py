@@ -1,8 +1,9 @@
-"""Command line: `diagnose run`, `diagnose analyze`, `diagnose report`, `diagnose rules`."""
+"""Command line: `diagnose run`, `diagnose analyze`, `diagnose capture`, `diagnose report`, `diagnose rules`."""
 from __future__ import annotations
 
 import datetime as dt
 import difflib
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -77,6 +78,22 @@ def _check_run_folder(run_dir: Path) -> None:
         raise UserError(f"{run_dir} is not a run folder: it has no capture.json and no tb/*.pt.trace.json", hint)
 
 
+def _torchrun_args(options: dict) -> tuple[str, ...]:
+    """torchrun's own options, passed on as given; none at all means a single process (no torchrun)."""
+    if not any(options.values()):
+        return ()
+    if not options.get("nproc_per_node"):
+        raise UserError("torchrun options need --nproc-per-node", "e.g. diagnose run --nproc-per-node 2 train.py")
+    args: list[str] = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value:
+            args += [flag, str(value)]
+    return tuple(args)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="diagnose")
 def cli() -> None:
@@ -101,6 +118,32 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", metavar="DIR", required=True, help="Run folder shared by all ranks.")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
+@click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
+@click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
+              help="Stop the script after this long, whatever happened.")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
+    """Capture one rank of a job you launch yourself, e.g.
+    `torchrun --nnodes 2 --nproc-per-node 8 ... -m diagnose capture --out RUN train.py ARGS`;
+    then `diagnose report RUN` analyses what all ranks wrote. Run it in every rank, with the same RUN folder."""
+    _check_script_is_not_an_option(script)
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.pop(0)  # as `python SCRIPT` has it: the script's folder first, not the current one
+    from diagnose.runcommand import capture_command
+
+    args = script_args[1:] if script_args[:1] == ("--",) else script_args
+    code = capture_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
+                           with_stack=with_stack)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # user threads or DataLoader workers must not keep the rank alive
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", metavar="DIR", help="Run folder (default: diagnose_runs/<timestamp>-<script>).")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
@@ -116,10 +159,19 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
               help="Record Python stacks in the trace (python_function events); slows Python-heavy steps.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout (the script's output goes to stderr).")
 @click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+@click.option("--nproc-per-node", metavar="N", help="Launch N processes (ranks) through torchrun (torch.distributed.run).")
+@click.option("--nnodes", metavar="N[:M]", help="torchrun: number of nodes.")
+@click.option("--node-rank", metavar="R", help="torchrun: rank of this node.")
+@click.option("--rdzv-backend", metavar="NAME", help="torchrun: rendezvous backend.")
+@click.option("--rdzv-endpoint", metavar="HOST[:PORT]", help="torchrun: rendezvous endpoint.")
+@click.option("--rdzv-id", metavar="ID", help="torchrun: rendezvous (job) id.")
+@click.option("--master-addr", metavar="HOST", help="torchrun: address of the rank 0 node.")
+@click.option("--master-port", metavar="PORT", help="torchrun: port on the rank 0 node.")
+@click.option("--standalone", is_flag=True, help="torchrun: single-node rendezvous on a free port.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
-        open_report, script, script_args):
+        open_report, script, script_args, **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report.
 
     Put `--` before the script's own arguments if they look like diagnose's options.
@@ -129,9 +181,10 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     from diagnose.runcommand import run_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
-    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds, experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
+    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
+                       experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
-                       make_run_dir=_run_dir)
+                       make_run_dir=_run_dir, launcher=_torchrun_args(torchrun))
     sys.exit(code)
 
 

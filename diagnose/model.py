@@ -49,6 +49,7 @@ class RunConfig:
     measure: Optional[MeasurePlan] = None  # set for experiment runs: no profiler, timed windows
     with_stack: bool = False  # torch.profiler's Python tracer (python_function events); slows Python code
     budget_seconds: float = 240.0
+    launcher: tuple[str, ...] = ()  # torchrun options (--nproc-per-node 2 ...): one process per rank
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class Capture:
     allocator: dict[str, int] = field(default_factory=dict)  # CUDA caching allocator counters (GPU runs only)
     error: Optional[ScriptError] = None
     notes: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()  # ranks that wrote a capture, in a multi-process run
     redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> copy in RUN/sandbox
     skipped_removals: tuple[str, ...] = ()
 

@@ -10,6 +10,7 @@ from diagnose import rules as rule_engine
 from diagnose.analysis import Inputs, analyze
 from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import load_trace
+from diagnose.capture.ranks import rank_dirs
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
 from diagnose.serial import read_json, write_json
@@ -35,11 +36,32 @@ def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]
         return None
     for path in traces:
         adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
-    samples = _optional(run_dir / "samples.json", Samples)
-    stacks = _optional(run_dir / "stacks.json", StackSamples)
-    analysis = analyze(Inputs(load_trace(traces[-1]), capture, samples, stacks))
-    write_json(run_dir / "analysis.json", analysis)
+    ranks = rank_dirs(run_dir)
+    if ranks:
+        analysis = _analyze_ranks(run_dir, ranks, traces)
+    else:
+        samples = _optional(run_dir / "samples.json", Samples)
+        stacks = _optional(run_dir / "stacks.json", StackSamples)
+        analysis = analyze(Inputs(load_trace(traces[-1]), capture, samples, stacks))
+    if analysis is not None:
+        write_json(run_dir / "analysis.json", analysis)
     return analysis
+
+
+def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path]) -> Optional[Analysis]:
+    """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all."""
+    analyses = []
+    for rank, folder in ranks.items():
+        mine = [p for p in traces if p.name.startswith(f"rank{rank}.")]
+        if not mine:
+            continue  # a rank that failed before its profiler stopped wrote no trace
+        capture = _optional(folder / "capture.json", Capture)
+        inputs = Inputs(load_trace(mine[-1]), capture, _optional(folder / "samples.json", Samples),
+                        _optional(folder / "stacks.json", StackSamples))
+        analyses.append((rank, str(mine[-1].relative_to(run_dir)), analyze(inputs)))
+    if not analyses:
+        return None
+    return analyses[0][2] if len(analyses) == 1 else combine(analyses)[1]
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

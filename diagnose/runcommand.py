@@ -1,6 +1,7 @@
 """What the CLI commands do, kept apart from click's option parsing."""
 from __future__ import annotations
 
+import os
 import sys
 import webbrowser
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Callable, Optional
 from rich.console import Console
 
 from diagnose.capture.runner import check_script, run_capture
+from diagnose.errors import UserError
 from diagnose.model import RunConfig
 from diagnose.pipeline import (ExperimentResults, can_experiment, diagnose_capture, finish_run, load_capture,
                                run_experiments_stage, write_outputs)
@@ -19,12 +21,13 @@ from diagnose.serial import dumps
 PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_once(", "STAGE:",
                   "ActivityProfilerController", "Memory block of unknown size")
 EXIT_FOR_STATUS = {"completed": 0, "script_finished": 0, "timeout": 0, "script_error": 1, "no_steps": 3,
-                   "interrupted": 130}
+                   "interrupted": 130, "stopped": 143}
 
 
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
                 max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
-                as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
+                as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path],
+                launcher: tuple[str, ...] = ()) -> int:
     from diagnose.cli import progress_bar
     from diagnose import __version__
     import torch
@@ -37,7 +40,8 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim", highlight=False)
     config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup, with_stack=with_stack,
-                       profile_steps=steps, max_seconds=max_seconds, experiments=experiments, rules_dirs=tuple(rules_dirs))
+                       profile_steps=steps, max_seconds=max_seconds, experiments=experiments, rules_dirs=tuple(rules_dirs),
+                       launcher=launcher)
     out_stream = Console(stderr=True) if as_json else Console()
     with progress_bar(console) as progress:
         task = progress.add_task("profiling", total=warmup + steps, note="starting")
@@ -114,11 +118,36 @@ def _finish_output(console: Console, result, as_json: bool, open_report: bool) -
 
 
 def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> int:
-    capture = load_capture(run_dir)
+    from diagnose.capture.ranks import merge_rank_captures, rank_dirs
+
+    # ranks launched by the user's own launcher (`diagnose capture`) leave their captures unmerged
+    capture = merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
     script = capture.script if capture else str(run_dir)
     result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
     _finish_output(Console(stderr=True), result, as_json, False)
     return 0
+
+
+def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warmup: int, steps: int,
+                    max_seconds: float, with_stack: bool) -> int:
+    """This process is one rank of a job the user launched (torchrun, srun...): run the capture in it, writing
+    into the shared folder OUT (RUN/ranks/rankN and RUN/tb/rankN.*); `diagnose report OUT` merges them."""
+    from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, rank_dir, run_child
+    from diagnose.serial import write_json
+
+    check_script(script)
+    os.environ[DISTRIBUTED_ENV] = "1"
+    run_dir = Path(out).resolve()
+    rank = current_rank()
+    mine = rank_dir(run_dir, rank) if rank is not None else run_dir
+    if (mine / "capture.json").exists():
+        raise UserError(f"{mine} already holds a capture", "pass a new --out folder for each job")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
+                       profile_steps=steps, max_seconds=max_seconds, with_stack=with_stack)
+    if not (run_dir / "config.json").exists() or rank in (None, 0):
+        write_json(run_dir / "config.json", config)  # every rank writes the same config; the write is atomic
+    return run_child(run_dir)
 
 
 def rules_listing(rules_dirs, show_metrics: bool, check: bool) -> int:

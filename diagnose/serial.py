@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from pathlib import Path
@@ -52,7 +53,7 @@ def dumps(obj: Any) -> bytes:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # several ranks may write the same file at once
     tmp.write_bytes(dumps(obj))
     tmp.replace(path)
 

@@ -4,6 +4,8 @@ Priority (torch-tb-profiler's idea, with our bucket names): GPU kernels (compute
 (h2d) > communication > other GPU activity (memsets, other copies) > DataLoader wait (data_wait) > CPU ops
 (compute, on CPU-only runs) > everything else (host_overhead: Python, logging, sleeps, time outside any torch
 op; on GPU runs also the CPU side of torch ops while the GPU idles, as that is time the host keeps it waiting).
+Collectives that a backend runs on its own threads (gloo's `gloo:all_reduce` annotations) count as
+communication below the training thread's own ops: while it computes, they are hidden.
 """
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
     ]
     if not trace.has_gpu:
         sources.append(("compute", trace.cpu_ops.intervals(cpu_mask & ~cpu_comm)))
+    # collectives the backend runs on its own threads (gloo:all_reduce...): the training thread waits for them
+    # unless it computes meanwhile, so they rank below its own ops
+    sources.append(("communication", trace.annotations.intervals(trace.annotations.mask(is_communication))))
     return sources
 
 

@@ -111,10 +111,12 @@ def communication_metrics(trace: Trace, within: np.ndarray, total_us: float) -> 
     wait there for the slowest rank), and for kernels how much of them ran while compute kernels ran too."""
     comm_mask = trace.kernels.mask(is_communication)
     comm_ops = trace.cpu_ops.mask(is_communication)
+    comm_annotations = trace.annotations.mask(is_communication)  # gloo:all_reduce on the backend's threads
     result: dict[str, Optional[float]] = {"comm_kernel_frac": None, "comm_overlap_frac": None, "collective_wait_frac": None}
-    if comm_ops.any() or comm_mask.any():
-        both = np.vstack([trace.kernels.intervals(comm_mask), trace.cpu_ops.intervals(comm_ops)])
-        result["collective_wait_frac"] = iv.total(iv.intersect(iv.union(both), within)) / total_us
+    if comm_ops.any() or comm_mask.any() or comm_annotations.any():
+        every = np.vstack([trace.kernels.intervals(comm_mask), trace.cpu_ops.intervals(comm_ops),
+                           trace.annotations.intervals(comm_annotations)])
+        result["collective_wait_frac"] = iv.total(iv.intersect(iv.union(every), within)) / total_us
     if comm_mask.any():
         comm = iv.intersect(iv.union(trace.kernels.intervals(comm_mask)), within)
         compute = iv.union(trace.kernels.intervals(~comm_mask))

@@ -55,6 +55,10 @@ class ScriptHost:
     def on_boundary(self, count: int) -> None:
         raise NotImplementedError
 
+    def own_dirs(self) -> list[Path]:
+        """Folders diagnose itself writes in: the sandbox leaves writes there alone."""
+        return [self.run_dir]
+
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
         raise NotImplementedError
 
@@ -67,7 +71,7 @@ class ScriptHost:
         sys.argv = [self.config.script, *self.config.script_args]
         sys.path.insert(0, os.path.dirname(script))
         self.instr.install()
-        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], self.run_dir / "sandbox", [self.run_dir])
+        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], self.run_dir / "sandbox", self.own_dirs())
         self.sandbox.install()
         self.start_samplers()
         self._arm_deadline()
@@ -85,8 +89,11 @@ class ScriptHost:
         def on_deadline(signum, frame):
             self.stop("timeout")
 
+        def on_terminate(signum, frame):  # e.g. torchrun stopping the other ranks after one failed
+            self.stop("stopped")
+
         signal.signal(DEADLINE_SIGNAL, on_deadline)
-        signal.signal(signal.SIGTERM, on_deadline)
+        signal.signal(signal.SIGTERM, on_terminate)
         self.timer = threading.Timer(self.config.max_seconds, os.kill, (os.getpid(), DEADLINE_SIGNAL))
         self.timer.daemon = True
         self.timer.start()

@@ -67,12 +67,14 @@ def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool
                 on_progress: Callable[[str], None]) -> CaptureOutcome:
     run_dir = run_dir.resolve()  # the script may chdir; the child must still find its run folder
     write_json(run_dir / "config.json", config)
+    if config.launcher:
+        return _run_ranks(config, run_dir, on_output, on_progress)
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", "diagnose.capture.child", str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
                             errors="replace", pass_fds=(write_fd,), env=child_env(write_fd))
     os.close(write_fd)
-    threads = _start_relays(proc, run_dir, read_fd, on_output, on_progress)
+    threads = _start_relays(proc, run_dir, os.fdopen(read_fd, "r", errors="replace"), on_output, on_progress)
     interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S)
     for t in threads:
         t.join(timeout=5)
@@ -81,9 +83,51 @@ def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool
     return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
 
 
-def _start_relays(proc, run_dir: Path, read_fd: int, on_output, on_progress) -> list[threading.Thread]:
+def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress) -> CaptureOutcome:
+    """One process per rank through torchrun, each running the capture child; rank 0 reports progress through
+    a named pipe (torchrun does not pass inherited descriptors on). torchrun gets its own process group, so a
+    deadline can stop it and every rank together."""
+    from diagnose.capture.ranks import merge_rank_captures
+    from diagnose.capture.session import DISTRIBUTED_ENV
+
+    fifo = run_dir / "progress.fifo"
+    os.mkfifo(fifo)
+    env = {**child_env(-1), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
+    env.pop("DIAGNOSE_PROGRESS_FD")
+    cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", "diagnose.capture.child", str(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            errors="replace", env=env, start_new_session=True)
+    threads = _start_relays(proc, run_dir, _FifoLines(fifo), on_output, on_progress)
+    interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S, group=True)
+    _FifoLines.release(fifo)
+    for t in threads:
+        t.join(timeout=5)
+    fifo.unlink(missing_ok=True)
+    capture = merge_rank_captures(run_dir)
+    return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
+
+
+class _FifoLines:
+    """Lines from a named pipe, opened lazily (opening blocks until a writer comes)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __iter__(self):
+        with open(self.path, "r", errors="replace") as stream:
+            yield from stream
+
+    @staticmethod
+    def release(path: Path) -> None:
+        """Unblock a reader still waiting for a writer that never came (rank 0 failed early)."""
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # no reader waiting: nothing to release
+
+
+def _start_relays(proc, run_dir: Path, progress, on_output, on_progress) -> list[threading.Thread]:
     log = open(run_dir / "script.log", "w", encoding="utf-8", errors="replace")
-    progress = os.fdopen(read_fd, "r", errors="replace")
     threads = [
         threading.Thread(target=_relay, args=(proc.stdout, lambda s: on_output(s, False), log), daemon=True),
         threading.Thread(target=_relay, args=(proc.stderr, lambda s: on_output(s, True), log), daemon=True),
@@ -94,20 +138,29 @@ def _start_relays(proc, run_dir: Path, read_fd: int, on_output, on_progress) -> 
     return threads
 
 
-def _wait(proc: subprocess.Popen, hard_limit_s: float) -> bool:
-    """Wait for the child; on Ctrl-C let it write partial results (it got SIGINT too), on a second one kill it."""
+def _wait(proc: subprocess.Popen, hard_limit_s: float, group: bool = False) -> bool:
+    """Wait for the child; on Ctrl-C let it write partial results (it got SIGINT too, or torchrun passes it on),
+    on a second one kill it. `group`: the child leads its own process group (torchrun and its ranks)."""
     interrupted = False
+
+    def kill() -> None:
+        if group:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+        proc.wait()
+
     try:
         proc.wait(timeout=hard_limit_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        kill()
     except KeyboardInterrupt:
         interrupted = True
         try:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)
         except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
+            kill()
     return interrupted

@@ -20,14 +20,16 @@ from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.model import Capture, Environment, RunConfig, ScriptError
 from diagnose.serial import read_json, write_json
 
-EXIT_CODES = {"completed": 0, "script_finished": 0, "timeout": 0, "no_steps": 3, "script_error": 1, "interrupted": 130}
+EXIT_CODES = {"completed": 0, "script_finished": 0, "timeout": 0, "no_steps": 3, "script_error": 1, "interrupted": 130,
+              "stopped": 143}
 
 
 class Session(ScriptHost):
     """The diagnosis run: warm up, profile the chosen steps, stop, write capture.json and the trace."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, progress):
+    def __init__(self, config: RunConfig, run_dir: Path, progress, trace_dir: Path, worker_name: str = "rank0"):
         super().__init__(config, run_dir, progress, Instrumentation(self.boundary))
+        self.trace_dir, self.worker_name = trace_dir, worker_name
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
         self.profiled = 0
@@ -36,6 +38,9 @@ class Session(ScriptHost):
         self.window: list[float] = []
         self.system = SystemSampler(self.t0)
         self.stacks = StackSampler(threading.main_thread().ident)
+
+    def own_dirs(self) -> list[Path]:
+        return [self.run_dir, self.trace_dir]
 
     # -- step boundaries ----------------------------------------------------------------------------
     def on_boundary(self, count: int) -> None:
@@ -62,7 +67,7 @@ class Session(ScriptHost):
         # and so inflates exactly the host overhead being measured; the stack sampler finds the lines instead.
         profiler = torch.profiler.profile(
             activities=activities, record_shapes=True, profile_memory=True, with_stack=self.config.with_stack,
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.run_dir / "tb"), worker_name="rank0"),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
         profiler.start()
         self.profiler = profiler
@@ -140,7 +145,8 @@ class Session(ScriptHost):
             optimizers=tuple(instr.seen.optimizers),
             model=instr.model_info(),
             dataset_probe=probe.probe_dataset(loader.dataset) if loader is not None else None,
-            trace_files=tuple(sorted(str(p.relative_to(self.run_dir)) for p in (self.run_dir / "tb").glob("*.json*"))),
+            trace_files=tuple(sorted(str(p.relative_to(self.trace_dir.parent))
+                                     for p in self.trace_dir.glob(f"{self.worker_name}.*.json*"))),
             counters=dict(instr.seen.counters),
             peak_memory_bytes=peak,
             memory_capacity_bytes=capacity,
@@ -174,9 +180,33 @@ def _nvml_status() -> str:
     return Nvml().status
 
 
+DISTRIBUTED_ENV = "DIAGNOSE_DISTRIBUTED"  # set by `diagnose run --nproc-per-node` and `diagnose capture`
+
+
+def current_rank() -> Optional[int]:
+    """This process's rank when it is one of several launched by torchrun (or the user's launcher), else None."""
+    rank = os.environ.get("RANK")
+    if os.environ.get(DISTRIBUTED_ENV) != "1" or rank is None or not rank.isdigit():
+        return None
+    return int(rank)
+
+
+def rank_dir(run_dir: Path, rank: int) -> Path:
+    return run_dir / "ranks" / f"rank{rank}"
+
+
 def _progress_writer():
-    fd = os.environ.get("DIAGNOSE_PROGRESS_FD")
-    stream = os.fdopen(int(fd), "w", buffering=1) if fd else None
+    """Progress lines for the parent: over an inherited pipe, or (ranks under torchrun, which closes inherited
+    descriptors) through a named pipe that only rank 0 writes."""
+    stream = None
+    fd, path = os.environ.get("DIAGNOSE_PROGRESS_FD"), os.environ.get("DIAGNOSE_PROGRESS_PATH")
+    try:
+        if path and current_rank() in (None, 0):
+            stream = open(path, "w", buffering=1)
+        elif fd and current_rank() is None:
+            stream = os.fdopen(int(fd), "w", buffering=1)
+    except OSError:
+        stream = None
 
     def write(line: str) -> None:
         if stream is not None:
@@ -189,9 +219,16 @@ def _progress_writer():
 
 
 def run_child(run_dir: Path) -> int:
+    """One process of the capture. A rank of several writes its files into RUN/ranks/rankN and its trace, named
+    after its rank, into the shared RUN/tb."""
     config = read_json(run_dir / "config.json", RunConfig)
+    rank = current_rank()
+    files_dir, trace_dir = run_dir, run_dir / "tb"
+    if rank is not None:
+        files_dir = rank_dir(run_dir, rank)
+        files_dir.mkdir(parents=True, exist_ok=True)
     if config.measure is not None:
         from diagnose.capture.measure import MeasureSession
 
-        return MeasureSession(config, run_dir, _progress_writer()).run()
-    return Session(config, run_dir, _progress_writer()).run()
+        return MeasureSession(config, files_dir, _progress_writer()).run()
+    return Session(config, files_dir, _progress_writer(), trace_dir, f"rank{rank or 0}").run()

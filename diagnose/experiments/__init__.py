@@ -40,7 +40,9 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         return skipped, None  # nothing to measure: no baseline, no ceiling either
     scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
     baseline = Arm("baseline", {}, ())
-    for _ in range(SCREEN_ROUNDS):
+    for round_ in range(SCREEN_ROUNDS):
+        if round_:  # when the budget runs short, the settings that did best so far get their second run first
+            arms = sorted(arms, key=lambda a: _mean(a.throughputs(_metric(a.optimization))), reverse=True)
         interleave(scheduler, baseline, arms)
     best = _best_per_optimization(arms, baseline)
     for _ in range(CONFIRM_ROUNDS):

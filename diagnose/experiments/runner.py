@@ -78,6 +78,10 @@ class Scheduler:
         loader = ctx.loader
         self.train_location = loader.location if loader else None
         self.script_workers = loader.num_workers if loader else 0
+        config = run_dir / "config.json"
+        # every rank gets the same change; windows then close on step counts alone, so all ranks stop at the
+        # same step (a rank stopping earlier would leave the others waiting in a collective)
+        self.launcher = read_json(config, RunConfig).launcher if config.exists() else ()
 
     def remaining_s(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -96,13 +100,15 @@ class Scheduler:
         folder = self.root / f"{self.count:02d}-{re.sub(r'[^A-Za-z0-9._=-]+', '_', arm.label).strip('_')}"
         folder.mkdir(parents=True, exist_ok=True)
         burst = max(1, arm.burst_steps if arm.burst_steps is not None else self.script_workers)
+        in_step = bool(self.launcher)
         plan = MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
-                           warmup_steps=5 + arm.extra_warmup, warmup_s=0.3, window_s=self._window_s(),
-                           min_window_steps=max(5, 2 * burst), max_window_steps=max(40, 8 * burst),
+                           warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
+                           window_s=0.0 if in_step else self._window_s(),
+                           min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
                            rewarm_steps=burst, burst_steps=burst, windows=3)
         limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
-                           profile_steps=0, max_seconds=limit, measure=plan)
+                           profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher)
         self.on_progress(arm.label)
         start = time.monotonic()
         run_capture(config, folder, lambda line, is_err: None, lambda line: None)
@@ -118,9 +124,14 @@ class Scheduler:
 
 
 def _read_measurement(folder: Path) -> Measurement:
+    from diagnose.capture.ranks import rank_measurement
+
     path = folder / "measure.json"
     if path.exists():
         return read_json(path, Measurement)
+    ranked = rank_measurement(folder)
+    if ranked is not None:
+        return ranked
     log = (folder / "script.log").read_text(errors="replace")[-2000:] if (folder / "script.log").exists() else ""
     return Measurement(status="crashed", windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
                        peak_memory_bytes=None, steps_seen=0, error=None if not log else _crash_error(log))

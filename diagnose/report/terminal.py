@@ -19,21 +19,21 @@ STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: str, run_dir: Path,
                   report: Optional[Path]) -> None:
     console.print()
-    console.print(status, style="dim", soft_wrap=True)
+    console.print(status, style="dim", soft_wrap=True, markup=False, highlight=False)  # errors hold [brackets]
     _print_headline(console, diagnosis)
-    console.print(verdict, style="bold", soft_wrap=True)
+    console.print(verdict, style="bold", soft_wrap=True, markup=False, highlight=False)
     if diagnosis.breakdown:
         parts = " · ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in diagnosis.breakdown.items() if v >= 0.005)
         console.print(f"  step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms: {parts}", soft_wrap=True)
     for f in diagnosis.findings:
-        console.print(f"  [{STYLE[f.severity]}]{f.severity:<6}[/] {f.cost_fraction:>4.0%}  {f.title} "
+        console.print(f"  [{STYLE[f.severity]}]{f.severity:<6}[/] {f.cost_fraction:>4.0%}  {escape(f.title)} "
                       f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False, soft_wrap=True)
         if f.location:
-            console.print(f"               at {f.location}", highlight=False, soft_wrap=True)
+            console.print(f"               at {f.location}", highlight=False, soft_wrap=True, markup=False)
     if report:
-        console.print(f"Report:  {report}", soft_wrap=True)
+        console.print(f"Report:  {report}", soft_wrap=True, markup=False)
     if (run_dir / "tb").is_dir():
-        console.print(f"Traces:  tensorboard --logdir {run_dir / 'tb'}", soft_wrap=True)
+        console.print(f"Traces:  tensorboard --logdir {run_dir / 'tb'}", soft_wrap=True, markup=False)
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim"}

@@ -22,7 +22,9 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
                 f"(mean step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms).")
     top = ranked[0]
     where = f" ({top.location})" if top.location else ""
-    return f"Bottleneck: {CATEGORY_NAMES[top.category]}, {top.cost_fraction:.0%} of step time. {top.title}{where}."
+    rank = f" on rank {int(analysis.metrics['rank'])}" if len(analysis.ranks) > 1 else ""
+    return (f"Bottleneck{rank}: {CATEGORY_NAMES[top.category]}, {top.cost_fraction:.0%} of step time. "
+            f"{top.title}{where}.")
 
 
 def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) -> str:
@@ -31,13 +33,16 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         return "The script did not start under the profiler; nothing was measured."
     name = Path(capture.script).name
     if capture.status == "completed":
-        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps, then stopped {name}."
+        ranks = f" on each of {len(capture.ranks)} ranks" if len(capture.ranks) > 1 else ""
+        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}, then stopped {name}."
     if capture.status == "script_error" and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
         return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "
                 f"Results cover the {steps} step(s) measured before that.")
     if capture.status == "interrupted":
         return f"Interrupted (Ctrl-C). Results cover the {steps} step(s) measured before that."
+    if capture.status == "stopped":
+        return f"Stopped by a signal (SIGTERM) after {capture.steps_seen} steps; {steps} were profiled."
     if capture.status == "timeout":
         return f"Stopped at the time limit after {capture.steps_seen} steps; {steps} were profiled."
     if capture.status == "no_steps":

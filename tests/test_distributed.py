@@ -1,0 +1,90 @@
+"""Multi-process runs on CPU with gloo, two ranks: through `diagnose run --nproc-per-node`, and through the
+user's own torchrun with `-m diagnose capture` then `diagnose report`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, SAMPLES, diagnose_cli, run_script
+
+FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
+
+
+def _by_rule(diagnosis: dict) -> dict[str, dict]:
+    return {f["rule"]: f for f in diagnosis["findings"]}
+
+
+def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
+    run = run_script(SAMPLES / "ddp_straggler.py", out=tmp_path / "run",
+                     options=(*FAST, "--nproc-per-node", "2"))  # rank 1 reads its items 8x slower
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    ranks = {r["rank"]: r for r in d["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    assert ranks[0]["collective_wait_frac"] >= 0.5  # rank 0 waits in the all-reduce for rank 1
+    assert ranks[1]["collective_wait_frac"] < 0.2 and ranks[1]["breakdown"]["data_wait"] >= 0.5
+    straggler = _by_rule(d)["communication.straggler"]
+    assert straggler["message"].startswith("rank 1: ") and "data loading makes the others wait" in straggler["message"]
+    assert _by_rule(d)["data-loading.slow-loader"]["message"].startswith("rank 1: ")
+    assert d["metrics"]["straggler_rank"] == 1
+    assert "Bottleneck on rank 1" in run.stderr
+    report = (run.run_dir / "report.html").read_text()
+    assert 'id="ranks"' in report and "Rank 1 spends the least time in" in report
+    traces = sorted(p.name.split(".")[0] for p in (run.run_dir / "tb").glob("*.pt.trace.json"))
+    assert traces == ["rank0", "rank1"]  # one trace per rank, named for TensorBoard's worker list
+
+
+def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
+    run = run_script(SAMPLES / "ddp_straggler.py", "--crash-rank", "1", "--crash-step", "6", out=tmp_path / "run",
+                     options=("--warmup", "2", "--steps", "20", "--experiments", "none", "--nproc-per-node", "2"))
+    assert run.returncode == 1
+    d = run.diagnosis
+    assert d["status"] == "script_error"
+    assert "rank 1: rank 1 cannot read its shard" in run.stderr  # our summary names the rank
+    assert "diagnose: rank 1 (local rank 1) failed" in run.stderr
+    assert "ChildFailedError" not in run.stderr  # torchrun's own traceback is not shown
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["error"]["message"].startswith("rank 1: ")
+    assert (run.run_dir / "ranks" / "rank0" / "capture.json").exists()  # the stopped rank's results kept
+    assert d["steps_profiled"] >= 1 and (run.run_dir / "report.html").exists()
+
+
+def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path):
+    out = tmp_path / "job"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "diagnose", "capture",
+               "--out", str(out), "--warmup", "3", "--steps", "6", str(SAMPLES / "ddp_straggler.py")]
+    launched = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert sorted(p.name for p in (out / "ranks").iterdir()) == ["rank0", "rank1"]
+    report = diagnose_cli("report", str(out))
+    assert report.returncode == 0, report.stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert [r["rank"] for r in d["ranks"]] == [0, 1] and d["metrics"]["straggler_rank"] == 1
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert again.returncode != 0 and "already holds a capture" in again.stderr  # a second job does not overwrite
+
+
+def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
+    from diagnose.experiments.runner import Arm, Scheduler, interleave
+    from diagnose.experiments.stats import compare
+    from diagnose.model import Analysis, Capture, Change
+    from diagnose.optimizations.base import Context
+    from diagnose.serial import read_json
+
+    run = run_script(SAMPLES / "ddp_straggler.py", out=tmp_path / "run", options=(*FAST, "--nproc-per-node", "2"))
+    assert run.returncode == 0, run.stderr
+    ctx = Context(read_json(run.run_dir / "capture.json", Capture), read_json(run.run_dir / "analysis.json", Analysis))
+    scheduler = Scheduler(str(SAMPLES / "ddp_straggler.py"), (), run.run_dir, ctx, 300, lambda label: None)
+    baseline = Arm("baseline", {}, ())
+    workers = Arm("dataloader.num_workers", {"num_workers": 4}, (Change("dataloader.num_workers", {"num_workers": 4}),),
+                  burst_steps=4)
+    for _ in range(2):
+        interleave(scheduler, baseline, [workers])
+    for folder in [*baseline.run_dirs, *workers.run_dirs]:
+        assert sorted(p.name for p in (folder / "ranks").iterdir()) == ["rank0", "rank1"]
+        applied = [json.loads((folder / "ranks" / r / "measure.json").read_text())["applied"] for r in ("rank0", "rank1")]
+        assert applied[0] == applied[1]  # every rank ran the same configuration
+    assert workers.runs[0].applied == ("DataLoader(num_workers=4)",)
+    # the slow rank gets 4 workers too, so the job (lockstep under DDP) speeds up
+    assert compare(baseline.throughputs("steps/s"), workers.throughputs("steps/s")).verdict == "faster"
