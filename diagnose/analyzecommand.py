@@ -3,7 +3,6 @@ Imports nothing that loads torch: a big trace should cost its parsing, not a fra
 from __future__ import annotations
 
 import sys
-import webbrowser
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -33,6 +32,8 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
     if as_json:
         sys.stdout.write(dumps(result.diagnosis).decode() + "\n")
     if open_report and result.report_path:
+        import webbrowser
+
         webbrowser.open(result.report_path.resolve().as_uri())
     return 0 if analysis.steps else 3
 

@@ -2,6 +2,7 @@
 conditions on an Analysis's metrics and renders their evidence and fix text into Findings."""
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +69,9 @@ class Rule:
     title: str
     condition: Expr
     cost: Expr
-    evidence: jinja2.Template
+    evidence: "LazyTemplate"
     fix: str
-    fix_code: Optional[jinja2.Template]
+    fix_code: Optional["LazyTemplate"]
     optimizations: tuple[str, ...]
     location: Optional[str]
     docs: str
@@ -164,16 +165,29 @@ def _expr(path: Path, field: str, source: str) -> Expr:
     return expr
 
 
-def _template(path: Path, field: str, source: str) -> jinja2.Template:
+class LazyTemplate:
+    """A rule's template: checked when the rule loads, compiled the first time its rule fires (most never do,
+    and compiling every template costs more than analysing a mid-sized trace)."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self._compiled: Optional[jinja2.Template] = None
+
+    def render(self, context: dict) -> str:
+        if self._compiled is None:
+            self._compiled = ENV.from_string(self.source)
+        return self._compiled.render(context)
+
+
+def _template(path: Path, field: str, source: str) -> LazyTemplate:
     try:
         names = meta.find_undeclared_variables(ENV.parse(source))
-        template = ENV.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise RuleError(f"rule file {path}: {field}: template syntax error: {exc.message}")
     unknown = sorted(names - METRICS.keys() - TEMPLATE_EXTRAS)
     if unknown:
         raise RuleError(f"rule file {path}: {field} uses unknown name(s) {', '.join(unknown)}")
-    return template
+    return LazyTemplate(source)
 
 
 def _cases(path: Path, raw: list) -> tuple[RuleCase, ...]:
@@ -189,15 +203,23 @@ def _cases(path: Path, raw: list) -> tuple[RuleCase, ...]:
 
 def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
     """The bundled rules, then the user's; a user rule with the same id replaces the bundled one."""
-    rules: dict[str, Rule] = {}
+    files = []
     for folder in (bundled("rules"), *extra_dirs):
         folder = Path(folder)
         if not folder.is_dir():
             raise RuleError(f"rules folder not found: {folder}", "pass a folder of .toml rule files to --rules")
-        for path in sorted(folder.glob("*.toml")):
-            rule = load_rule(path)
-            rules[rule.id] = rule
-    return list(rules.values())
+        files += [(str(p), p.stat().st_mtime_ns) for p in sorted(folder.glob("*.toml"))]
+    return list(_load_files(tuple(files)))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_files(files: tuple[tuple[str, int], ...]) -> tuple[Rule, ...]:
+    """Loaded once per process for the same files (each run checks the rules before it starts, then uses them)."""
+    rules: dict[str, Rule] = {}
+    for path, _ in files:
+        rule = load_rule(Path(path))
+        rules[rule.id] = rule
+    return tuple(rules.values())
 
 
 def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-import webbrowser
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -114,6 +113,8 @@ def _finish_output(console: Console, result, as_json: bool, open_report: bool) -
         sys.stdout.write(dumps(result.diagnosis).decode() + "\n")
         sys.stdout.flush()
     if open_report and result.report_path:
+        import webbrowser
+
         webbrowser.open(result.report_path.resolve().as_uri())
 
 

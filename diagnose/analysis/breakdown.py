@@ -24,11 +24,9 @@ def step_windows(trace: Trace) -> np.ndarray:
 
 def compute_threads(trace: Trace) -> set:
     """Threads whose CPU ops are training work: the main thread and autograd threads, not pin-memory threads."""
-    threads: dict = {}
-    for name, tid in zip(trace.cpu_ops.names, trace.cpu_ops.tids):
-        threads.setdefault(tid, set()).add(name)
-    return {tid for tid, names in threads.items()
-            if tid == trace.main_tid or not names.issubset(PINNED_THREAD_OPS)}
+    ops = trace.cpu_ops
+    working = np.flatnonzero(~ops.mask(lambda n: n in PINNED_THREAD_OPS)).tolist()
+    return {ops.tids[i] for i in working} | ({trace.main_tid} & set(ops.tids))
 
 
 def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:

@@ -15,23 +15,25 @@ TENSOR_CORE_KERNEL = re.compile(r"h884|h1688|h16816|s1688|s16816|i8816|hmma|tens
 def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
     n = len(ops)
-    self_t = ops.end - ops.start if n else np.zeros(0)
-    top = np.zeros(n, dtype=bool)
-    order = sorted(range(n), key=lambda i: (ops.tids[i], ops.start[i], -ops.end[i]))
+    starts, ends, threads = ops.start.tolist(), ops.end.tolist(), ops.tids  # plain lists: fast to index
+    self_t = [e - s for s, e in zip(starts, ends)]
+    top = [False] * n
+    order = sorted(range(n), key=lambda i: (threads[i], starts[i], -ends[i]))
     stack: list[int] = []
     current_tid = object()
     for i in order:
-        if ops.tids[i] != current_tid:
-            stack, current_tid = [], ops.tids[i]
-        while stack and ops.end[stack[-1]] <= ops.start[i]:
+        if threads[i] != current_tid:
+            stack, current_tid = [], threads[i]
+        start = starts[i]
+        while stack and ends[stack[-1]] <= start:
             stack.pop()
         if stack:
             parent = stack[-1]
-            self_t[parent] -= min(ops.end[i], ops.end[parent]) - ops.start[i]
-        elif ops.tids[i] in tids:
+            self_t[parent] -= min(ends[i], ends[parent]) - start
+        elif current_tid in tids:
             top[i] = True
         stack.append(i)
-    return np.maximum(self_t, 0.0), top
+    return np.maximum(np.asarray(self_t, dtype=np.float64), 0.0), np.asarray(top, dtype=bool)
 
 
 def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ...]:

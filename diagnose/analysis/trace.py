@@ -6,6 +6,8 @@ Handles old (`Operator`, `Kernel`, `Runtime`, `Memcpy`) and new (`cpu_op`, `kern
 from __future__ import annotations
 
 import gzip
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -35,6 +37,8 @@ class Spans:
     end: np.ndarray = field(default_factory=lambda: np.zeros(0))
     names: list[str] = field(default_factory=list)
     tids: list = field(default_factory=list)
+    _codes: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    _uniques: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def of(cls, rows: list[tuple]) -> "Spans":
@@ -53,7 +57,39 @@ class Spans:
         return np.column_stack([self.start[mask], self.end[mask]])
 
     def mask(self, predicate) -> np.ndarray:
-        return np.fromiter((predicate(n) for n in self.names), dtype=bool, count=len(self.names))
+        """predicate(name) for every span, evaluated once per distinct name (names repeat a lot)."""
+        codes, uniques = self._factorized()
+        return np.fromiter((predicate(n) for n in uniques), dtype=bool, count=len(uniques))[codes]
+
+    def take(self, index: np.ndarray) -> "Spans":
+        picks = index.tolist()
+        return Spans(self.start[index], self.end[index], [self.names[i] for i in picks], [self.tids[i] for i in picks])
+
+    def where_thread(self, predicate) -> "Spans":
+        """The spans whose (pid, tid) satisfies predicate, evaluated once per distinct thread."""
+        index: dict = {}
+        codes = np.fromiter((index.setdefault(t, len(index)) for t in self.tids), dtype=np.int64, count=len(self.tids))
+        keep = np.fromiter((bool(predicate(t)) for t in index), dtype=bool, count=len(index))
+        return self.take(np.flatnonzero(keep[codes])) if len(self) else self
+
+    def sorted(self) -> "Spans":
+        return self.take(np.argsort(self.start, kind="stable"))
+
+    @classmethod
+    def concat(cls, parts: list["Spans"]) -> "Spans":
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls()
+        return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
+                   [n for p in parts for n in p.names], [t for p in parts for t in p.tids])
+
+    def _factorized(self) -> tuple[np.ndarray, list[str]]:
+        if self._codes is None:
+            index: dict[str, int] = {}
+            codes = np.fromiter((index.setdefault(n, len(index)) for n in self.names), dtype=np.int64,
+                                count=len(self.names))
+            self._codes, self._uniques = codes, list(index)
+        return self._codes, self._uniques
 
 
 @dataclass
@@ -77,13 +113,18 @@ class Trace:
         return len(self.kernels) + len(self.memcpy) + len(self.memset) > 0
 
 
-def read_events(path: Path) -> dict:
+def read_bytes(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = orjson.loads(raw)
-    except (OSError, EOFError, gzip.BadGzipFile, orjson.JSONDecodeError) as exc:
+        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
+
+
+def read_events(path: Path, raw: Optional[bytes] = None) -> dict:
+    try:
+        data = orjson.loads(read_bytes(path) if raw is None else raw)
+    except orjson.JSONDecodeError as exc:
         raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
     if isinstance(data, list):  # a bare event list is also valid Chrome-trace JSON
         data = {"traceEvents": data}
@@ -106,16 +147,131 @@ def is_communication(name: str) -> bool:
 
 
 def load_trace(path: Path) -> Trace:
-    data = read_events(path)
-    buckets: dict[str, list] = {k: [] for k in ("step", "dl", "cpu", "ann", "kernel", "memcpy", "memset", "rt", "py")}
+    """Kineto writes every complete event with its keys in one order ("ph", "cat", "name", "pid", "tid", "ts",
+    "dur"): those are read straight from the bytes, without building a dict per event (most of a big trace's
+    parsing time and memory). Any other layout, or any doubt, goes through the full JSON parser."""
+    raw = read_bytes(path)
+    fast = fast_rows(raw)
+    if fast is not None:
+        metadata, buckets = fast
+        return _assemble(str(path), metadata, buckets)
+    data = read_events(path, raw)
+    rows = _empty_buckets()
     for e in data["traceEvents"]:
         if e.get("ph") != "X" or "dur" not in e:
             continue
         kind = _kind(e)
         if kind is not None:
-            buckets[kind].append((e.get("ts", 0.0), e["dur"], e.get("name", ""), (e.get("pid"), e.get("tid"))))
+            rows[kind].append((e.get("ts", 0.0), e["dur"], e.get("name", ""), (e.get("pid"), e.get("tid"))))
     metadata = {k: v for k, v in data.items() if k != "traceEvents"}
-    return _assemble(str(path), metadata, buckets)
+    return _assemble(str(path), metadata, {kind: Spans.of(r) for kind, r in rows.items()})
+
+
+def _empty_buckets() -> dict[str, list]:
+    return {k: [] for k in ("step", "dl", "cpu", "ann", "kernel", "memcpy", "memset", "rt", "py")}
+
+
+_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+_ID = rb'(-?\d+|"[^"\\]*")'
+_STRING = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: much faster than (?:[^"\\]|\\.)*
+FAST_EVENT = re.compile(rb'"ph":\s*"X",\s*"cat":\s*"([^"\\]*)",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID
+                        + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+CHUNK_BYTES = 8 << 20
+
+
+def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
+    """(metadata, spans by kind) read with one regular expression, in chunks of the text; None when the trace
+    is not laid out as Kineto writes it (every complete event must match, or the full parser is used)."""
+    key = EVENTS_KEY.search(raw)
+    if key is None:
+        return None
+    metadata = _head_metadata(raw[:key.start()])
+    if metadata is None:
+        return None
+    metadata.update(_tail_metadata(raw[max(key.end(), len(raw) - 65536):]))
+    parts: dict[str, list[Spans]] = {k: [] for k in _empty_buckets()}
+    names: dict[bytes, str] = {}
+    threads: dict[tuple, tuple] = {}
+    kinds: dict[tuple, Optional[str]] = {}
+    start, matched, complete, spans_out_of_order = key.end(), 0, 0, 0
+    while start < len(raw):
+        end = raw.find(b'"ph"', start + CHUNK_BYTES)
+        end = len(raw) if end < 0 else end
+        # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser
+        complete += raw.count(b'"ph": "X"', start, end) + raw.count(b'"ph":"X"', start, end)
+        spans_out_of_order += raw.count(b'"ph": "X", "cat": "Trace"', start, end) + \
+            raw.count(b'"ph":"X","cat":"Trace"', start, end)
+        found = FAST_EVENT.findall(raw, start, end)
+        start = end
+        if not found:
+            continue
+        matched += len(found)
+        cats, raw_names, pids, tids, ts, durs = zip(*found)
+        spans_out_of_order -= cats.count(b"Trace")
+        texts = [names[n] if n in names else _decoded(names, n) for n in raw_names]
+        kind_of = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in zip(cats, texts)]
+        ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
+        begin = np.array(ts, dtype=np.bytes_).astype(np.float64)
+        finish = begin + np.array(durs, dtype=np.bytes_).astype(np.float64)
+        groups: dict[str, list[int]] = {}
+        for i, kind in enumerate(kind_of):
+            if kind is not None:
+                groups.setdefault(kind, []).append(i)
+        for kind, picks in groups.items():
+            index = np.asarray(picks)
+            parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks]))
+    if matched + spans_out_of_order != complete:
+        return None
+    return metadata, {kind: Spans.concat(p) for kind, p in parts.items()}
+
+
+def _decoded(cache: dict, name: bytes) -> str:
+    cache[name] = text = orjson.loads(b'"' + name + b'"') if b"\\" in name else name.decode()
+    return text
+
+
+def _kind_into(cache: dict, key: tuple) -> Optional[str]:
+    cache[key] = kind = _kind({"cat": key[0].decode(), "name": key[1]})
+    return kind
+
+
+def _thread_into(cache: dict, key: tuple) -> tuple:
+    cache[key] = thread = (_id(key[0]), _id(key[1]))
+    return thread
+
+
+def _id(raw: bytes):
+    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
+
+
+TAIL_KEY = re.compile(rb'\]\s*,\s*(?="[^"\\]+"\s*:)')
+
+
+def _tail_metadata(tail: bytes) -> dict:
+    """The keys after traceEvents (traceName, baseTimeNanoseconds...): the first place after a `]` from which
+    the rest of the text parses as an object's members."""
+    for match in TAIL_KEY.finditer(tail):
+        try:
+            value = orjson.loads(b"{" + tail[match.end():])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def _head_metadata(head: bytes) -> Optional[dict]:
+    """The keys before traceEvents (deviceProperties, distributedInfo...), parsed as an object of their own."""
+    text = head.strip()
+    if not text.startswith(b"{"):
+        return None
+    text = text.rstrip(b",") if text.endswith(b",") else text
+    try:
+        value = orjson.loads(text + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _kind(e: dict) -> Optional[str]:
@@ -142,42 +298,44 @@ def _kind(e: dict) -> Optional[str]:
     return None
 
 
-def _assemble(path: str, metadata: dict, b: dict[str, list]) -> Trace:
+def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
     steps = b["step"]
-    if steps:
-        main = max(((r[3], sum(1 for s in steps if s[3] == r[3])) for r in steps), key=lambda x: x[1])[0]
+    if len(steps):
+        main = Counter(steps.tids).most_common(1)[0][0]
         definition = "ProfilerStep markers"
     else:
-        main = _busiest_thread(b["cpu"] + b["dl"])
+        main = _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
         definition = "no ProfilerStep markers: the whole trace is one step"
     main_pid = main[0] if main else None
-    on_main_pid = lambda rows: [r for r in rows if main_pid is None or r[3][0] == main_pid]  # noqa: E731
-    step_rows = sorted((r for r in steps if r[3] == main), key=lambda r: r[0])
-    if not step_rows:
-        step_rows = _whole_trace_step(b)
+
+    def on_main_pid(spans: Spans) -> Spans:
+        return spans if main_pid is None else spans.where_thread(lambda t: t[0] == main_pid)
+
+    step_spans = steps.where_thread(lambda t: t == main).sorted() if len(steps) else _whole_trace_step(b)
+    loader = b["dl"].where_thread(lambda t: t == main) if len(steps) else b["dl"]
     return Trace(
         path=path, metadata=metadata,
-        steps=Spans.of(step_rows),
-        dataloader=Spans.of(sorted((r for r in b["dl"] if r[3] == main or not steps), key=lambda r: r[0])),
-        cpu_ops=Spans.of(on_main_pid(b["cpu"])),
-        annotations=Spans.of(on_main_pid(b["ann"])),
-        kernels=Spans.of(b["kernel"]), memcpy=Spans.of(b["memcpy"]), memset=Spans.of(b["memset"]),
-        runtime=Spans.of(on_main_pid(b["rt"])), python=Spans.of(on_main_pid(b["py"])),
+        steps=step_spans,
+        dataloader=loader.sorted(),
+        cpu_ops=on_main_pid(b["cpu"]),
+        annotations=on_main_pid(b["ann"]),
+        kernels=b["kernel"], memcpy=b["memcpy"], memset=b["memset"],
+        runtime=on_main_pid(b["rt"]), python=on_main_pid(b["py"]),
         main_tid=main, step_definition=definition,
     )
 
 
-def _busiest_thread(rows: list) -> Optional[tuple]:
+def _busiest_thread(spans: Spans) -> Optional[tuple]:
     totals: dict = {}
-    for r in rows:
-        totals[r[3]] = totals.get(r[3], 0.0) + r[1]
+    for tid, duration in zip(spans.tids, (spans.end - spans.start).tolist()):
+        totals[tid] = totals.get(tid, 0.0) + duration
     return max(totals, key=totals.get) if totals else None
 
 
-def _whole_trace_step(b: dict[str, list]) -> list:
-    rows = [r for kind in ("cpu", "dl", "kernel", "memcpy", "memset", "rt") for r in b[kind]]
-    if not rows:
-        return []
-    start = min(r[0] for r in rows)
-    end = max(r[0] + r[1] for r in rows)
-    return [(start, end - start, "whole trace", None)]
+def _whole_trace_step(b: dict[str, Spans]) -> Spans:
+    every = [b[kind] for kind in ("cpu", "dl", "kernel", "memcpy", "memset", "rt") if len(b[kind])]
+    if not every:
+        return Spans()
+    start = min(float(s.start.min()) for s in every)
+    end = max(float(s.end.max()) for s in every)
+    return Spans(np.array([start]), np.array([end]), ["whole trace"], [None])

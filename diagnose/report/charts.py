@@ -1,101 +1,171 @@
-"""Charts for the HTML report, drawn by matplotlib as inline SVG (no network, no JavaScript)."""
+"""Charts for the HTML report as inline SVG, written directly (no network, no JavaScript, no plotting stack:
+`diagnose analyze` on a big trace should cost its parsing, not a plotting library's start-up)."""
 from __future__ import annotations
 
-import io
+import math
 from typing import Optional, Sequence
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-                     "svg.hashsalt": "diagnose"})
+from html import escape
 
 COLORS = {"data_wait": "#e4572e", "h2d": "#f3a712", "compute": "#29335c", "communication": "#669bbc",
           "host_overhead": "#a8c686", "other": "#b5b5b5"}
 LABELS = {"data_wait": "data wait", "h2d": "host-to-device", "compute": "compute", "communication": "communication",
           "host_overhead": "host overhead", "other": "other"}
+SERIES_COLORS = ("#29335c", "#e4572e", "#669bbc", "#f3a712", "#a8c686")
+VERDICT_COLORS = {"faster": "#1e8449", "slower": "#c0392b", "no-change": "#7f8c8d"}
+SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
+WIDTH = 720
+FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
 
-def _svg(fig) -> str:
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline
+class Canvas:
+    """An SVG drawing with a plot area [left, right] x [top, bottom] in pixels."""
+
+    def __init__(self, height: int, left: int = 50, right: int = WIDTH - 15, top: int = 10, bottom: Optional[int] = None):
+        self.height, self.left, self.right, self.top = height, left, right, top
+        self.bottom = bottom if bottom is not None else height - 45
+        self.parts: list[str] = []
+
+    def rect(self, x: float, y: float, w: float, h: float, color: str, title: str = "", opacity: float = 1.0) -> None:
+        tip = f"<title>{escape(title)}</title>" if title else ""
+        self.parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
+                          f'fill="{color}" fill-opacity="{opacity}">{tip}</rect>')
+
+    def line(self, x1: float, y1: float, x2: float, y2: float, color: str = "#6b6b70", dash: bool = False,
+             width: float = 1.0) -> None:
+        style = ' stroke-dasharray="4 3"' if dash else ""
+        self.parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" '
+                          f'stroke-width="{width}"{style}/>')
+
+    def polyline(self, points: list[tuple[float, float]], color: str) -> None:
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        self.parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.3"/>')
+
+    def circle(self, x: float, y: float, color: str) -> None:
+        self.parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"/>')
+
+    def text(self, x: float, y: float, text: str, anchor: str = "middle", color: str = "#222") -> None:
+        self.parts.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{color}">{escape(text)}</text>')
+
+    def legend(self, items: list[tuple[str, str]], y: float) -> None:
+        x = self.left
+        for label, color in items:
+            self.rect(x, y - 9, 10, 10, color)
+            self.text(x + 14, y, label, anchor="start")
+            x += 24 + 6.5 * len(label)
+
+    def svg(self, label: str) -> str:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {self.height}" width="{WIDTH}" '
+                f'height="{self.height}" style="max-width:100%;height:auto" role="img" aria-label="{escape(label)}" {FONT}>' + "".join(self.parts)
+                + "</svg>")
+
+
+def _nice_max(value: float) -> float:
+    """A round axis maximum at or above value (1, 2, 2.5, 5 x 10^k)."""
+    if value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value)
+
+
+def _y_axis(c: Canvas, top_value: float, unit: str) -> None:
+    for k in range(5):
+        value = top_value * k / 4
+        y = c.bottom - (c.bottom - c.top) * k / 4
+        c.line(c.left, y, c.right, y, "#e3e3e6")
+        c.text(c.left - 6, y + 4, f"{value:g}{unit}", anchor="end", color="#555")
 
 
 def breakdown_bar(breakdown: dict[str, float]) -> str:
-    fig, ax = plt.subplots(figsize=(7.5, 1.3))
-    left = 0.0
+    c = Canvas(70, left=10, right=WIDTH - 10, top=8, bottom=38)
+    x, span = c.left, c.right - c.left
     for bucket, frac in breakdown.items():
         if frac <= 0:
             continue
-        ax.barh([0], [frac], left=left, color=COLORS[bucket], label=f"{LABELS[bucket]} {frac:.0%}")
+        c.rect(x, c.top, frac * span, c.bottom - c.top, COLORS[bucket], f"{LABELS[bucket]} {frac:.0%}")
         if frac >= 0.06:
-            ax.text(left + frac / 2, 0, f"{frac:.0%}", ha="center", va="center", color="white", fontsize=9)
-        left += frac
-    ax.set_xlim(0, 1)
-    ax.set_yticks([])
-    ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-    ax.legend(ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False, fontsize=8)
-    return _svg(fig)
+            c.text(x + frac * span / 2, (c.top + c.bottom) / 2 + 4, f"{frac:.0%}", color="white")
+        x += frac * span
+    c.legend([(f"{LABELS[b]} {f:.0%}", COLORS[b]) for b, f in breakdown.items() if f > 0], c.bottom + 22)
+    return c.svg("share of step time by bucket")
 
 
 def steps_chart(durations_ms: Sequence[float], buckets_ms: dict[str, Sequence[float]]) -> str:
-    fig, ax = plt.subplots(figsize=(7.5, 2.6))
-    x = list(range(len(durations_ms)))
-    bottom = [0.0] * len(x)
-    for bucket, values in buckets_ms.items():
-        if not any(values):
-            continue
-        ax.bar(x, values, bottom=bottom, color=COLORS[bucket], label=LABELS[bucket], width=0.8)
-        bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_xlabel("profiled step")
-    ax.set_ylabel("ms")
-    ax.set_xticks(x)
-    ax.legend(ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.25), frameon=False, fontsize=8)
-    return _svg(fig)
+    c = Canvas(230)
+    top_value = _nice_max(max(durations_ms, default=0.0))
+    _y_axis(c, top_value, "")
+    c.text(4, (c.top + c.bottom) / 2, "ms", anchor="start", color="#555")
+    n = max(len(durations_ms), 1)
+    slot = (c.right - c.left) / n
+    scale = (c.bottom - c.top) / top_value
+    shown = [b for b, values in buckets_ms.items() if any(values)]
+    for i in range(len(durations_ms)):
+        y = c.bottom
+        for bucket in shown:
+            height = buckets_ms[bucket][i] * scale
+            c.rect(c.left + i * slot + 0.1 * slot, y - height, 0.8 * slot, height, COLORS[bucket],
+                   f"step {i}: {LABELS[bucket]} {buckets_ms[bucket][i]:.1f} ms")
+            y -= height
+        if n <= 40 or i % math.ceil(n / 40) == 0:
+            c.text(c.left + (i + 0.5) * slot, c.bottom + 14, str(i), color="#555")
+    c.text((c.left + c.right) / 2, c.bottom + 28, "profiled step", color="#555")
+    c.legend([(LABELS[b], COLORS[b]) for b in shown], c.height - 4)
+    return c.svg("time per profiled step by bucket")
 
 
 def utilization_chart(t_s: Sequence[float], series: dict[str, Sequence[Optional[float]]],
                       window: Optional[tuple[float, float]], ylabel: str) -> str:
-    fig, ax = plt.subplots(figsize=(7.5, 2.3))
-    for label, values in series.items():
-        points = [(t, v) for t, v in zip(t_s, values) if v is not None]
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2)
+    c = Canvas(210)
+    values = [v for vs in series.values() for v in vs if v is not None]
+    top_value = _nice_max(max(values, default=1.0))
+    _y_axis(c, top_value, "")
+    c.text(c.left, c.top - 1, ylabel, anchor="start", color="#555")
+    t0, t1 = (min(t_s), max(t_s)) if t_s else (0.0, 1.0)
+    span = (t1 - t0) or 1.0
+
+    def x_of(t: float) -> float:
+        return c.left + (t - t0) / span * (c.right - c.left)
+
     if window:
-        ax.axvspan(window[0], window[1], color="#29335c", alpha=0.08, label="profiled window")
-    ax.set_xlabel("seconds since start")
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(bottom=0)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False, fontsize=8)
-    return _svg(fig)
-
-
-VERDICT_COLORS = {"faster": "#1e8449", "slower": "#c0392b", "no-change": "#7f8c8d"}
-SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
+        c.rect(x_of(window[0]), c.top, x_of(window[1]) - x_of(window[0]), c.bottom - c.top, "#29335c",
+               "profiled window", opacity=0.08)
+    legend = []
+    for (label, points), color in zip(series.items(), SERIES_COLORS):
+        line = [(x_of(t), c.bottom - v / top_value * (c.bottom - c.top)) for t, v in zip(t_s, points) if v is not None]
+        if line:
+            c.polyline(line, color)
+            legend.append((label, color))
+    for k in range(5):
+        t = t0 + span * k / 4
+        c.text(x_of(t), c.bottom + 14, f"{t:.1f}", color="#555")
+    c.text((c.left + c.right) / 2, c.bottom + 28, "seconds since start", color="#555")
+    c.legend(legend + ([("profiled window", "#d9dbe4")] if window else []), c.height - 4)
+    return c.svg(ylabel)
 
 
 def speedup_chart(labels: Sequence[str], speedups: Sequence[float], cis: Sequence[Optional[tuple[float, float]]],
                   verdicts: Sequence[str]) -> str:
     """Each speedup with its interval on a log axis (2x and 0.5x are equally far from 1.0), first on top."""
-    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.35 * len(labels)))
-    for y, (speedup, ci, verdict) in enumerate(zip(speedups, cis, verdicts)):
+    row = 24
+    c = Canvas(40 + row * len(labels), left=260, top=8)
+    c.bottom = c.top + row * len(labels)
+    low = min([1.0, *speedups, *(ci[0] for ci in cis if ci)]) / 1.15
+    high = max([1.0, *speedups, *(ci[1] for ci in cis if ci)]) * 1.15
+
+    def x_of(value: float) -> float:
+        return c.left + (math.log(value) - math.log(low)) / (math.log(high) - math.log(low)) * (c.right - c.left)
+
+    for tick in (t for t in SPEEDUP_TICKS if low <= t <= high):
+        c.line(x_of(tick), c.top, x_of(tick), c.bottom, "#e3e3e6")
+        c.text(x_of(tick), c.bottom + 14, f"{tick:g}x", color="#555")
+    c.line(x_of(1.0), c.top, x_of(1.0), c.bottom, dash=True)
+    for i, (label, speedup, ci, verdict) in enumerate(zip(labels, speedups, cis, verdicts)):
+        y = c.top + row * (i + 0.5)
+        color = VERDICT_COLORS.get(verdict, "#29335c")
         lo, hi = ci if ci else (speedup, speedup)
-        ax.errorbar([speedup], [y], xerr=[[max(0.0, speedup - lo)], [max(0.0, hi - speedup)]], fmt="o", capsize=3,
-                    color=VERDICT_COLORS.get(verdict, "#29335c"))
-    ax.axvline(1.0, color="#6b6b70", linewidth=1, linestyle="--")
-    ax.set_xscale("log")
-    low = min([1.0, *speedups, *(c[0] for c in cis if c)]) / 1.15
-    high = max([1.0, *speedups, *(c[1] for c in cis if c)]) * 1.15
-    ax.set_xlim(low, high)
-    ticks = [t for t in SPEEDUP_TICKS if low <= t <= high]  # fixed ticks: log axes label decades only
-    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlabel("speedup over the baseline (99% interval)")
-    return _svg(fig)
+        c.line(x_of(lo), y, x_of(hi), y, color, width=2)
+        for end in (lo, hi):
+            c.line(x_of(end), y - 5, x_of(end), y + 5, color, width=2)
+        c.circle(x_of(speedup), y, color)
+        c.text(c.left - 8, y + 4, label, anchor="end")
+    c.text((c.left + c.right) / 2, c.bottom + 30, "speedup over the baseline (99% interval)", color="#555")
+    return c.svg("speedup over the baseline (99% interval)")
