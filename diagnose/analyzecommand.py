@@ -2,6 +2,8 @@
 Imports nothing that loads torch: a big trace should cost its parsing, not a framework start-up."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -20,7 +22,7 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
     traces = find_traces(path)
     rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before the parsing
     console = Console(stderr=True)
-    with console.status(f"analysing {len(traces)} trace(s)"):
+    with console.status(f"analysing {len(traces)} trace(s)"), _no_gc():
         analysis = analyze_traces(traces)
     run_dir = make_run_dir(out, f"analyze-{_stem(path)}")
     write_json(run_dir / "analysis.json", analysis)
@@ -36,6 +38,16 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
 
         webbrowser.open(result.report_path.resolve().as_uri())
     return 0 if analysis.steps else 3
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """Parsing creates millions of objects and frees none: the cyclic collector would only rescan them."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _tensorboard_dir(traces: list[Path]) -> str:

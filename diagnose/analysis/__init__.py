@@ -38,7 +38,7 @@ def analyze(inputs: Inputs) -> Analysis:
     stats = step_stats(steps)
     self_t, top = op_stats.self_times(trace.cpu_ops, compute_threads(trace))
     host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
-    syncs = gpu.sync_sources(trace, len(steps)) if trace.has_gpu and steps else ()
+    syncs = gpu.sync_sources(trace, top, len(steps)) if trace.has_gpu and steps else ()
     metrics = _metrics(inputs, steps, fractions, stats, top, host_lines, windows)
     return Analysis(
         steps=tuple(steps),

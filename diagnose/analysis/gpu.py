@@ -126,7 +126,7 @@ def communication_metrics(trace: Trace, within: np.ndarray, total_us: float) -> 
     return result
 
 
-def sync_sources(trace: Trace, n_steps: int, limit: int = 8) -> tuple[SyncSource, ...]:
+def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, limit: int = 8) -> tuple[SyncSource, ...]:
     """Each blocking sync (cuda*Synchronize, synchronous cudaMemcpy) named by the top-level torch op it ran in
     (aten::item, aten::to...) and, when the trace has Python frames, the user's line that called it."""
     wanted = set(SYNC_RUNTIME + SYNC_COPY_RUNTIME)
@@ -135,7 +135,7 @@ def sync_sources(trace: Trace, n_steps: int, limit: int = 8) -> tuple[SyncSource
         return ()
     at = trace.runtime.start[picks]
     threads = [trace.runtime.tids[i] for i in picks]
-    ops = _outermost_enclosing(trace.cpu_ops, at, threads)
+    ops = _outermost_enclosing(trace.cpu_ops, top, at, threads)
     lines = _innermost_user_frame(trace.python, at, threads)
     counts = Counter(zip((trace.runtime.names[i] for i in picks), ops, lines))
     return tuple(SyncSource(call, op or "", line or "", count / n_steps)
@@ -150,17 +150,16 @@ def _by_thread(spans: Spans, keep=None) -> dict:
     return groups
 
 
-def _outermost_enclosing(spans: Spans, at: np.ndarray, threads: list) -> list[Optional[str]]:
-    """Name of the outermost span on the same thread that contains each time (top-level op)."""
+def _outermost_enclosing(spans: Spans, top: np.ndarray, at: np.ndarray, threads: list) -> list[Optional[str]]:
+    """Name of the top-level span (top: as self_times found them) on the same thread that contains each time."""
     result: list[Optional[str]] = [None] * len(at)
-    for tid, idx in _by_thread(spans).items():
-        order = sorted(idx, key=lambda i: (spans.start[i], -spans.end[i]))
-        tops, reach = [], -np.inf
-        for i in order:  # top-level spans: not inside the previous top-level one
-            if spans.start[i] >= reach:
-                tops.append(i)
-                reach = spans.end[i]
-        _assign(result, spans, np.asarray(tops), at, threads, tid)
+    tops = np.flatnonzero(top)
+    by_thread: dict = {}
+    for i in tops.tolist():
+        by_thread.setdefault(spans.tids[i], []).append(i)
+    for tid, idx in by_thread.items():
+        order = np.asarray(idx)[np.argsort(spans.start[idx], kind="stable")]
+        _assign(result, spans, order, at, threads, tid)
     return result
 
 

@@ -37,14 +37,14 @@ def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
 
 
 def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ...]:
-    stats: dict[str, list[float]] = {}
-    for name, start, end, s in zip(ops.names, ops.start, ops.end, self_t):
-        row = stats.setdefault(name, [0, 0.0, 0.0])
-        row[0] += 1
-        row[1] += end - start
-        row[2] += s
-    ranked = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:limit]
-    return tuple(OpStat(name, int(c), float(total) / 1e6, float(self_s) / 1e6) for name, (c, total, self_s) in ranked)
+    if not len(ops):
+        return ()
+    codes, uniques = ops.factorized()
+    counts = np.bincount(codes, minlength=len(uniques))
+    totals = np.bincount(codes, weights=ops.end - ops.start, minlength=len(uniques))
+    selfs = np.bincount(codes, weights=self_t, minlength=len(uniques))
+    ranked = np.argsort(-selfs, kind="stable")[:limit]
+    return tuple(OpStat(uniques[i], int(counts[i]), float(totals[i]) / 1e6, float(selfs[i]) / 1e6) for i in ranked)
 
 
 def count_named(spans: Spans, names: tuple[str, ...] | set[str]) -> int:

@@ -58,7 +58,7 @@ class Spans:
 
     def mask(self, predicate) -> np.ndarray:
         """predicate(name) for every span, evaluated once per distinct name (names repeat a lot)."""
-        codes, uniques = self._factorized()
+        codes, uniques = self.factorized()
         return np.fromiter((predicate(n) for n in uniques), dtype=bool, count=len(uniques))[codes]
 
     def take(self, index: np.ndarray) -> "Spans":
@@ -83,7 +83,7 @@ class Spans:
         return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
                    [n for p in parts for n in p.names], [t for p in parts for t in p.tids])
 
-    def _factorized(self) -> tuple[np.ndarray, list[str]]:
+    def factorized(self) -> tuple[np.ndarray, list[str]]:
         if self._codes is None:
             index: dict[str, int] = {}
             codes = np.fromiter((index.setdefault(n, len(index)) for n in self.names), dtype=np.int64,
@@ -195,13 +195,16 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
     threads: dict[tuple, tuple] = {}
     kinds: dict[tuple, Optional[str]] = {}
     start, matched, complete, spans_out_of_order = key.end(), 0, 0, 0
+    pretty = b'"ph": "X"' if raw.find(b'"ph": "X"', start) >= 0 else b""
+    if pretty and raw.find(b'"ph":"X"', start) >= 0:
+        return None  # both layouts in one file: not Kineto's writer
     while start < len(raw):
         end = raw.find(b'"ph"', start + CHUNK_BYTES)
         end = len(raw) if end < 0 else end
         # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser
-        complete += raw.count(b'"ph": "X"', start, end) + raw.count(b'"ph":"X"', start, end)
-        spans_out_of_order += raw.count(b'"ph": "X", "cat": "Trace"', start, end) + \
-            raw.count(b'"ph":"X","cat":"Trace"', start, end)
+        complete += raw.count(pretty, start, end) if pretty else raw.count(b'"ph":"X"', start, end)
+        spans_out_of_order += raw.count(b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"',
+                                        start, end)
         found = FAST_EVENT.findall(raw, start, end)
         start = end
         if not found:
@@ -212,8 +215,8 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
         texts = [names[n] if n in names else _decoded(names, n) for n in raw_names]
         kind_of = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in zip(cats, texts)]
         ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
-        begin = np.array(ts, dtype=np.bytes_).astype(np.float64)
-        finish = begin + np.array(durs, dtype=np.bytes_).astype(np.float64)
+        begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
+        finish = begin + np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
         groups: dict[str, list[int]] = {}
         for i, kind in enumerate(kind_of):
             if kind is not None:

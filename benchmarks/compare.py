@@ -1,0 +1,333 @@
+"""Time diagnose against HolisticTraceAnalysis and torch-tb-profiler on the same trace files.
+
+Every measurement is a fresh child process, timed whole: interpreter start, imports, reading and analysing
+the trace, exit. Its peak memory is the child's ru_maxrss as os.wait4 returns it (the largest RSS of the
+child and of any descendant it waited for). The tools run interleaved (diagnose, hta, tb, diagnose, ...)
+--repeat times; the table shows medians.
+
+What each tool runs:
+  diagnose  python -m diagnose analyze TRACE --out NEWDIR
+            (where `python -m diagnose analyze --help` fails: load_trace + analyze in `python -c`)
+  hta       TraceAnalysis(trace_dir=DIR).get_temporal_breakdown(visualize=False), DIR holding a link to TRACE
+  tb        torch-tb-profiler 0.4.3: RunProfileData.parse + RunGenerator.generate_run_profile, what its
+            RunLoader runs for each worker file (without a TensorBoard server)
+
+Usage:
+  python benchmarks/compare.py TRACE [TRACE ...] [--repeat 3] [--tools diagnose,hta,tb]
+      [--hta-python .bench-venv/bin/python] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_VENV_PY = ROOT / ".bench-venv" / "bin" / "python"
+TOOLS = ("diagnose", "hta", "tb")
+
+DIAGNOSE_STANDIN = """\
+import sys
+from pathlib import Path
+from diagnose.analysis.trace import load_trace
+from diagnose.analysis import Inputs, analyze
+a = analyze(Inputs(load_trace(Path(sys.argv[1]))))
+print("steps=%d gpu_busy_frac=%.4f" % (len(a.steps), a.metrics.get("gpu_busy_frac") or 0))
+"""
+
+HTA_CODE = """\
+import sys
+from hta.trace_analysis import TraceAnalysis
+df = TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)
+row = df.iloc[0]
+print("compute_pctg=%s idle_pctg=%s" % (row["compute_time_pctg"], row["idle_time_pctg"]))
+"""
+
+TB_CODE = """\
+import sys, tempfile
+from torch_tb_profiler.profiler.data import DistributedRunProfileData, RunProfileData
+from torch_tb_profiler.profiler.run_generator import RunGenerator
+with tempfile.TemporaryDirectory() as cache_dir:
+    data = RunProfileData.parse("worker0", None, sys.argv[1], cache_dir)
+    profile = RunGenerator("worker0", None, data).generate_run_profile()
+    DistributedRunProfileData(data)
+step = profile.overview["performance"][0]
+print("steps=%d " % len(data.steps_names) + " ".join("%s=%s%%" % (c["name"].replace(" ", "_"), c["extra"])
+                                                   for c in step["children"] if c["name"] in ("Kernel", "CPU Exec")))
+"""
+
+IMPORT_CHECK = {
+    "hta": ("import hta.trace_analysis",
+            "HolisticTraceAnalysis is not importable by {py}. Install it in a separate venv, then pass it:\n"
+            "    python3 -m venv .bench-venv && .bench-venv/bin/pip install -c constraints.txt "
+            "HolisticTraceAnalysis\n    python benchmarks/compare.py ... --hta-python .bench-venv/bin/python"),
+    "tb": ("import torch_tb_profiler.profiler.data, torch_tb_profiler.profiler.run_generator",
+           "torch-tb-profiler is not importable by {py}: pip install torch-tb-profiler==0.4.3 "
+           "(it is a dependency of diagnose), or pass --tb-python PATH"),
+    "diagnose": ("import diagnose.analysis",
+                 "diagnose is not importable by {py}: pip install -e . in the project venv, or pass "
+                 "--diagnose-python PATH"),
+}
+
+
+CHILD_ENV = dict(os.environ)
+
+
+def run_child(argv: list[str], timeout: float, cwd: str | None = None) -> dict:
+    """Run argv to completion; wall seconds and the child's peak RSS (MiB) from os.wait4."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=CHILD_ENV)
+        killed = []
+        timer = threading.Timer(timeout, lambda: (killed.append(True), proc.send_signal(signal.SIGKILL)))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    last_line = (stdout.strip().splitlines() or [""])[-1]
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024.0, "rc": proc.returncode,
+            "timed_out": bool(killed), "stdout": last_line[:200], "stderr_tail": stderr[-2000:]}
+
+
+def importable(py: str, tool: str) -> bool:
+    code, _ = IMPORT_CHECK[tool]
+    try:
+        return subprocess.run([py, "-c", code], capture_output=True, timeout=300).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def has_analyze_command(py: str) -> bool:
+    try:
+        result = subprocess.run([py, "-m", "diagnose", "analyze", "--help"], capture_output=True, timeout=300,
+                                cwd=str(ROOT))
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def git_state() -> str:
+    """Commit of the diagnose checkout being timed, with '+dirty' when it has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=ROOT, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def count_events(trace: Path) -> int | None:
+    """Number of traceEvents, for the table (loaded in this process: not part of any measurement)."""
+    try:
+        import gzip
+
+        import orjson
+    except ImportError:
+        return None
+    raw = trace.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    data = orjson.loads(raw)
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    return len(events) if isinstance(events, list) else None
+
+
+class Plan:
+    """The command line of each tool for one trace, and the folders they need."""
+
+    def __init__(self, trace: Path, pythons: dict[str, str], diagnose_cli: bool, scratch: Path):
+        self.trace = trace.resolve()
+        self.pythons = pythons
+        self.diagnose_cli = diagnose_cli
+        self.scratch = scratch
+        # HTA reads a folder of rank traces; its name must end in .json or .gz.
+        self.hta_dir = scratch / "hta"
+        self.hta_dir.mkdir()
+        name = self.trace.name if self.trace.name.endswith((".json", ".gz")) else self.trace.name + ".json"
+        os.symlink(self.trace, self.hta_dir / name)
+        self.runs = 0
+
+    def argv(self, tool: str) -> list[str]:
+        py = self.pythons[tool]
+        if tool == "diagnose":
+            if self.diagnose_cli:
+                self.runs += 1
+                out = self.scratch / f"diagnose-out-{self.runs}"  # a new folder each run: analyze refuses a full one
+                return [py, "-m", "diagnose", "analyze", str(self.trace), "--out", str(out)]
+            return [py, "-c", DIAGNOSE_STANDIN, str(self.trace)]
+        if tool == "hta":
+            return [py, "-c", HTA_CODE, str(self.hta_dir)]
+        return [py, "-c", TB_CODE, str(self.trace)]
+
+
+def diagnosis_summary(out_dir: Path) -> str:
+    """What `diagnose analyze` found, read from its diagnosis.json after the run (not timed)."""
+    try:
+        d = json.loads((out_dir / "diagnosis.json").read_text())
+    except (OSError, ValueError):
+        return "(no diagnosis.json)"
+    busy = (d.get("metrics") or {}).get("gpu_busy_frac")
+    return f"steps={d.get('steps_profiled')} gpu_busy_frac={busy if busy is None else round(busy, 4)}"
+
+
+def summarize(samples: list[dict]) -> dict:
+    ok = [s for s in samples if s["rc"] == 0 and not s["timed_out"]]
+    if not ok:
+        return {"status": "failed", "samples": samples}
+    return {"status": "ok", "median_s": statistics.median(s["seconds"] for s in ok),
+            "median_peak_rss_mib": statistics.median(s["peak_rss_mib"] for s in ok),
+            "max_peak_rss_mib": max(s["peak_rss_mib"] for s in ok),
+            "seconds": [round(s["seconds"], 3) for s in ok],
+            "peak_rss_mib": [round(s["peak_rss_mib"], 1) for s in ok],
+            "output": ok[-1]["stdout"], "failures": len(samples) - len(ok)}
+
+
+def ratios(results: dict) -> dict:
+    d = results.get("diagnose", {})
+    out = {}
+    if d.get("status") != "ok":
+        return out
+    for tool in ("hta", "tb"):
+        r = results.get(tool, {})
+        if r.get("status") == "ok":
+            out[f"{tool}_s_over_diagnose_s"] = r["median_s"] / d["median_s"]
+            out[f"{tool}_mib_over_diagnose_mib"] = r["median_peak_rss_mib"] / d["median_peak_rss_mib"]
+    return out
+
+
+def print_table(entry: dict) -> None:
+    events = entry["events"]
+    print(f"\n{entry['trace']}" + (f"  ({events:,} events)" if events else ""))
+    print(f"  {'tool':<10} {'median s':>10} {'peak MiB':>10}  {'runs (s)':<28} output")
+    for tool, r in entry["tools"].items():
+        if r["status"] != "ok":
+            print(f"  {tool:<10} {r['status']:>10}  {r.get('reason', '')}")
+            continue
+        runs = ", ".join(f"{s:.2f}" for s in r["seconds"])
+        print(f"  {tool:<10} {r['median_s']:>10.2f} {r['median_peak_rss_mib']:>10.0f}  {runs:<28} {r['output']}")
+    rt = entry["ratios"]
+    for tool in ("hta", "tb"):
+        if f"{tool}_s_over_diagnose_s" in rt:
+            print(f"  {tool} / diagnose: time {rt[tool + '_s_over_diagnose_s']:.1f}x, "
+                  f"peak memory {rt[tool + '_mib_over_diagnose_mib']:.2f}x")
+    if "hta_s_over_diagnose_s" in rt:
+        ok = rt["hta_s_over_diagnose_s"] >= 5 and rt["hta_mib_over_diagnose_mib"] >= 1
+        print(f"  target (>= 5x faster than HTA, peak memory <= HTA's): {'met' if ok else 'NOT met'}")
+    sys.stdout.flush()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("traces", nargs="+", type=Path, help="Kineto trace files (.json or .json.gz)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each tool per trace (default 3)")
+    parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of diagnose,hta,tb")
+    parser.add_argument("--python", default=sys.executable, help="interpreter for every tool (default: this one)")
+    parser.add_argument("--diagnose-python", help="interpreter for diagnose (default --python)")
+    parser.add_argument("--hta-python", help="interpreter that has HolisticTraceAnalysis (default --python, "
+                                             "else .bench-venv/bin/python where it has it)")
+    parser.add_argument("--tb-python", help="interpreter that has torch-tb-profiler (default --python)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds one run may take (default 1800)")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed runs of each tool per trace first (default 0)")
+    parser.add_argument("--pycache-prefix", type=Path,
+                        help="let every child read and write bytecode caches under this folder (PYTHONPYCACHEPREFIX, "
+                             "PYTHONDONTWRITEBYTECODE unset), as an installed package has them; combine with "
+                             "--warmup 1. Without it children inherit this environment as it is")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.pycache_prefix:
+        CHILD_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        CHILD_ENV["PYTHONPYCACHEPREFIX"] = str(args.pycache_prefix.resolve())
+
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown or not tools:
+        parser.error(f"--tools: unknown {', '.join(unknown) or '(none)'}; choose among {', '.join(TOOLS)}")
+    missing = [str(t) for t in args.traces if not t.is_file()]
+    if missing:
+        parser.error(f"trace not found: {', '.join(missing)}")
+    pythons = {"diagnose": args.diagnose_python or args.python, "hta": args.hta_python or args.python,
+               "tb": args.tb_python or args.python}
+
+    skipped: dict[str, str] = {}
+    for tool in tools:
+        if importable(pythons[tool], tool):
+            continue
+        if tool == "hta" and not args.hta_python and BENCH_VENV_PY.exists() and importable(str(BENCH_VENV_PY), tool):
+            pythons[tool] = str(BENCH_VENV_PY)
+            continue
+        skipped[tool] = IMPORT_CHECK[tool][1].format(py=pythons[tool])
+        print(f"skipping {tool}: {skipped[tool]}", file=sys.stderr)
+    diagnose_cli = "diagnose" in tools and "diagnose" not in skipped and has_analyze_command(pythons["diagnose"])
+    if "diagnose" in tools and "diagnose" not in skipped and not diagnose_cli:
+        print("note: `python -m diagnose analyze` is not available; timing load_trace + analyze in "
+              "`python -c` instead", file=sys.stderr)
+    active = [t for t in tools if t not in skipped]
+    print(f"tools: {', '.join(f'{t} ({pythons[t]})' for t in active) or 'none'}; repeat {args.repeat}; "
+          f"{os.cpu_count()} CPUs", file=sys.stderr)
+
+    report = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0]},
+              "bytecode": "cached under " + str(args.pycache_prefix) if args.pycache_prefix else
+              ("not written (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "default"),
+              "warmup": args.warmup,
+              "diagnose_commit": git_state(),
+              "repeat": args.repeat, "pythons": {t: pythons[t] for t in active},
+              "diagnose_mode": "cli analyze" if diagnose_cli else "load_trace+analyze stand-in", "traces": []}
+    for trace in args.traces:
+        scratch = Path(tempfile.mkdtemp(prefix="diagnose-bench-"))
+        try:
+            plan = Plan(trace, pythons, diagnose_cli, scratch)
+            samples: dict[str, list] = {t: [] for t in active}
+            for _ in range(args.warmup):
+                for tool in active:
+                    run_child(plan.argv(tool), args.timeout, cwd=str(ROOT))
+            for rep in range(args.repeat):
+                for tool in active:  # interleaved: a slow spell of the machine hits every tool alike
+                    argv_ = plan.argv(tool)
+                    result = run_child(argv_, args.timeout, cwd=str(ROOT))
+                    if tool == "diagnose" and diagnose_cli and result["rc"] == 0:
+                        result["stdout"] = diagnosis_summary(Path(argv_[-1]))
+                    samples[tool].append(result)
+                    state = "ok" if result["rc"] == 0 else ("timed out" if result["timed_out"] else f"rc {result['rc']}")
+                    print(f"  [{trace.name}] {tool} run {rep + 1}/{args.repeat}: {result['seconds']:.2f} s, "
+                          f"{result['peak_rss_mib']:.0f} MiB, {state}", file=sys.stderr)
+                    if result["rc"] != 0:
+                        print(result["stderr_tail"], file=sys.stderr)
+            results = {t: summarize(samples[t]) for t in active}
+            for tool, reason in skipped.items():
+                results[tool] = {"status": "skipped", "reason": reason.splitlines()[0]}
+            for r in results.values():
+                if r["status"] == "failed":
+                    r["reason"] = "every run failed: " + (r["samples"][-1]["stderr_tail"].strip().splitlines() or ["?"])[-1]
+            entry = {"trace": str(trace), "events": count_events(trace), "tools": results, "ratios": ratios(results)}
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        report["traces"].append(entry)
+        print_table(entry)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0 if all(r["status"] != "failed" for e in report["traces"] for r in e["tools"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
