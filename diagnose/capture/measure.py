@@ -123,7 +123,7 @@ class MeasureSession(ScriptHost):
                                    end - self.wall_start, b[end] - b[self.wall_start]))
         self.wall_start = end
         self.progress(f"window {len(self.windows)} {plan.windows}")
-        if len(self.windows) >= plan.windows:
+        if len(self.windows) >= plan.windows and not self.finishing:
             self.stop("completed")
 
     def _classify_last_step(self) -> str:
@@ -156,8 +156,10 @@ class MeasureSession(ScriptHost):
     span_left, span_total = 0, 0.0
     wall_start: Optional[int] = None
     window_start: Optional[int] = None
+    finishing = False
 
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
+        self.finishing = True  # the script has ended: a last window may close, nothing more to stop
         if status != "completed":
             self._close_window(len(self.boundaries) - 1, partial=True)
         peak, _ = peak_memory()
