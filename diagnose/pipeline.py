@@ -74,7 +74,11 @@ def find_traces(path: Path) -> list[Path]:
         raise UserError(f"trace not found: {path}", "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
     if path.is_file():
         return [path]
+    if (path / "tb").is_dir() and not any(path.glob("*.pt.trace.json*")):
+        path = path / "tb"  # a run folder of `diagnose run`
     found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    profiler_named = [p for p in found if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+    found = profiler_named or found  # other .json files beside the profiler's (configs, notes) are not traces
     if not found:
         raise UserError(f"no trace files (.json, .json.gz) in {path}", "pass a trace file or the folder the profiler wrote")
     return found

@@ -162,3 +162,10 @@ def test_renamed_rank_traces_without_distributed_info_are_ranked_by_order(tmp_pa
     proc, out = _analyze(folder, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [r["rank"] for r in _diagnosis(out)["ranks"]] == [0, 1]
+
+
+def test_a_run_folder_or_a_trace_folder_with_other_json_files_is_read_for_its_traces(tmp_path, sample_run):
+    run = sample_run("slow_loader.py")
+    proc, out = _analyze(run.run_dir, tmp_path)  # holds capture.json, diagnosis.json... and tb/
+    assert proc.returncode == 0, proc.stderr
+    assert "data-loading.slow-loader" in _rules(_diagnosis(out))
