@@ -110,6 +110,9 @@ def cli() -> None:
 def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
     """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz) or a folder of them
     (one per rank or worker). Writes the same report.html and diagnosis.json as `diagnose run`."""
+    from diagnose import prefetch
+
+    prefetch.start(path)  # decompress while the rest is imported
     _check_templates(templates_dir)
     from diagnose.analyzecommand import analyze_command
 

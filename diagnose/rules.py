@@ -95,7 +95,9 @@ def severity_for(cost: float) -> str:
     return "low"
 
 
-def load_rule(path: Path) -> Rule:
+def load_rule(path: Path, check_templates: bool = True) -> Rule:
+    """One rule file. `check_templates`: parse its Jinja templates now, so that an error names the file (the
+    bundled rules skip it at run time: the test suite checks them, and parsing them all costs 0.1 s)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -116,8 +118,8 @@ def load_rule(path: Path) -> Rule:
         raise RuleError(f"rule file {path}: location must be one of {', '.join(LOCATION_KEYS)}")
     return Rule(
         id=data["id"], category=data["category"], title=data["title"], condition=condition, cost=cost,
-        evidence=_template(path, "evidence", data["evidence"]), fix=data["fix"].strip(),
-        fix_code=_template(path, "fix_code", data["fix_code"]) if data.get("fix_code") else None,
+        evidence=_template(path, "evidence", data["evidence"], check_templates), fix=data["fix"].strip(),
+        fix_code=_template(path, "fix_code", data["fix_code"], check_templates) if data.get("fix_code") else None,
         optimizations=tuple(data.get("optimizations", [])), location=data.get("location"),
         docs=data.get("docs", ""), path=path, cases=_cases(path, data.get("tests", [])),
         explanation=data.get("explanation", "").strip(), priority=data.get("priority", 0),
@@ -179,7 +181,9 @@ class LazyTemplate:
         return self._compiled.render(context)
 
 
-def _template(path: Path, field: str, source: str) -> LazyTemplate:
+def _template(path: Path, field: str, source: str, check: bool = True) -> LazyTemplate:
+    if not check:
+        return LazyTemplate(source)
     try:
         names = meta.find_undeclared_variables(ENV.parse(source))
     except jinja2.TemplateSyntaxError as exc:
@@ -208,16 +212,17 @@ def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
         folder = Path(folder)
         if not folder.is_dir():
             raise RuleError(f"rules folder not found: {folder}", "pass a folder of .toml rule files to --rules")
-        files += [(str(p), p.stat().st_mtime_ns) for p in sorted(folder.glob("*.toml"))]
+        users = folder != bundled("rules")
+        files += [(str(p), p.stat().st_mtime_ns, users) for p in sorted(folder.glob("*.toml"))]
     return list(_load_files(tuple(files)))
 
 
 @functools.lru_cache(maxsize=8)
-def _load_files(files: tuple[tuple[str, int], ...]) -> tuple[Rule, ...]:
+def _load_files(files: tuple[tuple[str, int, bool], ...]) -> tuple[Rule, ...]:
     """Loaded once per process for the same files (each run checks the rules before it starts, then uses them)."""
     rules: dict[str, Rule] = {}
-    for path, _ in files:
-        rule = load_rule(Path(path))
+    for path, _, users in files:
+        rule = load_rule(Path(path), check_templates=users)
         rules[rule.id] = rule
     return tuple(rules.values())
 

@@ -162,6 +162,8 @@ def rules_listing(rules_dirs, show_metrics: bool, check: bool) -> int:
         return 0
     rules = rule_engine.load_rules(Path(d) for d in rules_dirs)
     if check:
+        for rule in rules:
+            rule_engine.load_rule(rule.path)  # with its templates parsed: a syntax error names the file
         failures = [(r, c) for r in rules for c in r.cases if r.fires(c.metrics) != c.fires]
         for rule, case in failures:
             console.print(f"[red]FAIL[/] {rule.id} ({rule.path}): expected fires={case.fires} for {case.metrics}")

@@ -6,6 +6,8 @@ Handles old (`Operator`, `Kernel`, `Runtime`, `Memcpy`) and new (`cpu_op`, `kern
 from __future__ import annotations
 
 import gzip
+import os
+import pickle
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from typing import Optional
 import numpy as np
 import orjson
 
+from diagnose import prefetch
 from diagnose.errors import UserError
 
 CPU_OP = {"cpu_op", "operator"}
@@ -114,6 +117,9 @@ class Trace:
 
 
 def read_bytes(path: Path) -> bytes:
+    prefetched = prefetch.take(path)
+    if prefetched is not None:
+        return prefetched
     try:
         raw = path.read_bytes()
         return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
@@ -182,7 +188,8 @@ CHUNK_BYTES = 8 << 20
 
 def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
     """(metadata, spans by kind) read with one regular expression, in chunks of the text; None when the trace
-    is not laid out as Kineto writes it (every complete event must match, or the full parser is used)."""
+    is not laid out as Kineto writes it (every complete event must match, or the full parser is used).
+    A big trace's second half of chunks is read by a forked process meanwhile (re holds the GIL)."""
     key = EVENTS_KEY.search(raw)
     if key is None:
         return None
@@ -190,28 +197,52 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
     if metadata is None:
         return None
     metadata.update(_tail_metadata(raw[max(key.end(), len(raw) - 65536):]))
+    pretty = raw.find(b'"ph": "X"', key.end()) >= 0
+    if pretty and raw.find(b'"ph":"X"', key.end()) >= 0:
+        return None  # both layouts in one file: not Kineto's writer
+    chunks = _chunks(raw, key.end())
+    half = len(chunks) // 2
+    other = _forked(lambda: _read_chunks(raw, chunks[half:], pretty)) if half and _cores() > 1 else None
+    mine = _read_chunks(raw, chunks[:half] if other else chunks, pretty)
+    theirs = other() if other else None
+    if other is not None and theirs is None:  # the helper process failed: read its chunks here
+        theirs = _read_chunks(raw, chunks[half:], pretty)
+    results = [mine] + ([theirs] if theirs else [])
+    matched, complete = sum(r[1] for r in results), sum(r[2] for r in results)
+    if matched != complete:
+        return None
+    return metadata, {kind: Spans.concat([p for r in results for p in r[0][kind]]) for kind in _empty_buckets()}
+
+
+def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
+    """About CHUNK_BYTES each, cut where an event's "ph" begins."""
+    bounds = []
+    while start < len(raw):
+        end = raw.find(b'"ph"', start + CHUNK_BYTES)
+        end = len(raw) if end < 0 else end
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool) -> tuple[dict[str, list[Spans]], int, int]:
+    """(spans by kind, complete events matched, complete events there are) for these chunks."""
     parts: dict[str, list[Spans]] = {k: [] for k in _empty_buckets()}
     names: dict[bytes, str] = {}
     threads: dict[tuple, tuple] = {}
     kinds: dict[tuple, Optional[str]] = {}
-    start, matched, complete, spans_out_of_order = key.end(), 0, 0, 0
-    pretty = b'"ph": "X"' if raw.find(b'"ph": "X"', start) >= 0 else b""
-    if pretty and raw.find(b'"ph":"X"', start) >= 0:
-        return None  # both layouts in one file: not Kineto's writer
-    while start < len(raw):
-        end = raw.find(b'"ph"', start + CHUNK_BYTES)
-        end = len(raw) if end < 0 else end
-        # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser
-        complete += raw.count(pretty, start, end) if pretty else raw.count(b'"ph":"X"', start, end)
-        spans_out_of_order += raw.count(b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"',
-                                        start, end)
+    complete_mark = b'"ph": "X"' if pretty else b'"ph":"X"'
+    profiler_span = b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"'
+    matched = complete = 0
+    for start, end in chunks:
+        # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser.
+        # The profiler's own span ("Trace") has its keys in another order and is not needed.
+        complete += raw.count(complete_mark, start, end) - raw.count(profiler_span, start, end)
         found = FAST_EVENT.findall(raw, start, end)
-        start = end
         if not found:
             continue
-        matched += len(found)
         cats, raw_names, pids, tids, ts, durs = zip(*found)
-        spans_out_of_order -= cats.count(b"Trace")
+        matched += len(found) - cats.count(b"Trace")
         texts = [names[n] if n in names else _decoded(names, n) for n in raw_names]
         kind_of = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in zip(cats, texts)]
         ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
@@ -224,9 +255,43 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
         for kind, picks in groups.items():
             index = np.asarray(picks)
             parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks]))
-    if matched + spans_out_of_order != complete:
+    return parts, matched, complete
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _forked(work):
+    """Run work() in a forked copy of this process; returns a function that waits for its (picklable) result,
+    or None when forking is not possible here. The result is None if the child failed."""
+    if not hasattr(os, "fork"):
         return None
-    return metadata, {kind: Spans.concat(p) for kind, p in parts.items()}
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if pid == 0:  # the child: compute, send, leave without running any of the parent's cleanup
+        code = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+
+    def result():
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        return pickle.loads(data) if status == 0 and data else None
+
+    return result
 
 
 def _decoded(cache: dict, name: bytes) -> str:

@@ -1,6 +1,7 @@
 """Report stage: render one ReportView as HTML (Jinja, autoescaped, user-overridable templates)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -21,9 +22,21 @@ def template_environment(templates_dir: Optional[str] = None) -> jinja2.Environm
     loaders = [jinja2.FileSystemLoader(templates_dir)] if templates_dir else []
     loaders.append(jinja2.FileSystemLoader(str(bundled("templates"))))
     env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+                             trim_blocks=True, lstrip_blocks=True, bytecode_cache=_bytecode_cache())
     env.filters.update(pct=fmt_pct, ms=fmt_ms, gib=fmt_gib, where=display_location)  # the rules' own formats
     return env
+
+
+def _bytecode_cache() -> Optional[jinja2.BytecodeCache]:
+    """Compiled templates kept between runs (keyed by source checksum, like .pyc files), when the user's cache
+    folder is writable: compiling the report template costs more than rendering it."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "diagnose", "jinja")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(folder) if os.access(folder, os.W_OK) else None
 
 
 def check_templates(templates_dir: Optional[str]) -> None:
