@@ -46,7 +46,7 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     assert "ChildFailedError" not in run.stderr  # torchrun's own traceback is not shown
     capture = json.loads((run.run_dir / "capture.json").read_text())
     assert capture["error"]["message"].startswith("rank 1: ")
-    assert (run.run_dir / "ranks" / "rank0" / "capture.json").exists()  # the stopped rank's results kept
+    assert (run.run_dir / "ranks" / "rank0" / "capture.json").exists(), run.stderr  # the stopped rank's results kept
     assert d["steps_profiled"] >= 1 and (run.run_dir / "report.html").exists()
 
 

@@ -45,6 +45,16 @@ def test_script_raising_at_step_7_exits_nonzero_shows_its_error_and_keeps_result
     assert "boom at step 7" in (run.run_dir / "report.html").read_text()
 
 
+def test_sigterm_while_the_scripts_error_is_read_keeps_the_error_and_the_results(tmp_path):
+    # A rank under torchrun: its all-reduce fails as a peer dies, and torchrun's SIGTERM lands meanwhile.
+    run = run_script(SCRIPTS / "raises_at_step.py", "--sigterm-on-error", out=tmp_path / "run")
+    assert run.returncode == 1, run.stderr
+    assert "PeerClosedError: boom at step 7" in run.stderr and "StopCapture" not in run.stderr
+    d = run.diagnosis
+    assert d["status"] == "script_error" and d["steps_profiled"] >= 1
+    assert (run.run_dir / "capture.json").is_file() and (run.run_dir / "report.html").is_file()
+
+
 def test_script_that_never_reaches_a_step_stops_at_max_seconds_and_says_how_to_mark_steps(tmp_path):
     run = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "run", options=("--max-seconds", "6"))
     assert run.returncode == 3

@@ -39,6 +39,7 @@ class ScriptHost:
         self.config, self.run_dir, self.progress, self.instr = config, run_dir, progress, instr
         self.t0 = time.monotonic()
         self.stop_reason: Optional[str] = None
+        self.script_running = False  # stop signals raise only while the script runs, never in our own handling
 
     def boundary(self, count: int) -> None:
         """Called by the hooks at each step boundary (main thread only)."""
@@ -51,6 +52,13 @@ class ScriptHost:
     def stop(self, reason: str) -> None:
         self.stop_reason = reason
         raise StopCapture(reason)
+
+    def on_stop_signal(self, reason: str) -> None:
+        """A deadline or SIGTERM: it stops the script where it is, or, when the script has ended already (a rank
+        whose collective failed as its peer died, say), it is only recorded, so that its results are still kept."""
+        if self.script_running:
+            self.stop(reason)
+        self.stop_reason = self.stop_reason or reason
 
     def on_boundary(self, count: int) -> None:
         raise NotImplementedError
@@ -87,10 +95,10 @@ class ScriptHost:
 
     def _arm_deadline(self) -> None:
         def on_deadline(signum, frame):
-            self.stop("timeout")
+            self.on_stop_signal("timeout")
 
         def on_terminate(signum, frame):  # e.g. torchrun stopping the other ranks after one failed
-            self.stop("stopped")
+            self.on_stop_signal("stopped")
 
         signal.signal(DEADLINE_SIGNAL, on_deadline)
         signal.signal(signal.SIGTERM, on_terminate)
@@ -99,20 +107,36 @@ class ScriptHost:
         self.timer.start()
 
     def _run_script(self, script: str) -> tuple[str, Optional[ScriptError]]:
+        try:
+            return self._outcome(script)
+        except StopCapture as stop:  # landed in the instant between the script's end and script_running's reset
+            self.script_running = False
+            return stop.reason, None
+        except KeyboardInterrupt:  # Ctrl-C while the script's own error was being read: keep what was measured
+            self.script_running = False
+            return "interrupted", None
+
+    def _outcome(self, script: str) -> tuple[str, Optional[ScriptError]]:
         import runpy
 
         try:
+            self.script_running = True
             runpy.run_path(script, run_name="__main__")
+            self.script_running = False
             return "script_finished", None
         except StopCapture as stop:
+            self.script_running = False
             return stop.reason, None
         except KeyboardInterrupt:
+            self.script_running = False
             return "interrupted", None
         except SystemExit as exc:
+            self.script_running = False
             if exc.code in (None, 0):
                 return "script_finished", None
             return "script_error", self._script_error(exc)
         except BaseException as exc:  # the user's own error: report it as theirs
+            self.script_running = False
             return "script_error", self._script_error(exc)
 
     def _script_error(self, exc: BaseException) -> ScriptError:
