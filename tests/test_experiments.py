@@ -56,7 +56,8 @@ def test_slow_loader_default_run_verifies_more_workers_and_the_claim_holds_on_a_
 
 
 def test_cpu_bound_preprocessing_is_fixed_by_caching_not_by_workers(tmp_path):
-    run = _experiment_run(tmp_path, "cpu_preprocessing.py", "--experiments", "dataset.cache,dataloader.num_workers")
+    run = _experiment_run(tmp_path, "cpu_preprocessing.py", "--experiments", "dataset.cache,dataloader.num_workers",
+                          "--budget-seconds", "90")
     experiments = run.diagnosis["experiments"]
     [cache] = _by(experiments, "dataset.cache")
     assert cache["verdict"] == "faster" and cache["speedup"] >= 5, cache
