@@ -2,6 +2,7 @@
 run folder, so `diagnose report RUN` can re-run everything after the capture."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -84,12 +85,18 @@ def find_traces(path: Path) -> list[Path]:
     return found
 
 
+def _source_roots(trace: Path) -> tuple[str, ...]:
+    """Where a trace's relative source paths may be found: the current folder, or near the trace (a log folder
+    beside the training script, as TensorBoard's handler is usually pointed at)."""
+    return (os.getcwd(), *(str(p) for p in trace.resolve().parents[:3]))
+
+
 def analyze_traces(paths: list[Path]) -> Analysis:
     """Traces of one job: each analysed alone, then combined (per-rank table, the rank to diagnose)."""
     analyses = []
     for index, path in enumerate(paths):
         trace = load_trace(path)
-        analyses.append((rank_of(trace, index), str(path), analyze(Inputs(trace))))
+        analyses.append((rank_of(trace, index), str(path), analyze(Inputs(trace, source_roots=_source_roots(path)))))
     if len(analyses) == 1:
         return analyses[0][2]
     ranks = [r for r, _, _ in analyses]

@@ -7,10 +7,11 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TRACES, diagnose_cli
+from conftest import REPO, SCRIPTS, TRACES, diagnose_cli, line_of
 
 
 def _analyze(path, tmp_path, *options):
@@ -169,3 +170,25 @@ def test_a_run_folder_or_a_trace_folder_with_other_json_files_is_read_for_its_tr
     proc, out = _analyze(run.run_dir, tmp_path)  # holds capture.json, diagnosis.json... and tb/
     assert proc.returncode == 0, proc.stderr
     assert "data-loading.slow-loader" in _rules(_diagnosis(out))
+
+
+def test_a_with_stack_trace_the_user_recorded_points_at_their_function_and_their_loop(tmp_path):
+    # torch.profiler as the docs show it, with_stack=True, writing into a log folder beside the script
+    script = Path(shutil.copy(SCRIPTS / "records_its_own_trace.py", tmp_path))
+    recorded = subprocess.run([sys.executable, str(script), str(tmp_path / "log")], capture_output=True, text=True,
+                              timeout=120)
+    assert recorded.returncode == 0, recorded.stderr
+    proc, out = _analyze(tmp_path / "log", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    d = _diagnosis(out)
+    host = _rules(d)["host-overhead.per-step-work"]
+    assert host["location"].endswith(f"records_its_own_trace.py:{line_of(script, 'def log_to_disk')}")
+    assert d["findings"][0] == host
+    analysis = json.loads((out / "analysis.json").read_text())
+    # the training loop waits for the loader; a frame running before tracing began is named by its line then
+    assert analysis["locations"]["loader"].endswith(f"records_its_own_trace.py:{line_of(script, 'profiler.step()')}")
+    top = analysis["host_lines"][0]
+    assert not top["in_torch"] and "def log_to_disk" in top["code"]
+    assert 0.0075 < top["seconds_per_step"] < 0.02  # its 8 ms sleep
+    assert any("Python frames" in n for n in analysis["notes"])
+    assert "def log_to_disk" in (out / "report.html").read_text()

@@ -3,6 +3,7 @@ mapping of named metrics. No formatting happens here."""
 from __future__ import annotations
 
 import linecache
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
@@ -10,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from diagnose.analysis import gpu
+from diagnose.analysis.frames import FrameSegments, innermost_segments
 from diagnose.analysis import intervals as iv
 from diagnose.analysis import ops as op_stats
 from diagnose.analysis.metrics import METRICS
@@ -25,6 +27,7 @@ class Inputs:
     capture: Optional[Capture] = None
     samples: Optional[Samples] = None
     stacks: Optional[StackSamples] = None
+    source_roots: tuple[str, ...] = ()  # folders that relative paths in the trace's Python frames may be under
 
 
 def analyze(inputs: Inputs) -> Analysis:
@@ -37,8 +40,12 @@ def analyze(inputs: Inputs) -> Analysis:
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
     self_t, top = op_stats.self_times(trace.cpu_ops, compute_threads(trace))
-    host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
-    syncs = gpu.sync_sources(trace, top, len(steps)) if trace.has_gpu and steps else ()
+    frames = innermost_segments(trace.python, trace.main_tid)
+    if inputs.stacks is not None:
+        host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
+    else:
+        host_lines = lines_from_frames(frames, buckets["host_overhead"], len(steps), stats["mean"], inputs.source_roots)
+    syncs = gpu.sync_sources(trace, top, len(steps), frames) if trace.has_gpu and steps else ()
     metrics = _metrics(inputs, steps, fractions, stats, top, host_lines, windows)
     return Analysis(
         steps=tuple(steps),
@@ -47,9 +54,9 @@ def analyze(inputs: Inputs) -> Analysis:
         top_ops=op_stats.top_ops(trace.cpu_ops, self_t),
         host_lines=host_lines,
         metrics=metrics,
-        locations=_locations(inputs.capture, host_lines, syncs),
+        locations=_locations(inputs.capture, host_lines, syncs, _data_wait_location(frames, buckets["data_wait"])),
         step_definition=trace.step_definition,
-        notes=_notes(inputs, steps),
+        notes=_notes(inputs, steps, from_frames=inputs.stacks is None and bool(host_lines)),
         syncs=syncs,
     )
 
@@ -79,6 +86,26 @@ def attribute_host_lines(trace: Trace, stacks: Optional[StackSamples], overhead:
     return tuple(lines)
 
 
+def lines_from_frames(frames: FrameSegments, overhead: np.ndarray, n_steps: int, mean_step_s: float,
+                      roots: tuple[str, ...] = (), limit: int = 10) -> tuple[SourceLine, ...]:
+    """Host-overhead time under each of the user's functions, from a with_stack trace's Python frames."""
+    if not len(frames) or n_steps == 0:
+        return ()
+    by_location = frames.time_by_location(overhead)
+    lines = []
+    for (location, lib), us in sorted(by_location.items(), key=lambda kv: -kv[1])[:limit]:
+        seconds = us / 1e6 / n_steps
+        frac = seconds / mean_step_s if mean_step_s else 0.0
+        lines.append(SourceLine(location, seconds, frac, _source(location, roots), lib))
+    return tuple(lines)
+
+
+def _data_wait_location(frames: FrameSegments, data_wait: np.ndarray) -> Optional[str]:
+    """The user's function that waits for the DataLoader most (its loop), from the trace's Python frames."""
+    waits = frames.time_by_location(data_wait)
+    return max(waits, key=waits.__getitem__)[0] if waits else None
+
+
 def _host_split(host_lines, host_frac: float) -> dict:
     """Host overhead split into the user's own work and torch's Python, in proportion to the sampled lines."""
     attributed = sum(h.frac for h in host_lines)
@@ -88,9 +115,16 @@ def _host_split(host_lines, host_frac: float) -> dict:
     return {"host_user_frac": host_frac * user, "host_framework_frac": host_frac * (1 - user)}
 
 
-def _source(location: str) -> str:
+def _source(location: str, roots: tuple[str, ...] = ()) -> str:
+    """The line's text, when its file can be found: as given, or (a trace's relative path) under one of roots."""
     path, _, line = location.rpartition(":")
-    return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    if not line.isdigit():
+        return ""
+    for candidate in (path, *(os.path.join(root, path) for root in roots if not os.path.isabs(path))):
+        text = linecache.getline(candidate, int(line)).strip()
+        if text:
+            return text
+    return ""
 
 
 def _flag(value) -> Optional[float]:
@@ -223,10 +257,10 @@ def _loader(capture: Optional[Capture]):
     return capture.loaders[index] if index is not None else None
 
 
-def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optional[str]]:
+def _locations(capture: Optional[Capture], host_lines, syncs, data_wait_at: Optional[str]) -> dict[str, Optional[str]]:
     loader = _loader(capture)
     return {
-        "loader": loader.location if loader else None,
+        "loader": loader.location if loader else data_wait_at,
         "optimizer": capture.optimizers[0].location if capture and capture.optimizers else None,
         "model": capture.model.location if capture and capture.model else None,
         "host_top": next((h.location for h in host_lines if not h.in_torch), None),
@@ -234,10 +268,13 @@ def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optio
     }
 
 
-def _notes(inputs: Inputs, steps) -> tuple[str, ...]:
+def _notes(inputs: Inputs, steps, from_frames: bool) -> tuple[str, ...]:
     notes = []
     if inputs.trace.step_definition != "ProfilerStep markers":
         notes.append(inputs.trace.step_definition)
+    if from_frames:
+        notes.append("code locations come from the trace's Python frames (with_stack): each is a function's first "
+                     "line, the function the time was spent in")
     if inputs.capture is not None and inputs.capture.step_source not in (None, "dataloader", "manual"):
         notes.append(f"steps were found from {inputs.capture.step_source}() calls (no DataLoader drives training)")
     if len(steps) < 3:

@@ -2,13 +2,13 @@
 memory kind, kernel launch cost, host-device syncs and where they come from, communication overlap."""
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Optional
 
 import numpy as np
 
 from diagnose.analysis import intervals as iv
+from diagnose.analysis.frames import FrameSegments
 from diagnose.analysis.trace import SYNC_RUNTIME, Spans, Trace, is_communication
 from diagnose.model import SyncSource
 
@@ -18,8 +18,6 @@ LAUNCH_RUNTIME = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperat
 SYNC_COPY_RUNTIME = ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")  # synchronous copies block the host
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
 IDLE_CAUSES = ("data_wait", "sync", "runtime", "cpu_ops", "python")
-USER_FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): ")
-LIBRARY_PATHS = ("site-packages", "dist-packages", "/torch/", "/lib/python3")
 
 
 def gpu_activity(trace: Trace) -> np.ndarray:
@@ -126,7 +124,8 @@ def communication_metrics(trace: Trace, within: np.ndarray, total_us: float) -> 
     return result
 
 
-def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, limit: int = 8) -> tuple[SyncSource, ...]:
+def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, frames: FrameSegments,
+                 limit: int = 8) -> tuple[SyncSource, ...]:
     """Each blocking sync (cuda*Synchronize, synchronous cudaMemcpy) named by the top-level torch op it ran in
     (aten::item, aten::to...) and, when the trace has Python frames, the user's line that called it."""
     wanted = set(SYNC_RUNTIME + SYNC_COPY_RUNTIME)
@@ -136,18 +135,10 @@ def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, limit: int = 8) ->
     at = trace.runtime.start[picks]
     threads = [trace.runtime.tids[i] for i in picks]
     ops = _outermost_enclosing(trace.cpu_ops, top, at, threads)
-    lines = _innermost_user_frame(trace.python, at, threads)
+    lines = _user_location_at(frames, at, [t == trace.main_tid for t in threads])
     counts = Counter(zip((trace.runtime.names[i] for i in picks), ops, lines))
     return tuple(SyncSource(call, op or "", line or "", count / n_steps)
                  for (call, op, line), count in counts.most_common(limit))
-
-
-def _by_thread(spans: Spans, keep=None) -> dict:
-    groups: dict = {}
-    for i, tid in enumerate(spans.tids):
-        if keep is None or keep(spans.names[i]):
-            groups.setdefault(tid, []).append(i)
-    return groups
 
 
 def _outermost_enclosing(spans: Spans, top: np.ndarray, at: np.ndarray, threads: list) -> list[Optional[str]]:
@@ -163,27 +154,14 @@ def _outermost_enclosing(spans: Spans, top: np.ndarray, at: np.ndarray, threads:
     return result
 
 
-def _innermost_user_frame(spans: Spans, at: np.ndarray, threads: list) -> list[Optional[str]]:
-    """path:line of the innermost Python frame of the user's own code around each time (with_stack traces)."""
-    result: list[Optional[str]] = [None] * len(at)
-    if not len(spans):
-        return result
-    for tid, idx in _by_thread(spans, _is_user_frame).items():
-        want = [k for k, t in enumerate(threads) if t == tid]
-        for k in want:
-            best, best_len = None, np.inf
-            for i in idx:
-                if spans.start[i] <= at[k] <= spans.end[i] and spans.end[i] - spans.start[i] < best_len:
-                    best, best_len = i, spans.end[i] - spans.start[i]
-            if best is not None:
-                match = USER_FRAME.match(spans.names[best])
-                result[k] = f"{match['path']}:{match['line']}"
-    return result
-
-
-def _is_user_frame(name: str) -> bool:
-    match = USER_FRAME.match(name)
-    return bool(match) and not any(p in match["path"] for p in LIBRARY_PATHS)
+def _user_location_at(frames: FrameSegments, at: np.ndarray, on_main: list[bool]) -> list[Optional[str]]:
+    """path:line of the user's innermost function around each (main-thread) time, from with_stack frames."""
+    if not len(frames):
+        return [None] * len(at)
+    i = np.searchsorted(frames.intervals[:, 0], at, side="right") - 1
+    inside = (i >= 0) & (at < frames.intervals[np.clip(i, 0, None), 1])
+    return [frames.locations[k] or None if ok and main else None
+            for k, ok, main in zip(i.tolist(), inside.tolist(), on_main)]
 
 
 def _assign(result: list, spans: Spans, tops: np.ndarray, at: np.ndarray, threads: list, tid) -> None:
