@@ -130,3 +130,26 @@ def test_scripts_that_remove_temporary_folders_still_work_under_the_sandbox(tmp_
     run = run_script(script, out=tmp_path / "run", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "train.py"]
+
+
+def test_a_fresh_output_folder_idiom_leaves_the_users_folder_and_its_files_in_place(tmp_path):
+    # rmtree then makedirs: on Linux rmtree removes by directory descriptor, which must not slip past the sandbox
+    work = tmp_path / "project"
+    (work / "ckpt").mkdir(parents=True)
+    (work / "ckpt" / "model.pt").write_bytes(b"last week's model")
+    script = work / "train.py"
+    script.write_text(
+        "import os, shutil, torch\n"
+        "for step in range(40):\n"
+        "    shutil.rmtree('ckpt', ignore_errors=True)\n"
+        "    os.makedirs('ckpt')\n"
+        "    w = torch.randn(4, requires_grad=True)\n"
+        "    (w * 2).sum().backward()\n"
+        "    torch.save(w, os.path.join('ckpt', 'model.pt'))\n"
+        "    os.rmdir('ckpt') if step == 39 else None\n")
+    run = run_script(script, out=tmp_path / "run", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert (work / "ckpt" / "model.pt").read_bytes() == b"last week's model"
+    assert sorted(p.name for p in work.iterdir()) == ["ckpt", "train.py"]
+    capture = json.loads((tmp_path / "run" / "capture.json").read_text())
+    assert str(work / "ckpt") in capture["skipped_removals"]

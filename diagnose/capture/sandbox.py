@@ -2,7 +2,8 @@
 
 Writes the script makes inside the user's folders (the current folder and the script's folder) go to
 RUN/sandbox/<same relative path> instead: open() and io.open() in a writing mode, torch.save, os.replace,
-os.rename; removals there are skipped. Reads of a file the script wrote earlier in the same run come back
+os.rename; removals there (os.remove, os.unlink, os.rmdir, shutil.rmtree) are skipped, and re-making a folder
+whose removal was skipped succeeds. Reads of a file the script wrote earlier in the same run come back
 from the sandbox, so a script that saves a checkpoint and loads it again still works. The run folder itself
 and everything outside the user's folders (e.g. /tmp, caches) are left alone. Low-level os.open and writes
 from C extensions that open files themselves are not redirected.
@@ -28,6 +29,8 @@ class WriteSandbox:
         self.sandbox_dir = sandbox_dir.resolve()
         self.redirected: dict[Path, Path] = {}
         self.skipped_removals: list[str] = []
+        self.kept_dirs: set[Path] = set()  # protected folders the script removed (we kept): mkdir may re-make them
+        self.made_dirs: set[Path] = set()  # folders the script made in the user's folders: its own to remove
         self._undo: list[Callable[[], None]] = []
 
     # -- path mapping -------------------------------------------------------------------------------
@@ -80,8 +83,10 @@ class WriteSandbox:
         self._wrap(torch, "load", lambda load, f, *a, **k: load(self.for_read(f), *a, **k))
         for name in ("replace", "rename"):
             self._wrap(os, name, self._guarded_move)
-        for name in ("remove", "unlink"):
+        for name in ("remove", "unlink", "rmdir"):
             self._wrap(os, name, self._guarded_remove)
+        self._wrap(os, "mkdir", self._guarded_mkdir)
+        self._wrap(shutil, "rmtree", self._guarded_rmtree)
 
     def _guarded_move(self, original, src, dst, *args, **kwargs):
         if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
@@ -89,15 +94,60 @@ class WriteSandbox:
         return original(self.for_read(src), self.for_write(dst), *args, **kwargs)
 
     def _guarded_remove(self, original, path, *args, **kwargs):
-        if kwargs.get("dir_fd") is not None:  # shutil.rmtree removes by name relative to a directory fd
-            return original(path, *args, **kwargs)
-        if self._relative(path) is not None:
-            redirected = self.redirected.pop(Path(os.fsdecode(path)).absolute(), None)
-            if redirected is None:
-                self.skipped_removals.append(os.fsdecode(path))
+        target = self._at_dir_fd(path, kwargs.get("dir_fd"))
+        if self._relative(target) is not None:
+            redirected = self.redirected.pop(Path(os.fsdecode(target)).absolute(), None)
+            if redirected is not None:  # the script's own file, kept in the sandbox
+                return original(redirected, *args, **{k: v for k, v in kwargs.items() if k != "dir_fd"})
+            if not self._made_here(target):
+                self._skip(target)
                 return None
-            path = redirected
         return original(path, *args, **kwargs)
+
+    def _guarded_rmtree(self, original, path, *args, **kwargs):
+        """The usual 'fresh output folder' idiom, rmtree then makedirs: the user's folder stays, the script's own
+        files in it (redirected here) go."""
+        if self._relative(path) is None:
+            return original(path, *args, **kwargs)
+        target = Path(os.fsdecode(path)).absolute()
+        for written in [k for k in self.redirected if k == target or target in k.parents]:
+            Path(self.redirected.pop(written)).unlink(missing_ok=True)
+        if self._made_here(target):  # e.g. tempfile.mkdtemp(dir=".") then rmtree: the script's own folder
+            return original(path, *args, **kwargs)
+        self._skip(path)
+        return None
+
+    def _guarded_mkdir(self, original, path, *args, **kwargs):
+        if kwargs.get("dir_fd") is None and self._relative(path) is not None:
+            target = Path(os.fsdecode(path)).absolute()
+            if target in self.kept_dirs and target.is_dir():
+                self.kept_dirs.discard(target)
+                return None  # its removal was skipped: as far as the script knows, it is made afresh
+            result = original(path, *args, **kwargs)
+            self.made_dirs.add(target)
+            return result
+        return original(path, *args, **kwargs)
+
+    def _made_here(self, path: Any) -> bool:
+        target = Path(os.fsdecode(path)).absolute()
+        return any(target == d or d in target.parents for d in self.made_dirs)
+
+    def _skip(self, path: Any) -> None:
+        target = Path(os.fsdecode(path)).absolute()
+        if str(target) not in self.skipped_removals:
+            self.skipped_removals.append(str(target))
+        if target.is_dir():
+            self.kept_dirs.add(target)
+
+    @staticmethod
+    def _at_dir_fd(path: Any, dir_fd: Any) -> Any:
+        """A name relative to a directory descriptor, as a path (Linux: /proc/self/fd), to check like any other."""
+        if dir_fd is None or not isinstance(path, (str, bytes, os.PathLike)):
+            return path
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+        except OSError:
+            return path
 
     def _wrap(self, owner, name: str, call: Callable) -> None:
         original = getattr(owner, name)
