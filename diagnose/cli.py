@@ -74,8 +74,15 @@ def _check_run_folder(run_dir: Path) -> None:
     hint = "pass a folder written by `diagnose run`"
     if not run_dir.is_dir():
         raise UserError(f"run folder not found: {run_dir}", hint)
-    if not (run_dir / "capture.json").is_file() and not any((run_dir / "tb").glob("*.pt.trace.json*")):
-        raise UserError(f"{run_dir} is not a run folder: it has no capture.json and no tb/*.pt.trace.json", hint)
+    from diagnose.runfolder import foreign_entries, has_own_config
+
+    if not has_own_config(run_dir):
+        raise UserError(f"{run_dir} is not a run folder: it has no config.json written by diagnose", hint +
+                        " or `diagnose capture`; for traces of your own use `diagnose analyze`")
+    foreign = foreign_entries(run_dir)
+    if foreign:  # report rewrites analysis.json, report.html and the traces: never over files not ours
+        raise UserError(f"{run_dir} holds files diagnose did not write: {', '.join(foreign[:5])}",
+                        "pass the run folder itself, as `diagnose run` or `diagnose capture` made it")
 
 
 def _torchrun_args(options: dict) -> tuple[str, ...]:

@@ -134,6 +134,7 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
     """This process is one rank of a job the user launched (torchrun, srun...): run the capture in it, writing
     into the shared folder OUT (RUN/ranks/rankN and RUN/tb/rankN.*); `diagnose report OUT` merges them."""
     from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, rank_dir, run_child
+    from diagnose.runfolder import foreign_entries
     from diagnose.serial import write_json
 
     check_script(script)
@@ -143,6 +144,10 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
     mine = rank_dir(run_dir, rank) if rank is not None else run_dir
     if (mine / "capture.json").exists():
         raise UserError(f"{mine} already holds a capture", "pass a new --out folder for each job")
+    foreign = foreign_entries(run_dir)  # ranks share OUT, so it may hold other ranks' files, but only ours
+    if foreign:
+        raise UserError(f"--out {run_dir} holds files diagnose did not write: {', '.join(foreign[:5])}",
+                        "pass a new or empty folder for each job")
     run_dir.mkdir(parents=True, exist_ok=True)
     config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, with_stack=with_stack)

@@ -88,3 +88,14 @@ def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
     assert workers.runs[0].applied == ("DataLoader(num_workers=4)",)
     # the slow rank gets 4 workers too, so the job (lockstep under DDP) speeds up
     assert compare(baseline.throughputs("steps/s"), workers.throughputs("steps/s")).verdict == "faster"
+
+
+def test_capture_refuses_an_out_folder_holding_the_users_files(tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "config.json").write_text('{"lr": 0.1}')  # e.g. a Hugging Face style config of the user's own
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "capture", "--out", str(out),
+                           str(SAMPLES / "healthy.py")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "holds files diagnose did not write: config.json" in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["config.json"] and "Traceback" not in proc.stderr
+    assert (out / "config.json").read_text() == '{"lr": 0.1}'

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from conftest import SAMPLES, diagnose_cli, run_script
+from conftest import SAMPLES, TRACES, diagnose_cli, run_script
 from diagnose.analysis import sample_metrics
 from diagnose.model import Samples
 
@@ -93,10 +93,25 @@ def test_report_refuses_a_folder_that_is_not_a_run_folder(tmp_path):
     assert [p.name for p in folder.iterdir()] == ["cat.jpg"]  # nothing written there
 
 
-def test_report_checks_templates_before_writing(tmp_path):
+def test_report_checks_templates_before_writing(sample_run, tmp_path):
     run_dir = tmp_path / "run"
-    (run_dir / "tb").mkdir(parents=True)
-    (run_dir / "tb" / "host.pt.trace.json").write_text("{}")
+    shutil.copytree(sample_run("slow_loader.py").run_dir, run_dir)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     proc = diagnose_cli("report", str(run_dir), "--templates", str(tmp_path / "nope"))
     assert proc.returncode == 2 and "templates folder not found" in proc.stderr
-    assert sorted(p.name for p in run_dir.rglob("*")) == ["host.pt.trace.json", "tb"]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_report_refuses_a_project_folder_with_its_own_config_and_traces(tmp_path):
+    # a user's folder that merely looks like a run: its config.json, report.html and trace must stay as they are
+    project = tmp_path / "project"
+    (project / "tb").mkdir(parents=True)
+    (project / "config.json").write_text('{"hidden_size": 768, "architectures": ["Bert"]}')
+    (project / "report.html").write_text("<p>my notes</p>")
+    shutil.copy(TRACES / "cpu_only_with_dataloader.json.gz", project / "tb" / "w.pt.trace.json.gz")
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    proc = diagnose_cli("report", str(project))
+    assert proc.returncode == 2 and "not a run folder" in proc.stderr and "diagnose analyze" in proc.stderr
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+
+
