@@ -28,7 +28,7 @@ RUNTIME = {"cuda_runtime", "runtime", "cuda_driver", "hip_runtime"}
 ANNOTATION = {"user_annotation", "gpu_user_annotation"}
 PYTHON = {"python_function"}
 COMM_MARKERS = ("nccl", "rccl", "gloo", "c10d::", "allreduce", "all_reduce", "allgather", "all_gather",
-                "reduce_scatter", "broadcast_", "record_param_comms")
+                "reduce_scatter", "record_param_comms")  # not "broadcast": aten::broadcast_tensors is local
 SYNC_RUNTIME = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "hipStreamSynchronize",
                 "hipDeviceSynchronize", "hipEventSynchronize")
 

@@ -94,8 +94,12 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None)
     base_values, values = baseline.throughputs(metric), arm.throughputs(metric)
     if len(ok) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
-                          reason="only one run fitted in the budget: no interval without a second one")
-    if len(base_values) < 2 or len(values) < 2:
+                          reason=_one_run_reason(arm))
+    if len(base_values) < 2:
+        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
+                          reason=f"nothing to compare with: fewer than two baseline runs measured {metric} "
+                                 f"({_failure(baseline.runs[-1]) if baseline.runs else 'none ran'})")
+    if len(values) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
                           reason=_too_few_windows(arm, metric))
     comparison = compare(base_values, values)
@@ -118,6 +122,13 @@ def _fidelity_warning(fidelity: str, drift: Optional[float]) -> str:
     if fidelity == IDENTICAL and drift is not None and drift > IDENTICAL_TOLERANCE:
         return f"should keep results identical, but the loss drifted by {drift:.2%} from the baseline"
     return ""
+
+
+def _one_run_reason(arm: Arm) -> str:
+    failed = [m for m in arm.runs if not m.windows]
+    if failed:
+        return f"only one of {len(arm.runs)} runs reached a timed window; the other: {_failure(failed[-1])}"
+    return "only one run fitted in the budget: no interval without a second one"
 
 
 def _too_few_windows(arm: Arm, metric: str) -> str:

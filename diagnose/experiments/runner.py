@@ -41,17 +41,20 @@ class Arm:
         return [m for m in self.runs if m.windows]
 
     def throughputs(self, metric: str) -> list[float]:
-        """One throughput per timed window, over all runs (every arm has at least two runs, interleaved with
-        the baseline's, so drift between processes shows up as spread between windows). Windows leave out the
-        first step of an epoch; its extra time (worker start-up...) is added back, amortised over the epoch."""
+        """One throughput per run: all its timed windows' steps (or samples) over their seconds. Windows of one
+        process share its luck (placement, caches, clocks), so they are not independent samples: the runs are,
+        and each arm has at least two, interleaved with the baseline's. Windows leave out the first steps of an
+        epoch; their extra time (worker start-up...) is added back, amortised over the epoch."""
         extra = self.epoch_start_extra_s()
         values = []
         for m in self.ok_runs():
-            for w in m.windows:
-                amount = w.samples if metric == "samples/s" else w.steps
-                seconds = w.seconds + (w.steps / m.steps_per_epoch * extra if extra and m.steps_per_epoch else 0.0)
-                if amount is not None and seconds > 0:
-                    values.append(amount / seconds)
+            amounts = [w.samples if metric == "samples/s" else w.steps for w in m.windows]
+            if any(a is None for a in amounts):
+                continue
+            seconds = sum(w.seconds + (w.steps / m.steps_per_epoch * extra if extra and m.steps_per_epoch else 0.0)
+                          for w in m.windows)
+            if seconds > 0:
+                values.append(sum(amounts) / seconds)
         return values
 
     def epoch_start_extra_s(self) -> float:

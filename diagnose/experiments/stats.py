@@ -1,5 +1,6 @@
 """Comparing throughputs honestly: the ratio of geometric-mean throughputs with a 99% confidence interval
-(Welch's t on the log throughput of each run). 'no-change' when the interval includes 1.0."""
+(Welch's t on the log throughput of each run: one value per process, never per window, since windows of one
+process are not independent). 'no-change' when the interval includes 1.0."""
 from __future__ import annotations
 
 import math
