@@ -126,7 +126,7 @@ def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> i
     script = capture.script if capture else str(run_dir)
     result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
     _finish_output(Console(stderr=True), result, as_json, False)
-    return 0
+    return EXIT_FOR_STATUS.get(result.diagnosis.status, 1)  # as `diagnose run` exited for this run
 
 
 def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warmup: int, steps: int,

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import orjson
 
+from diagnose.errors import UserError
+
 T = TypeVar("T")
 
 
@@ -59,4 +61,10 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path, cls: type[T]) -> T:
-    return from_jsonable(cls, orjson.loads(path.read_bytes()))
+    """A file diagnose wrote; a damaged one (cut short by a full disk, edited by hand, another version's) is the
+    user's to know about, named, not a traceback."""
+    try:
+        return from_jsonable(cls, orjson.loads(path.read_bytes()))
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}",
+                        "the file is damaged or was written by another version of diagnose; run again") from None

@@ -194,3 +194,27 @@ def test_a_with_stack_trace_the_user_recorded_points_at_their_function_and_their
     assert 0.0075 < top["seconds_per_step"] < 0.02  # its 8 ms sleep
     assert any("Python frames" in n for n in analysis["notes"])
     assert "def log_to_disk" in (out / "report.html").read_text()
+
+
+def test_events_without_usable_times_and_non_event_entries_are_skipped_not_fatal(tmp_path):
+    events = json.loads(gzip.decompress((TRACES / "cpu_only_with_dataloader.json.gz").read_bytes()))["traceEvents"]
+    broken = [*events, {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": None}, 7, "x",
+              {"ph": "X", "cat": "cpu_op", "name": 12, "ts": 1.0, "dur": "3"}]
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(broken))
+    proc, out = _analyze(path, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report.html").is_file() and "Traceback" not in proc.stderr
+    only_numbers = tmp_path / "numbers.json"
+    only_numbers.write_text("[1, 2, 3]")
+    proc, _ = _analyze(only_numbers, tmp_path / "n")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_report_on_a_run_whose_capture_json_was_cut_short_names_the_file(sample_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(sample_run("healthy.py").run_dir, run_dir)
+    capture = run_dir / "capture.json"
+    capture.write_bytes(capture.read_bytes()[:200])
+    proc = diagnose_cli("report", str(run_dir))
+    assert proc.returncode == 2 and f"cannot read {capture}" in proc.stderr and "Traceback" not in proc.stderr

@@ -7,7 +7,8 @@ import pytest
 
 from diagnose.experiments.runner import Arm
 from diagnose.experiments.stats import compare, loss_drift
-from diagnose.model import Measurement, Window
+from diagnose.experiments import _headline
+from diagnose.model import Experiment, Measurement, Window
 
 
 def _arm(rng: random.Random, mean: float, runs: int, between: float = 0.03, within: float = 0.05,
@@ -67,3 +68,20 @@ def test_loss_drift_is_zero_for_identical_runs_and_relative_otherwise():
     assert loss_drift([2.0, 1.5, 1.0], [2.0, 1.5, 1.0]) == 0.0
     assert loss_drift([2.0, 2.0], [2.2, 1.8, 5.0]) == pytest.approx(0.1)
     assert loss_drift([], [1.0]) is None
+
+
+def _measured(name: str, speedup: float, verdict: str) -> Experiment:
+    return Experiment(name, {}, "steps/s", speedup, (speedup * 0.9, speedup * 1.1), verdict, None, None, "")
+
+
+@pytest.mark.parametrize("combined, ceiling, recovered, shown_ceiling", [
+    (_measured("combined", 2.0, "faster"), _measured("ceiling", 3.0, "faster"), 0.75, 3.0),
+    (_measured("combined", 0.96, "no-change"), _measured("ceiling", 1.02, "no-change"), None, None),
+    (_measured("combined", 1.5, "faster"), _measured("ceiling", 1.2, "faster"), 1.0, 1.2),  # not 200%
+    (_measured("combined", 1.5, "faster"), _measured("ceiling", 1.3, "no-change"), None, None),
+])
+def test_the_share_of_data_loading_recovered_needs_both_verified_and_stays_within_100_percent(
+        combined, ceiling, recovered, shown_ceiling):
+    head = _headline([], combined, ceiling)
+    assert head.data_loading_recovered_frac == (pytest.approx(recovered) if recovered is not None else None)
+    assert head.ceiling_speedup == shown_ceiling

@@ -75,7 +75,7 @@ def test_experiments_section_shows_headline_recovery_table_chart_and_diffs(tmp_p
     # the combination and the ceiling first, then by speedup, unmeasured last
     assert rows == [("faster", "combined"), ("faster", "ceiling"), ("faster", "dataloader.num_workers"),
                     ("no-change", "amp"), ("failed", "compile")]
-    assert "2.40x [2.10-2.70]" in section and "num_workers=4" in section and "3.0 GiB" in section
+    assert "2.4x [2.1-2.7]" in section and "num_workers=4" in section and "3.0 GiB" in section
     assert "3.10%" in section and '<span class="warn">the loss drifted by 3.10% from the baseline</span>' in section
     assert "RuntimeError: no compiler" in section and "identical" in section and "approximate" in section
     assert "<svg" in section and "speedup over the baseline" in section
@@ -97,7 +97,7 @@ def test_no_verified_change_says_so(tmp_path):
                          ceiling_speedup=1.8)
     section = _section(_html(tmp_path, _diagnosis(experiments=EXPERIMENTS[1:3], headline=no_change)))
     assert "No change was verified faster on this machine" in section
-    assert "With no data loading at all (ceiling) steps would be 1.8x faster." in section
+    assert "With no data loading at all (ceiling) steps would be 1.80x faster." in section
     assert 'class="change"' not in section
 
 

@@ -6,6 +6,7 @@ Handles old (`Operator`, `Kernel`, `Runtime`, `Memcpy`) and new (`cpu_op`, `kern
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import pickle
 import re
@@ -164,13 +165,19 @@ def load_trace(path: Path) -> Trace:
     data = read_events(path, raw)
     rows = _empty_buckets()
     for e in data["traceEvents"]:
-        if e.get("ph") != "X" or "dur" not in e:
-            continue
+        if not isinstance(e, dict) or e.get("ph") != "X" or not _finite(e.get("dur")) or not _finite(e.get("ts", 0.0)):
+            continue  # not an event, or a complete event without a usable time: nothing to place on a timeline
         kind = _kind(e)
         if kind is not None:
-            rows[kind].append((e.get("ts", 0.0), e["dur"], e.get("name", ""), (e.get("pid"), e.get("tid"))))
+            name = e.get("name", "")
+            rows[kind].append((e.get("ts", 0.0), e["dur"], name if isinstance(name, str) else str(name),
+                               (e.get("pid"), e.get("tid"))))
     metadata = {k: v for k, v in data.items() if k != "traceEvents"}
     return _assemble(str(path), metadata, {kind: Spans.of(r) for kind, r in rows.items()})
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _empty_buckets() -> dict[str, list]:
@@ -344,6 +351,7 @@ def _head_metadata(head: bytes) -> Optional[dict]:
 
 def _kind(e: dict) -> Optional[str]:
     name = e.get("name", "")
+    name = name if isinstance(name, str) else str(name)
     cat = str(e.get("cat", "")).lower()
     if _is_step(name):
         return "step"
@@ -367,6 +375,9 @@ def _kind(e: dict) -> Optional[str]:
 
 
 def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
+    if not any(len(spans) for spans in b.values()):
+        raise UserError(f"{path} holds no profiler events with a start and a duration to analyse",
+                        "pass a trace written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)")
     steps = b["step"]
     if len(steps):
         main = Counter(steps.tids).most_common(1)[0][0]

@@ -238,10 +238,13 @@ def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optio
     if combined is None:
         if ceiling is None:
             return None
-        return Headline((), None, None, "no-change", "steps/s", None, ceiling.speedup)
+        return Headline((), None, None, "no-change", "steps/s", None,
+                        ceiling.speedup if ceiling.verdict == "faster" else None)
+    verified_ceiling = ceiling is not None and ceiling.verdict == "faster" and ceiling.speedup
     recovered = None
-    if ceiling is not None and combined.speedup and ceiling.speedup and ceiling.speedup > 1 and combined.metric == "steps/s":
-        # share of the time that data loading cost (baseline step - ceiling step) the fixes won back
-        recovered = (1 - 1 / combined.speedup) / (1 - 1 / ceiling.speedup)
+    if verified_ceiling and combined.verdict == "faster" and combined.speedup and combined.metric == "steps/s":
+        # share of the time that data loading cost (baseline step - ceiling step) the fixes won back; above 100%
+        # when the fixes also sped up more than data loading (e.g. caching skips preprocessing the ceiling keeps)
+        recovered = min((1 - 1 / combined.speedup) / (1 - 1 / ceiling.speedup), 1.0)
     return Headline(tuple(a.label for a in winners), combined.speedup, combined.ci, combined.verdict, combined.metric,
-                    recovered, ceiling.speedup if ceiling else None)
+                    recovered, ceiling.speedup if verified_ceiling else None)

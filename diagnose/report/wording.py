@@ -53,10 +53,13 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     return f"Capture ended with status {capture.status}."
 
 
-def speedup_text(speedup: Optional[float], ci, digits: int = 2) -> str:
-    """'1.52x [1.40-1.65]'; empty when nothing was measured."""
+def speedup_text(speedup: Optional[float], ci, digits: Optional[int] = None) -> str:
+    """'1.04x [1.01-1.07]', '9.6x [8.8-10.5]'; empty when nothing was measured. Two decimals below 2x, where one
+    would round a verified 1.04x [1.01-1.07] to '1.0x [1.0-1.1]'."""
     if speedup is None:
         return ""
+    if digits is None:
+        digits = 2 if speedup < 2 or (ci and ci[0] < 2) else 1
     interval = f" [{ci[0]:.{digits}f}-{ci[1]:.{digits}f}]" if ci else ""
     return f"{speedup:.{digits}f}x{interval}"
 
@@ -66,8 +69,8 @@ def headline_sentence(diagnosis: Diagnosis) -> str:
     head = diagnosis.headline
     if head is not None and head.verdict == "faster" and head.speedup:
         count = len(head.changes)
-        interval = f" [{head.ci[0]:.1f}-{head.ci[1]:.1f}]" if head.ci else ""
-        return (f"Verified: {count} change{'' if count == 1 else 's'}, {head.speedup:.1f}x faster{interval}, "
+        speedup, _, interval = speedup_text(head.speedup, head.ci).partition(" ")
+        return (f"Verified: {count} change{'' if count == 1 else 's'}, {speedup} faster{' ' + interval if interval else ''}, "
                 f"{head.metric}: {', '.join(head.changes)}")
     return _unverified_sentence(diagnosis) if diagnosis.experiments else ""
 
@@ -79,18 +82,18 @@ def _unverified_sentence(diagnosis: Diagnosis) -> str:
     if not alone:
         return "No change was verified faster on this machine."
     best = max(alone, key=lambda e: e.speedup)
-    interval = f" [{best.ci[0]:.1f}-{best.ci[1]:.1f}]" if best.ci else ""
+    speedup, _, interval = speedup_text(best.speedup, best.ci).partition(" ")
     detail = ", ".join(f"{k}={v}" for k, v in best.setting.items())
     label = f"{best.optimization}({detail})" if detail else best.optimization
-    return (f"No combination of changes was verified faster; on its own, {label} was {best.speedup:.1f}x faster"
-            f"{interval}, {best.metric}.")
+    return (f"No combination of changes was verified faster; on its own, {label} was {speedup} faster"
+            f"{' ' + interval if interval else ''}, {best.metric}.")
 
 
 def recovery_sentence(head: Optional[Headline]) -> str:
     """How much of the data-loading cost the fixes won back, against the no-data-loading ceiling."""
     if head is None or (head.data_loading_recovered_frac is None and not head.ceiling_speedup):
         return ""
-    ceiling = (f"with no data loading at all (ceiling) steps would be {head.ceiling_speedup:.1f}x faster"
+    ceiling = (f"with no data loading at all (ceiling) steps would be {speedup_text(head.ceiling_speedup, None)} faster"
                if head.ceiling_speedup else "")
     if head.data_loading_recovered_frac is None:
         return f"{ceiling[0].upper()}{ceiling[1:]}."
