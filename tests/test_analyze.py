@@ -34,9 +34,13 @@ def test_host_sync_trace_names_its_syncs_per_step_and_their_source_and_low_utili
     d = _diagnosis(out)
     findings = _rules(d)
     syncs = findings["host-overhead.syncs"]
-    assert d["metrics"]["syncs_per_step"] == pytest.approx(15.2)  # 75 cudaStreamSynchronize + 1 device sync, 5 steps
-    assert "synchronises host and GPU 15 time(s)" in syncs["message"]
-    assert "cudaStreamSynchronize in aten::to (15.0/step)" in syncs["message"]
+    # per step: 15 cudaStreamSynchronize, and 6 cudaMemcpyAsync into pageable memory (704-byte DtoH copies
+    # that hold the host ~145 ms of a 215 ms step); the device sync after the last step is not a step's
+    assert d["metrics"]["syncs_per_step"] == pytest.approx(21.0)
+    assert "synchronises host and GPU 21 time(s)" in syncs["message"] and "6 of them blocking copies" in syncs["message"]
+    assert "cudaStreamSynchronize in aten::to (15.0/step); cudaMemcpyAsync in aten::to (6.0/step)" in syncs["message"]
+    assert d["findings"][0] == syncs and syncs["severity"] == "high"
+    assert d["metrics"]["gpu_idle_sync_frac"] > 0.4 and d["metrics"]["gpu_idle_runtime_frac"] < 0.1
     assert any(f["category"] == "utilization" and f["severity"] == "high" for f in d["findings"])
     assert d["metrics"]["gpu_busy_frac"] < 0.5  # torch-tb-profiler: kernel 32%
     report = (out / "report.html").read_text()
@@ -51,7 +55,7 @@ def test_kernel_heavy_trace_is_busy_but_told_its_fp32_kernels_skip_the_tensor_co
     assert d["breakdown"]["compute"] > 0.9
     # the GPU is not idle; but whether autocast ran is unknown from a trace, and its volta_sgemm kernels say no
     assert [f["rule"] for f in d["findings"] if f["category"] == "utilization"] == ["utilization.tensor-cores-unused"]
-    assert d["metrics"]["fp32_gemm_frac"] == pytest.approx(0.45, abs=0.02)
+    assert d["metrics"]["fp32_gemm_frac"] == pytest.approx(0.36, abs=0.02)  # inside the steps, overlaps once
 
 
 def test_pageable_copies_without_profiler_steps_give_a_transfer_finding(tmp_path):

@@ -1,9 +1,10 @@
 """End to end: `diagnose run` on the bundled sample scripts finds what each one shows."""
 from __future__ import annotations
 
+import json
 import shutil
 
-from conftest import SAMPLES, line_of, run_script
+from conftest import SAMPLES, SCRIPTS, line_of, run_script
 
 
 def test_slow_loader_is_diagnosed_as_data_loading_at_the_dataloader_line(sample_run):
@@ -96,3 +97,14 @@ def test_deterministic_cpu_heavy_preprocessing_is_diagnosed_as_cacheable(sample_
     assert top["optimizations"] == ["dataset.cache"]
     assert top["location"].endswith(f"cpu_preprocessing.py:{line_of(SAMPLES / 'cpu_preprocessing.py', 'DataLoader(dataset')}")
     assert d["metrics"]["dataset_deterministic"] == 1.0 and d["metrics"]["dataset_item_cpu_frac"] >= 0.5
+
+
+def test_per_step_counts_leave_out_an_evaluation_loop_after_the_training_steps(tmp_path):
+    run = run_script(SCRIPTS / "evaluates_after_training.py", out=tmp_path / "run",
+                     options=("--warmup", "2", "--experiments", "none"))
+    assert run.returncode == 0, run.stderr
+    m = run.diagnosis["metrics"]
+    assert m["item_calls_per_step"] == 0  # the 2000 .item() calls come after training
+    assert m["ops_per_step"] < 150  # a Linear layer's forward, backward and SGD step (was 1304 with the evaluation)
+    analysis = json.loads((run.run_dir / "analysis.json").read_text())
+    assert "aten::item" not in {op["name"] for op in analysis["top_ops"]}

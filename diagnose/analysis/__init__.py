@@ -5,7 +5,7 @@ from __future__ import annotations
 import linecache
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -39,19 +39,20 @@ def analyze(inputs: Inputs) -> Analysis:
     steps = per_step(buckets, windows)
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
-    self_t, top = op_stats.self_times(trace.cpu_ops, compute_threads(trace))
+    steady = within_steps(trace, windows)
+    self_t, top = op_stats.self_times(steady.cpu_ops, compute_threads(trace))
     frames = innermost_segments(trace.python, trace.main_tid)
     if inputs.stacks is not None:
         host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
     else:
         host_lines = lines_from_frames(frames, buckets["host_overhead"], len(steps), stats["mean"], inputs.source_roots)
-    syncs = gpu.sync_sources(trace, top, len(steps), frames) if trace.has_gpu and steps else ()
-    metrics = _metrics(inputs, steps, fractions, stats, top, host_lines, windows)
+    syncs = gpu.sync_sources(steady, top, len(steps), frames) if trace.has_gpu and steps else ()
+    metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, windows)
     return Analysis(
         steps=tuple(steps),
         step_time_s=stats,
         breakdown=fractions,
-        top_ops=op_stats.top_ops(trace.cpu_ops, self_t),
+        top_ops=op_stats.top_ops(steady.cpu_ops, self_t),
         host_lines=host_lines,
         metrics=metrics,
         locations=_locations(inputs.capture, host_lines, syncs, _data_wait_location(frames, buckets["data_wait"])),
@@ -59,6 +60,19 @@ def analyze(inputs: Inputs) -> Analysis:
         notes=_notes(inputs, steps, from_frames=inputs.stacks is None and bool(host_lines)),
         syncs=syncs,
     )
+
+
+def within_steps(trace: Trace, windows: np.ndarray) -> Trace:
+    """The host-side events that start inside the measured steps: counted per step, they must not include an
+    evaluation loop after training, or the step that was cut short."""
+    if not len(windows):
+        return trace
+    within = iv.union(windows)
+
+    def keep(spans):
+        return spans.take(np.flatnonzero(iv.contains(within, spans.start)))
+
+    return replace(trace, cpu_ops=keep(trace.cpu_ops), runtime=keep(trace.runtime))
 
 
 def attribute_host_lines(trace: Trace, stacks: Optional[StackSamples], overhead: np.ndarray, n_steps: int,
@@ -131,7 +145,8 @@ def _flag(value) -> Optional[float]:
     return None if value is None else float(bool(value))
 
 
-def _metrics(inputs: Inputs, steps, fractions, stats, top, host_lines, windows) -> dict[str, Optional[float]]:
+def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_lines,
+             windows) -> dict[str, Optional[float]]:
     trace, capture = inputs.trace, inputs.capture
     n = max(len(steps), 1)
     durations = np.array([s.duration_s for s in steps]) if steps else np.zeros(1)
@@ -143,19 +158,20 @@ def _metrics(inputs: Inputs, steps, fractions, stats, top, host_lines, windows) 
         step_time_mean_s=stats["mean"], step_time_p50_s=stats["p50"], step_time_p95_s=stats["p95"],
         step_time_cv=float(durations.std() / durations.mean()) if durations.mean() > 0 else None,
         ops_per_step=float(top.sum()) / n,
-        op_mean_us=float((trace.cpu_ops.end - trace.cpu_ops.start)[top].mean()) if top.any() else None,
+        op_mean_us=float((steady.cpu_ops.end - steady.cpu_ops.start)[top].mean()) if top.any() else None,
         host_top_line_frac=max((h.frac for h in host_lines if not h.in_torch), default=0.0),
         **_host_split(host_lines, fractions["host_overhead"]),
-        item_calls_per_step=float(sum(1 for x in trace.cpu_ops.names if x == "aten::item")) / n,
+        item_calls_per_step=float(sum(1 for x in steady.cpu_ops.names if x == "aten::item")) / n,
         h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
     )
-    m.update(_device_metrics(trace, capture, windows, total_us, n))
+    m.update(_device_metrics(trace, steady, capture, windows, total_us, n))
     m.update(_trace_loader_metrics(trace))
     m.update(_capture_metrics(capture, inputs.samples, n))
     return m
 
 
-def _device_metrics(trace: Trace, capture: Optional[Capture], windows: np.ndarray, total_us: float, n: int) -> dict:
+def _device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], windows: np.ndarray, total_us: float,
+                    n: int) -> dict:
     used_cuda = capture is not None and capture.memory_kind == "cuda"
     has_gpu = trace.has_gpu or used_cuda
     capability = capture.environment.gpu_capability if capture else _trace_capability(trace)
@@ -168,8 +184,8 @@ def _device_metrics(trace: Trace, capture: Optional[Capture], windows: np.ndarra
         **metrics,
         "gpu_busy_frac": iv.total(kernels) / total_us,
         "tensor_core_gpu": None if capability is None else float(float(capability) >= 7.0),
-        "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace) / total_us,
-        "syncs_per_step": op_stats.syncs(trace) / n,
+        "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace, within) / total_us,
+        "syncs_per_step": float(gpu.blocking_runtime(steady).sum()) / n,
         **gpu.idle_attribution(trace, windows, total_us),
         **gpu.copy_metrics(trace, within, total_us, n),
         **gpu.launch_metrics(trace, within, n),

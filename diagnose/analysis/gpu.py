@@ -16,6 +16,9 @@ LAUNCH_RUNTIME = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperat
                   "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel", "hipExtModuleLaunchKernel",
                   "hipModuleLaunchKernel", "hipGraphLaunch")
 SYNC_COPY_RUNTIME = ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")  # synchronous copies block the host
+# an "async" copy into pageable host memory returns only once the copy is done (CUDA's API sync behaviour),
+# after everything queued before it: as blocking as a cudaMemcpy
+ASYNC_COPY_RUNTIME = ("cudaMemcpyAsync", "hipMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
 IDLE_CAUSES = ("data_wait", "sync", "runtime", "cpu_ops", "python")
 
@@ -30,6 +33,20 @@ def _runtime_named(trace: Trace, names: tuple[str, ...]) -> np.ndarray:
     return trace.runtime.intervals(trace.runtime.mask(lambda n: n in wanted))
 
 
+def blocking_runtime(trace: Trace) -> np.ndarray:
+    """Which runtime calls block the host until the GPU catches up: explicit syncs, synchronous copies, and async
+    copies into pageable memory (known by the device-to-pageable copy that ends inside the call)."""
+    runtime = trace.runtime
+    blocking = runtime.mask(lambda n: n in SYNC_RUNTIME or n in SYNC_COPY_RUNTIME)
+    to_pageable = trace.memcpy.mask(lambda n: "DtoH" in n and "Pageable" in n)
+    if not to_pageable.any():
+        return blocking
+    copy_ends = np.sort(trace.memcpy.end[to_pageable])
+    calls = runtime.mask(lambda n: n in ASYNC_COPY_RUNTIME)
+    inside = np.searchsorted(copy_ends, runtime.end, side="right") - np.searchsorted(copy_ends, runtime.start)
+    return blocking | (calls & (inside > 0))
+
+
 def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict[str, float]:
     """Share of step time the GPU idles, split by what the host's main process was doing meanwhile: waiting for
     the DataLoader, waiting in a sync, launching work, running torch ops on the CPU, or none of those (Python)."""
@@ -37,7 +54,7 @@ def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict
     result = {"gpu_idle_frac": iv.total(idle) / total_us}
     sources = [
         ("data_wait", trace.dataloader.intervals()),
-        ("sync", np.vstack([_runtime_named(trace, SYNC_RUNTIME + SYNC_COPY_RUNTIME),
+        ("sync", np.vstack([trace.runtime.intervals(blocking_runtime(trace)),
                             trace.cpu_ops.intervals(trace.cpu_ops.mask(lambda n: n in SYNC_OPS))])),
         ("runtime", trace.runtime.intervals()),
         ("cpu_ops", trace.cpu_ops.intervals()),
@@ -55,7 +72,7 @@ def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict
 def _gaps_after_syncs(trace: Trace, idle: np.ndarray) -> float:
     """Length of the GPU idle gaps a sync opened: a sync returns once the GPU has drained its queue, so the gap
     that follows (until the host launches again) contains the sync's end."""
-    ends = np.sort(_runtime_named(trace, SYNC_RUNTIME + SYNC_COPY_RUNTIME)[:, 1])
+    ends = np.sort(trace.runtime.end[blocking_runtime(trace)])
     if not len(ends) or not len(idle):
         return 0.0
     first = np.searchsorted(ends, idle[:, 0], side="left")
@@ -72,6 +89,7 @@ def copy_metrics(trace: Trace, within: np.ndarray, total_us: float, n_steps: int
 
     h2d, d2h, d2d = direction("HtoD", "Host to Device"), direction("DtoH", "Device to Host"), direction("DtoD", "PtoP")
     pageable = direction("Pageable")
+    in_steps = iv.contains(within, trace.memcpy.start)
 
     def share(intervals: np.ndarray) -> float:
         return iv.total(iv.intersect(iv.union(intervals), within)) / total_us
@@ -82,9 +100,10 @@ def copy_metrics(trace: Trace, within: np.ndarray, total_us: float, n_steps: int
         "d2d_copy_frac": share(trace.memcpy.intervals(d2d)),
         "memset_frac": share(trace.memset.intervals()),
         "h2d_gpu_share": share(trace.memcpy.intervals(h2d)) / max(share(gpu_activity(trace)), 1e-12),
-        "pageable_h2d_per_step": float((h2d & pageable).sum()) / n_steps,
-        "pageable_d2h_per_step": float((d2h & pageable).sum()) / n_steps,
-        "sync_copies_per_step": float(sum(1 for n in trace.runtime.names if n in SYNC_COPY_RUNTIME)) / n_steps,
+        "pageable_h2d_per_step": float((h2d & pageable & in_steps).sum()) / n_steps,
+        "pageable_d2h_per_step": float((d2h & pageable & in_steps).sum()) / n_steps,
+        "sync_copies_per_step": float((blocking_runtime(trace) & ~trace.runtime.mask(lambda n: n in SYNC_RUNTIME)
+                                       & iv.contains(within, trace.runtime.start)).sum()) / n_steps,
     }
 
 
@@ -128,8 +147,7 @@ def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, frames: FrameSegme
                  limit: int = 8) -> tuple[SyncSource, ...]:
     """Each blocking sync (cuda*Synchronize, synchronous cudaMemcpy) named by the top-level torch op it ran in
     (aten::item, aten::to...) and, when the trace has Python frames, the user's line that called it."""
-    wanted = set(SYNC_RUNTIME + SYNC_COPY_RUNTIME)
-    picks = [i for i, n in enumerate(trace.runtime.names) if n in wanted]
+    picks = np.flatnonzero(blocking_runtime(trace)).tolist()
     if not picks:
         return ()
     at = trace.runtime.start[picks]

@@ -5,7 +5,8 @@ import re
 
 import numpy as np
 
-from diagnose.analysis.trace import SYNC_RUNTIME, Spans, Trace
+from diagnose.analysis import intervals as iv
+from diagnose.analysis.trace import Spans, Trace
 from diagnose.model import OpStat
 
 GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop|implicit_convolve", re.I)
@@ -51,11 +52,6 @@ def count_named(spans: Spans, names: tuple[str, ...] | set[str]) -> int:
     return sum(1 for n in spans.names if n in names)
 
 
-def syncs(trace: Trace) -> int:
-    explicit = count_named(trace.runtime, set(SYNC_RUNTIME) | {"cudaMemcpy", "hipMemcpy"})
-    return explicit
-
-
 def h2d_pageable_frac(trace: Trace):
     h2d = trace.memcpy.mask(lambda n: "HtoD" in n)
     if not h2d.any():
@@ -65,6 +61,7 @@ def h2d_pageable_frac(trace: Trace):
     return float(durations[pageable].sum() / max(durations[h2d].sum(), 1e-9))
 
 
-def fp32_gemm_time_us(trace: Trace) -> float:
+def fp32_gemm_time_us(trace: Trace, within: np.ndarray) -> float:
+    """GPU time of fp32 GEMM/convolution kernels without tensor-core markers, inside the measured steps."""
     mask = trace.kernels.mask(lambda n: bool(GEMM_KERNEL.search(n)) and not TENSOR_CORE_KERNEL.search(n))
-    return float((trace.kernels.end - trace.kernels.start)[mask].sum())
+    return iv.total(iv.intersect(iv.union(trace.kernels.intervals(mask)), within))
