@@ -328,6 +328,7 @@ class Diagnosis:
     metrics: dict[str, Optional[float]] = field(default_factory=dict)
     headline: Optional[Headline] = None
     ranks: tuple[RankSummary, ...] = ()
+    experiments_interrupted: bool = False  # Ctrl-C during the experiments: those listed are what was measured
 
 # The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
 OPTIMIZATION_IDS = (

@@ -130,10 +130,11 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         breakdown=analysis.breakdown if analysis else {},
         findings=tuple(findings),
         experiments=experiments.experiments,
-        status=capture.status if capture else "no_capture",
+        status=capture.status if capture else ("analyzed" if analysis is not None else "no_capture"),
         metrics=analysis.metrics if analysis else {},
         headline=experiments.headline,
         ranks=analysis.ranks if analysis else (),
+        experiments_interrupted=experiments.interrupted,
     )
 
 
@@ -142,6 +143,7 @@ class ExperimentResults:
     """RUN/experiments.json: every setting tried and the headline."""
     experiments: tuple[Experiment, ...] = ()
     headline: Optional[Headline] = None
+    interrupted: bool = False  # Ctrl-C during the experiments: what was measured until then is kept
 
 
 def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...]):
@@ -158,8 +160,9 @@ def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analy
                           budget_s: float, on_progress) -> ExperimentResults:
     from diagnose.experiments import run_experiments
 
-    experiments, headline = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress)
-    results = ExperimentResults(tuple(experiments), headline)
+    experiments, headline, interrupted = run_experiments(selection, capture, analysis, findings, run_dir, budget_s,
+                                                         on_progress)
+    results = ExperimentResults(tuple(experiments), headline, interrupted)
     write_json(run_dir / "experiments.json", results)
     return results
 

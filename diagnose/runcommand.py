@@ -53,7 +53,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
             results = _experiments(progress, experiments, run_dir, outcome.capture, analysis, findings, budget_seconds)
     result = write_outputs(run_dir, script, outcome.capture, analysis, findings, results, templates_dir)
     _finish_output(console, result, as_json, open_report)
-    if outcome.interrupted:
+    if outcome.interrupted or results.interrupted:
         return 130
     return EXIT_FOR_STATUS.get(result.diagnosis.status, 1)
 

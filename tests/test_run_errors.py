@@ -93,6 +93,27 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
     assert (out / "report.html").is_file()
 
 
+def test_ctrl_c_during_the_experiments_stops_them_and_keeps_what_was_measured(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2", "--steps", "5",
+                             "--budget-seconds", "300", str(SAMPLES / "slow_loader.py")], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and len(list((out / "experiments").glob("*/measure.json"))) < 3:
+        time.sleep(0.5)
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: diagnose and the experiment run in progress
+    _, stderr = proc.communicate(timeout=120)
+    assert time.monotonic() - started < 30  # it stops, instead of running the rest of the 300 s budget
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Experiments interrupted (Ctrl-C)" in stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert d["experiments_interrupted"] and d["findings"] and d["headline"] is None
+    reasons = " ".join(e["reason"] for e in d["experiments"])
+    assert "interrupted (Ctrl-C)" in reasons
+    assert "Experiments interrupted (Ctrl-C)" in (out / "report.html").read_text()
+
+
 def _profiling_started(out) -> bool:
     log = out / "script.log"  # the script prints every 20 steps; by step 20 the profiler runs
     return log.exists() and "step 20" in log.read_text()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.experiments.diffs import keyword_diff
-from diagnose.experiments.runner import CONFIRM_ROUNDS, SCREEN_ROUNDS, Arm, Scheduler, interleave
+from diagnose.experiments.runner import CONFIRM_ROUNDS, SCREEN_ROUNDS, Arm, ExperimentsInterrupted, Scheduler, interleave
 from diagnose.experiments.runner import arms_for
 from diagnose.experiments.stats import compare, loss_drift
 from diagnose.model import Analysis, Capture, Change, Experiment, Finding, Headline, Measurement
@@ -16,6 +16,7 @@ from diagnose.resources import display_location
 
 IDENTICAL_TOLERANCE = 1e-3
 BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"
+INTERRUPTED_REASON = "not run: the experiments were interrupted (Ctrl-C)"
 
 
 def select(selection: str, findings: list[Finding]) -> list[str]:
@@ -29,27 +30,35 @@ def select(selection: str, findings: list[Finding]) -> list[str]:
 
 
 def run_experiments(selection: str, capture: Capture, analysis: Analysis, findings: list[Finding], run_dir: Path,
-                    budget_s: float, on_progress: Callable[[str], None]) -> tuple[list[Experiment], Optional[Headline]]:
+                    budget_s: float, on_progress: Callable[[str], None]
+                    ) -> tuple[list[Experiment], Optional[Headline], bool]:
+    """(every setting's result, the headline, whether Ctrl-C cut the experiments short)."""
     ctx = Context(capture, analysis)
     ids = select(selection, findings)
     if not ids:
-        return [], None
+        return [], None, False
     skipped = [_skipped(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
     arms = [arm for i in ids if not REGISTRY[i].skip_reason(ctx) for arm in arms_for(i, ctx)]
     if not arms:
-        return skipped, None  # nothing to measure: no baseline, no ceiling either
+        return skipped, None, False  # nothing to measure: no baseline, no ceiling either
     scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
     baseline = Arm("baseline", {}, ())
-    for round_ in range(SCREEN_ROUNDS):
-        if round_:  # when the budget runs short, the settings that did best so far get their second run first
-            arms = sorted(arms, key=lambda a: _mean(a.throughputs(_metric(a.optimization))), reverse=True)
-        interleave(scheduler, baseline, arms)
-    best = _best_per_optimization(arms, baseline)
-    for _ in range(CONFIRM_ROUNDS):
-        interleave(scheduler, baseline, best)
+    try:
+        for round_ in range(SCREEN_ROUNDS):
+            if round_:  # when the budget runs short, the settings that did best so far get their second run first
+                arms = sorted(arms, key=lambda a: _mean(a.throughputs(_metric(a.optimization))), reverse=True)
+            interleave(scheduler, baseline, arms)
+        best = _best_per_optimization(arms, baseline)
+        for _ in range(CONFIRM_ROUNDS):
+            interleave(scheduler, baseline, best)
+    except ExperimentsInterrupted:  # keep what was measured; no combination, no ceiling
+        return [_result(arm, baseline, ctx, unrun_reason=INTERRUPTED_REASON) for arm in arms] + skipped, None, True
     results = [_result(arm, baseline, ctx) for arm in arms]
-    headline, extra = _combine_and_ceiling(scheduler, baseline, best, results, ctx)
-    return results + extra + skipped, headline
+    try:
+        headline, extra = _combine_and_ceiling(scheduler, baseline, best, results, ctx)
+    except ExperimentsInterrupted:
+        return results + skipped, None, True
+    return results + extra + skipped, headline, False
 
 
 def _metric(optimization: str) -> str:
@@ -76,14 +85,15 @@ def _skipped(optimization: str, reason: str) -> Experiment:
                       fidelity=REGISTRY[optimization].fidelity if optimization in REGISTRY else "")
 
 
-def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None) -> Experiment:
+def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
+            unrun_reason: str = BUDGET_REASON) -> Experiment:
     metric = metric or _metric(arm.optimization)
     fidelity = REGISTRY[arm.optimization].fidelity if arm.optimization in REGISTRY else _combined_fidelity(arm)
     common = dict(optimization=arm.optimization, setting=arm.setting, metric=metric, fidelity=fidelity,
                   runs=len(arm.runs), applied=arm.runs[0].applied if arm.runs else ())
     if not arm.runs:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None,
-                          peak_memory_bytes=None, reason=BUDGET_REASON)
+                          peak_memory_bytes=None, reason=unrun_reason)
     ok = arm.ok_runs()
     peak = max((m.peak_memory_bytes for m in arm.runs if m.peak_memory_bytes), default=None)
     common["baseline_peak_memory_bytes"] = max((m.peak_memory_bytes for m in baseline.runs if m.peak_memory_bytes),
@@ -94,7 +104,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None)
     base_values, values = baseline.throughputs(metric), arm.throughputs(metric)
     if len(ok) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
-                          reason=_one_run_reason(arm))
+                          reason=_one_run_reason(arm, unrun_reason))
     if len(base_values) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
                           reason=f"nothing to compare with: fewer than two baseline runs measured {metric} "
@@ -124,10 +134,12 @@ def _fidelity_warning(fidelity: str, drift: Optional[float]) -> str:
     return ""
 
 
-def _one_run_reason(arm: Arm) -> str:
+def _one_run_reason(arm: Arm, unrun_reason: str) -> str:
     failed = [m for m in arm.runs if not m.windows]
     if failed:
         return f"only one of {len(arm.runs)} runs reached a timed window; the other: {_failure(failed[-1])}"
+    if unrun_reason == INTERRUPTED_REASON:
+        return "only one run before the experiments were interrupted (Ctrl-C): no interval without a second one"
     return "only one run fitted in the budget: no interval without a second one"
 
 

@@ -68,6 +68,10 @@ class Arm:
         return max(0.0, starts[len(starts) // 2] - span * steady_step_s)
 
 
+class ExperimentsInterrupted(Exception):
+    """Ctrl-C while an experiment ran: the run in progress has stopped; no further runs start."""
+
+
 class Scheduler:
     def __init__(self, script: str, script_args: tuple[str, ...], run_dir: Path, ctx: Context, budget_s: float,
                  on_progress: Callable[[str], None]):
@@ -114,7 +118,12 @@ class Scheduler:
                            profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher)
         self.on_progress(arm.label)
         start = time.monotonic()
-        run_capture(config, folder, lambda line, is_err: None, lambda line: None)
+        try:
+            outcome = run_capture(config, folder, lambda line, is_err: None, lambda line: None)
+        except KeyboardInterrupt:  # landed outside the wait for the child
+            raise ExperimentsInterrupted() from None
+        if outcome.interrupted:
+            raise ExperimentsInterrupted()  # its partial windows are not a fair sample: dropped, not compared
         self.durations.append(time.monotonic() - start)
         measurement = _read_measurement(folder)
         arm.runs.append(measurement)

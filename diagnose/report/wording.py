@@ -29,6 +29,8 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
 
 def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) -> str:
     steps = len(analysis.steps) if analysis else 0
+    if capture is None and analysis is not None:
+        return f"Analysed {steps} step(s) of an existing trace ({analysis.step_definition})."
     if capture is None:
         return "The script did not start under the profiler; nothing was measured."
     name = Path(capture.script).name
@@ -72,6 +74,10 @@ def headline_sentence(diagnosis: Diagnosis) -> str:
         speedup, _, interval = speedup_text(head.speedup, head.ci).partition(" ")
         return (f"Verified: {count} change{'' if count == 1 else 's'}, {speedup} faster{' ' + interval if interval else ''}, "
                 f"{head.metric}: {', '.join(head.changes)}")
+    if diagnosis.experiments_interrupted:
+        return ("Experiments interrupted (Ctrl-C): no combination was measured. "
+                + _unverified_sentence(diagnosis).replace("No combination of changes was verified faster; on its own",
+                                                          "Before that"))
     return _unverified_sentence(diagnosis) if diagnosis.experiments else ""
 
 
