@@ -30,7 +30,11 @@ def _run_dir(out: Optional[str], script: str) -> Path:
         while path.exists():
             suffix += 1
             path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}-{suffix}"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the run folder {path}: {exc.strerror}",
+                        "pass --out a folder you can write to (it is made for you)") from None
     return path
 
 
@@ -91,6 +95,10 @@ def _torchrun_args(options: dict) -> tuple[str, ...]:
         return ()
     if not options.get("nproc_per_node"):
         raise UserError("torchrun options need --nproc-per-node", "e.g. diagnose run --nproc-per-node 2 train.py")
+    count = str(options["nproc_per_node"])
+    if not (count.isdigit() and int(count) >= 1) and count not in ("auto", "cpu", "gpu", "xpu"):
+        raise UserError(f"--nproc-per-node {count}: not a number of processes",
+                        "give a whole number of at least 1 (or auto, cpu, gpu, as torchrun takes)")
     args: list[str] = []
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")

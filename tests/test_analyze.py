@@ -222,3 +222,17 @@ def test_report_on_a_run_whose_capture_json_was_cut_short_names_the_file(sample_
     capture.write_bytes(capture.read_bytes()[:200])
     proc = diagnose_cli("report", str(run_dir))
     assert proc.returncode == 2 and f"cannot read {capture}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_trace_cut_short_is_refused_not_analysed_as_if_whole(tmp_path):
+    whole = gzip.decompress((TRACES / "a100_ddp_rank3_of8.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(whole[:300_000])  # 6 steps in the whole trace; the cut one would look like 1, 93% host
+    proc, out = _analyze(cut, tmp_path)
+    assert proc.returncode == 2 and "looks cut short" in proc.stderr and not out.exists()
+
+
+def test_an_out_folder_that_cannot_be_made_is_a_clear_error(tmp_path):
+    (tmp_path / "file.txt").write_text("mine")
+    proc, _ = _analyze(TRACES / "rocm_mi250_toy.json.gz", tmp_path, "--out", str(tmp_path / "file.txt" / "sub"))
+    assert proc.returncode == 2 and "cannot create the run folder" in proc.stderr and "Traceback" not in proc.stderr

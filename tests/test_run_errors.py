@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, SAMPLES, SCRIPTS, diagnose_cli, run_script
+import pytest
+
+from conftest import REPO, SAMPLES, SCRIPTS, TRACES, diagnose_cli, run_script
 
 
 def test_missing_script_is_a_clear_error_without_traceback(tmp_path):
@@ -17,6 +19,17 @@ def test_missing_script_is_a_clear_error_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "script not found: no_such_train.py" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--nproc-per-node", "0", str(SAMPLES / "healthy.py")), "--nproc-per-node 0: not a number of processes"),
+    (("--nproc-per-node", "x", str(SAMPLES / "healthy.py")), "--nproc-per-node x: not a number of processes"),
+    ((str(TRACES / "rocm_mi250_toy.json.gz"),), "it looks like a trace"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
 
 

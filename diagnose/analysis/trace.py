@@ -132,7 +132,9 @@ def read_events(path: Path, raw: Optional[bytes] = None) -> dict:
     try:
         data = orjson.loads(read_bytes(path) if raw is None else raw)
     except orjson.JSONDecodeError as exc:
-        raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
+        cut = "end of data" in str(exc) or "EOF" in str(exc)
+        raise UserError(f"cannot read trace {path}: {exc}" + (" (the file looks cut short)" if cut else ""),
+                        "copy the whole file again" if cut else "pass a torch.profiler trace (.json or .json.gz)")
     if isinstance(data, list):  # a bare event list is also valid Chrome-trace JSON
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -203,7 +205,10 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
     metadata = _head_metadata(raw[:key.start()])
     if metadata is None:
         return None
-    metadata.update(_tail_metadata(raw[max(key.end(), len(raw) - 65536):]))
+    tail = _tail_metadata(raw[max(key.end(), len(raw) - 65536):])
+    if not tail and not CLOSED.search(raw[-256:]):
+        return None  # the text does not end as a whole trace does: cut short? the full parser will say
+    metadata.update(tail)
     pretty = raw.find(b'"ph": "X"', key.end()) >= 0
     if pretty and raw.find(b'"ph":"X"', key.end()) >= 0:
         return None  # both layouts in one file: not Kineto's writer
@@ -321,6 +326,7 @@ def _id(raw: bytes):
 
 
 TAIL_KEY = re.compile(rb'\]\s*,\s*(?="[^"\\]+"\s*:)')
+CLOSED = re.compile(rb"\]\s*\}\s*$")
 
 
 def _tail_metadata(tail: bytes) -> dict:

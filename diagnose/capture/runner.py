@@ -33,6 +33,9 @@ def check_script(path: str) -> None:
         raise UserError(f"script not found: {path}", "check the path; it is taken relative to the current folder")
     if not script.is_file():
         raise UserError(f"not a file: {path}", "pass the training script itself, e.g. `diagnose run train.py`")
+    if script.name.endswith((".json", ".json.gz", ".gz")):  # a JSON object even parses as Python
+        raise UserError(f"{path} is not a Python script: it looks like a trace",
+                        f"diagnose traces you already have with `diagnose analyze {path}`")
     try:
         source = script.read_bytes()
         compile(source, str(script), "exec")
