@@ -236,3 +236,13 @@ def test_an_out_folder_that_cannot_be_made_is_a_clear_error(tmp_path):
     (tmp_path / "file.txt").write_text("mine")
     proc, _ = _analyze(TRACES / "rocm_mi250_toy.json.gz", tmp_path, "--out", str(tmp_path / "file.txt" / "sub"))
     assert proc.returncode == 2 and "cannot create the run folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_cpu_trace_without_python_frames_still_names_host_overhead_as_the_bottleneck(tmp_path):
+    proc, out = _analyze(TRACES / "cpu_only_with_dataloader.json.gz", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    d = _diagnosis(out)
+    assert d["breakdown"]["host_overhead"] > 0.5
+    top = d["findings"][0]
+    assert top["rule"] == "host-overhead.unattributed" and "with_stack=True" in top["fix"]
+    assert d["metrics"]["host_top_line_frac"] is None  # unknown, not zero: nothing could name a line

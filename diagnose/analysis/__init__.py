@@ -159,7 +159,9 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
         step_time_cv=float(durations.std() / durations.mean()) if durations.mean() > 0 else None,
         ops_per_step=float(top.sum()) / n,
         op_mean_us=float((steady.cpu_ops.end - steady.cpu_ops.start)[top].mean()) if top.any() else None,
-        host_top_line_frac=max((h.frac for h in host_lines if not h.in_torch), default=0.0),
+        # unknown (not 0) when nothing could name lines: no stack samples, no Python frames in the trace
+        host_top_line_frac=max((h.frac for h in host_lines if not h.in_torch), default=0.0)
+        if inputs.stacks is not None or len(trace.python) else None,
         **_host_split(host_lines, fractions["host_overhead"]),
         item_calls_per_step=float(sum(1 for x in steady.cpu_ops.names if x == "aten::item")) / n,
         h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
