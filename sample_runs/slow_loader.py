@@ -40,6 +40,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--num-items", type=int, default=1920)  # 120 batches / epoch
     parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--persistent-workers", action="store_true")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=20)
     args = parser.parse_args()
@@ -50,7 +51,7 @@ def main():
     torch.manual_seed(0)
     dataset = SlowStorageDataset(args.num_items)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                        num_workers=args.num_workers)
+                        num_workers=args.num_workers, persistent_workers=args.persistent_workers)
 
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)

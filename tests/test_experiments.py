@@ -23,12 +23,12 @@ def _by(experiments: list[dict], optimization: str) -> list[dict]:
     return [e for e in experiments if e["optimization"] == optimization]
 
 
-def _plain_script_steps_per_s(num_workers: int, first: int = 60, epochs: int = 4) -> float:
+def _plain_script_steps_per_s(num_workers: int, *extra: str, first: int = 60, epochs: int = 4) -> float:
     """Steps/s of the unchanged sample, run by plain Python with `--num-workers`, timed from its own log lines
     over two whole 120-step epochs (step `first` to `first` + 240): wall time, worker restarts included."""
     last = first + 240
     command = [sys.executable, "-u", str(SAMPLES / "slow_loader.py"), "--num-workers", str(num_workers),
-               "--epochs", str(epochs), "--log-every", "20"]
+               "--epochs", str(epochs), "--log-every", "20", *extra]
     seen = {}
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
         for line in process.stdout:
@@ -51,8 +51,15 @@ def test_slow_loader_default_run_verifies_more_workers_and_the_claim_holds_on_a_
     assert combined["verdict"] == "faster" and d["headline"]["verdict"] == "faster"
     assert "Verified:" in run.stderr
     # an independent check: the script alone, twice as long, with the chosen setting passed as its own option
-    measured = _plain_script_steps_per_s(best["setting"]["num_workers"]) / _plain_script_steps_per_s(0)
+    plain = _plain_script_steps_per_s(0)
+    measured = _plain_script_steps_per_s(best["setting"]["num_workers"]) / plain
     assert abs(best["speedup"] / measured - 1) <= 0.2, (best["speedup"], measured)
+    # the headline too: the combination adds persistent workers (skipped alone: they need workers)
+    assert combined["setting"]["changes"] == [best_label := f"dataloader.num_workers(num_workers={best['setting']['num_workers']})",
+                                              "dataloader.persistent_workers(persistent_workers=True)"], best_label
+    both = _plain_script_steps_per_s(best["setting"]["num_workers"], "--persistent-workers") / plain
+    assert abs(combined["speedup"] / both - 1) <= 0.2, (combined["speedup"], both)
+    assert combined["ci"][0] > best["speedup"] * 0.8  # three runs: an interval that says something
 
 
 def test_cpu_bound_preprocessing_is_fixed_by_caching_not_by_workers(tmp_path):

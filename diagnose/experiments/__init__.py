@@ -54,8 +54,9 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
     except ExperimentsInterrupted:  # keep what was measured; no combination, no ceiling
         return [_result(arm, baseline, ctx, unrun_reason=INTERRUPTED_REASON) for arm in arms] + skipped, None, True
     results = [_result(arm, baseline, ctx) for arm in arms]
+    riders = [i for i in ids if REGISTRY[i].skip_reason(ctx) and REGISTRY[i].rides_with]
     try:
-        headline, extra = _combine_and_ceiling(scheduler, baseline, best, results, ctx)
+        headline, extra = _combine_and_ceiling(scheduler, baseline, best, results, ctx, riders)
     except ExperimentsInterrupted:
         return results + skipped, None, True
     return results + extra + skipped, headline, False
@@ -210,27 +211,35 @@ def _winners(best: list[Arm], results: list[Experiment]) -> list[Arm]:
 
 
 def _combine_and_ceiling(scheduler: Scheduler, baseline: Arm, best: list[Arm], results: list[Experiment],
-                         ctx: Context) -> tuple[Optional[Headline], list[Experiment]]:
+                         ctx: Context, riders: list[str]) -> tuple[Optional[Headline], list[Experiment]]:
     winners = _winners(best, results)
     extra: list[Experiment] = []
     combined = ceiling = None
     if winners:
-        changes = tuple(c for arm in winners for c in arm.changes)
-        combined = Arm("combined", {"changes": [a.label for a in winners]}, changes,
+        joining = [(r, REGISTRY[r].settings(ctx)[0]) for r in riders
+                   if REGISTRY[r].rides_with in {a.optimization for a in winners}]
+        changes = tuple(c for arm in winners for c in arm.changes) + tuple(Change(r, s) for r, s in joining)
+        labels = [a.label for a in winners] + [_label(r, s) for r, s in joining]
+        combined = Arm("combined", {"changes": labels}, changes,
                        max(a.extra_warmup for a in winners), _combined_burst(winners))
     if ctx.loader is not None and (ctx.metric("data_wait_frac") or 0) >= 0.05:
         ceiling = Arm("ceiling", {}, (Change("ceiling"),))
     arms = [a for a in (combined, ceiling) if a is not None]
-    for _ in range(SCREEN_ROUNDS):
+    for _ in range(SCREEN_ROUNDS + CONFIRM_ROUNDS):  # the headline: as many runs as a confirmed setting
         interleave(scheduler, baseline, arms)
     metric = "samples/s" if any(REGISTRY[c.id].metric == "samples/s" for c in (combined.changes if combined else ())) \
         else "steps/s"
-    if combined is not None and len(winners) == 1:  # the same configuration as the single winner: pool its runs
+    if combined is not None and len(combined.changes) == 1:  # the single winner's configuration: pool its runs
         combined.runs[:0], combined.run_dirs[:0] = winners[0].runs, winners[0].run_dirs
     combined_result = _result(combined, baseline, ctx, metric) if combined else None
     ceiling_result = _ceiling_result(ceiling, baseline, ctx) if ceiling else None
     extra = [r for r in (combined_result, ceiling_result) if r is not None]
     return _headline(winners, combined_result, ceiling_result), extra
+
+
+def _label(optimization: str, setting: dict) -> str:
+    detail = ", ".join(f"{k}={v}" for k, v in setting.items())
+    return f"{optimization}({detail})" if detail else optimization
 
 
 def _combined_burst(winners: list[Arm]) -> Optional[int]:
@@ -258,5 +267,6 @@ def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optio
         # share of the time that data loading cost (baseline step - ceiling step) the fixes won back; above 100%
         # when the fixes also sped up more than data loading (e.g. caching skips preprocessing the ceiling keeps)
         recovered = min((1 - 1 / combined.speedup) / (1 - 1 / ceiling.speedup), 1.0)
-    return Headline(tuple(a.label for a in winners), combined.speedup, combined.ci, combined.verdict, combined.metric,
+    changes = tuple(combined.setting.get("changes", ())) or tuple(a.label for a in winners)  # riders included
+    return Headline(changes, combined.speedup, combined.ci, combined.verdict, combined.metric,
                     recovered, ceiling.speedup if verified_ceiling else None)

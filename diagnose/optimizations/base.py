@@ -42,6 +42,9 @@ class Optimization:
     metric: str = "steps/s"
     site: Optional[str] = None  # "loader" or "optimizer": the construction call a diff edits
     conflicts_with: tuple[str, ...] = ()  # optimizations that cannot be combined with this one
+    # skipped alone because it needs another one (persistent workers need workers): joins that one's best setting
+    # in `combined`, when it is verified faster
+    rides_with: Optional[str] = None
 
     def skip_reason(self, ctx: Context) -> Optional[str]:
         """Why this cannot be tried on this run (None: it can)."""

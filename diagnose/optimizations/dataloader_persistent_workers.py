@@ -10,12 +10,14 @@ class PersistentWorkers(Optimization):
     id = "dataloader.persistent_workers"
     title = "Persistent DataLoader workers"
     site = "loader"
+    rides_with = "dataloader.num_workers"
 
     def skip_reason(self, ctx: Context):
         if ctx.loader is None:
             return "the script builds no DataLoader"
         if ctx.loader.num_workers == 0:
-            return "needs worker processes (num_workers=0 here); it joins dataloader.num_workers in `combined`"
+            return ("needs worker processes (num_workers=0 here): added to the best num_workers setting in `combined` "
+                    "when more workers are verified faster")
         if ctx.loader.persistent_workers:
             return "already persistent_workers=True"
         return None

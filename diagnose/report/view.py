@@ -31,6 +31,7 @@ class FindingView:
     finding: Finding
     category_name: str
     snippet: Optional[Snippet]
+    measured: str = ""  # the best verified setting among the finding's optimizations, when experiments ran
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         diagnosis=diagnosis,
         capture=capture,
         analysis=analysis,
-        findings=tuple(FindingView(f, CATEGORY_NAMES[f.category], snippet(f.location)) for f in diagnosis.findings),
+        findings=tuple(FindingView(f, CATEGORY_NAMES[f.category], snippet(f.location), _measured(f, experiments))
+                       for f in diagnosis.findings),
         trace_files=trace_files if trace_files is not None else
         tuple(str(p) for p in sorted((run_dir / "tb").glob("*.json*"))),
         tensorboard_dir=tensorboard_dir or (str(run_dir / "tb") if (run_dir / "tb").is_dir() else ""),
@@ -145,6 +147,17 @@ def _experiment_view(e: Experiment) -> ExperimentView:
 
 def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value >= 0.1 else fmt_ms(value)  # a fast first step reads better in ms
+
+
+def _measured(finding: Finding, experiments: tuple[ExperimentView, ...]) -> str:
+    """'dataloader.num_workers(num_workers=16): 8.46x [7.9-9.1] steps/s': what the experiments verified for this
+    finding, which may differ from the rule's general advice (written before anything was measured)."""
+    verified = [v for v in experiments if v.experiment.optimization in finding.optimizations
+                and v.experiment.verdict == "faster" and v.experiment.speedup]
+    if not verified:
+        return ""
+    best = max(verified, key=lambda v: v.experiment.speedup)
+    return f"{best.label}: {best.speedup} faster, {best.experiment.metric}"
 
 
 def _speedup_chart(experiments: tuple[ExperimentView, ...]) -> dict[str, str]:
