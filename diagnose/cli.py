@@ -115,7 +115,7 @@ def cli() -> None:
     """Find what holds a PyTorch training script back, and which line to change."""
 
 
-@cli.command()
+@cli.command(short_help="Diagnose torch.profiler traces you already have.")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", metavar="DIR", help="Folder for the report (default: diagnose_runs/<timestamp>-analyze-<name>).")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
@@ -123,8 +123,11 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
 @click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
 def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
-    """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz) or a folder of them
-    (one per rank or worker). Writes the same report.html and diagnosis.json as `diagnose run`."""
+    """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz), a folder of them
+    (one per rank or worker), or a `diagnose run` folder (its tb/ traces). Writes the same report.html and
+    diagnosis.json as `diagnose run`, into a new folder. No torch needed.
+
+    Traces recorded with with_stack=True also name the user's function behind host time."""
     from diagnose import prefetch
 
     prefetch.start(path)  # decompress while the rest is imported
@@ -135,7 +138,8 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
                              open_report=open_report, make_run_dir=_run_dir))
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+             short_help="Capture one rank of a job you launch yourself (torchrun, srun).")
 @click.option("--out", metavar="DIR", required=True, help="Run folder shared by all ranks.")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
@@ -161,7 +165,8 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
     os._exit(code)  # user threads or DataLoader workers must not keep the rank alive
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+             short_help="Profile a training script, find its bottleneck, verify fixes.")
 @click.option("--out", metavar="DIR", help="Run folder (default: diagnose_runs/<timestamp>-<script>).")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
@@ -190,9 +195,15 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
         open_report, script, script_args, **torchrun):
-    """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report.
+    """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
+    the recommended optimizations one at a time and report the speedup each verified.
 
-    Put `--` before the script's own arguments if they look like diagnose's options.
+    Put `--` before the script's own arguments if they look like diagnose's options. The torchrun options
+    (--nnodes ... --standalone) need --nproc-per-node. Optimization ids for --experiments: see
+    `diagnose rules` or the README.
+
+    Exit codes: 0 done, 1 the script raised, 2 bad input, 3 no training step found, 130 Ctrl-C,
+    143 stopped by SIGTERM.
     """
     _check_script_is_not_an_option(script)
     _check_templates(templates_dir)
@@ -206,13 +217,15 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     sys.exit(code)
 
 
-@cli.command()
+@cli.command(short_help="Analyse a run folder again and re-render its report.")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
 @click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
 def report(run_dir, rules_dirs, templates_dir, as_json):
-    """Analyse RUN_DIR again (new rules, new templates) and re-render its report."""
+    """Analyse RUN_DIR again (new rules, new templates) and re-render its report. RUN_DIR is a folder made by
+    `diagnose run` or `diagnose capture` (merging the ranks' captures); for an `analyze` folder or your own
+    traces, run `diagnose analyze` again. Exits with the run's own exit code."""
     from diagnose import rules as rule_engine
 
     _check_run_folder(Path(run_dir))
@@ -223,7 +236,7 @@ def report(run_dir, rules_dirs, templates_dir, as_json):
     sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json))
 
 
-@cli.command(name="rules")
+@cli.command(name="rules", short_help="List the rules and their fixes, or the metrics they use.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
 @click.option("--metrics", "show_metrics", is_flag=True, help="List the metrics that rule conditions can use.")
 @click.option("--check", is_flag=True, help="Run each rule's own test cases and report failures.")

@@ -108,7 +108,8 @@ def _progress_handler(progress, task, warmup: int):
 
 def _finish_output(console: Console, result, as_json: bool, open_report: bool) -> None:
     print_summary(console, result.diagnosis, verdict(result.diagnosis, result.analysis),
-                  status_sentence(result.capture, result.analysis), result.run_dir, result.report_path)
+                  status_sentence(result.capture, result.analysis), result.run_dir, result.report_path,
+                  len(result.capture.redirected_writes) if result.capture else 0)
     if as_json:
         sys.stdout.write(dumps(result.diagnosis).decode() + "\n")
         sys.stdout.flush()
@@ -153,7 +154,11 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
                        profile_steps=steps, max_seconds=max_seconds, with_stack=with_stack)
     if not (run_dir / "config.json").exists() or rank in (None, 0):
         write_json(run_dir / "config.json", config)  # every rank writes the same config; the write is atomic
-    return run_child(run_dir)
+    code = run_child(run_dir)
+    if rank in (None, 0):
+        print(f"diagnose: this rank's capture is in {mine}; once every rank has finished, analyse them all with: "
+              f"diagnose report {run_dir}", file=sys.stderr, flush=True)
+    return code
 
 
 def rules_listing(rules_dirs, show_metrics: bool, check: bool) -> int:

@@ -47,6 +47,7 @@ def test_slow_loader_default_run_verifies_more_workers_and_the_claim_holds_on_a_
     assert best["speedup"] >= 3 and best["ci"][0] > 1
     assert best["metric"] == "steps/s" and best["loss_drift"] == 0.0  # same seeds, same data order
     assert "+" in best["change"] and "num_workers=" in best["change"]  # a unified diff of the script
+    assert best["change"].startswith("--- a/sample_runs/slow_loader.py\n+++ b/sample_runs/slow_loader.py")  # git apply
     [combined] = _by(d["experiments"], "combined")
     assert combined["verdict"] == "faster" and d["headline"]["verdict"] == "faster"
     assert "Verified:" in run.stderr

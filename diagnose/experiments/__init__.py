@@ -175,7 +175,8 @@ def _change(arm: Arm, ctx: Context) -> str:
         if optimization is None:
             continue
         location = _site_location(optimization.site, ctx)
-        name = (display_location(location.rpartition(":")[0]) or "").lstrip("/") if location else ""
+        # relative to the current folder, as `git apply` wants it (display_location takes path:line)
+        name = (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
         diff = keyword_diff(location, optimization.keyword_edits(change.setting), name)
         parts.append(diff or optimization.snippet(change.setting, ctx))
     return "\n".join(p for p in parts if p)
@@ -251,8 +252,10 @@ def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context) -> Experiment:
     result = _result(ceiling, baseline, ctx, "steps/s")
     from dataclasses import replace
 
-    return replace(result, fidelity="", change="", fidelity_warning="", loss_drift=None,
-                   reason="the same first batch replayed from memory: the step time with no data loading at all")
+    measured = result.verdict in ("faster", "slower", "no-change")  # else keep why it was not measured
+    return replace(result, fidelity="", change="", fidelity_warning="", loss_drift=None, reason=(
+        "the same first batch replayed from memory: the step time with no data loading at all" if measured
+        else result.reason))
 
 
 def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optional[Experiment]) -> Optional[Headline]:

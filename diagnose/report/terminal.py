@@ -17,7 +17,7 @@ STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
 
 def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: str, run_dir: Path,
-                  report: Optional[Path]) -> None:
+                  report: Optional[Path], redirected: int = 0) -> None:
     console.print()
     console.print(status, style="dim", soft_wrap=True, markup=False, highlight=False)  # errors hold [brackets]
     _print_headline(console, diagnosis)
@@ -34,6 +34,9 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
         console.print(f"Report:  {report}", soft_wrap=True, markup=False)
     if (run_dir / "tb").is_dir():
         console.print(f"Traces:  tensorboard --logdir {run_dir / 'tb'}", soft_wrap=True, markup=False)
+    if redirected:
+        console.print(f"Files:   the script wrote {redirected} file(s) in your folders; they are in "
+                      f"{run_dir / 'sandbox'}, yours are untouched", soft_wrap=True, markup=False, style="dim")
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim"}
