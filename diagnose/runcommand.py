@@ -179,12 +179,20 @@ def rules_listing(rules_dirs, show_metrics: bool, check: bool) -> int:
             console.print(f"[red]FAIL[/] {rule.id} ({rule.path}): expected fires={case.fires} for {case.metrics}")
         console.print(f"{sum(len(r.cases) for r in rules) - len(failures)} passed, {len(failures)} failed")
         return 1 if failures else 0
+    import textwrap
+
+    def indented(text: str) -> str:  # wrapped lines keep the indent
+        return textwrap.fill(" ".join(text.split()), width=max(console.width, 40), initial_indent="  ",
+                             subsequent_indent="  ")
+
     for rule in sorted(rules, key=lambda r: (r.category, r.id)):
         console.print(f"[bold]{rule.id}[/]  [dim]{rule.category}[/]  {rule.title}", highlight=False)
         if rule.explanation:
-            console.print("  " + " ".join(rule.explanation.split()), highlight=False)
-        console.print(f"  when: {' '.join(rule.condition.source.split())}", style="dim", highlight=False)
+            console.print(indented(rule.explanation), highlight=False, markup=False, soft_wrap=True)
+        console.print(indented(f"when: {rule.condition.source}"), style="dim", highlight=False, markup=False,
+                      soft_wrap=True)
         if rule.optimizations:
-            console.print(f"  fixes: {', '.join(rule.optimizations)}", style="dim", highlight=False)
+            console.print(indented(f"fixes: {', '.join(rule.optimizations)}"), style="dim", highlight=False,
+                          markup=False, soft_wrap=True)
         console.print()
     return 0

@@ -77,7 +77,7 @@ def test_cpu_bound_preprocessing_is_fixed_by_caching_not_by_workers(tmp_path):
 
 
 def test_tiny_batch_gains_samples_per_second_from_a_larger_batch(tmp_path):
-    run = _experiment_run(tmp_path, "tiny_batch.py", "--experiments", "batch_size")
+    run = _experiment_run(tmp_path, "tiny_batch.py", "--experiments", "batch_size", "--budget-seconds", "50")
     batch = [e for e in _by(run.diagnosis["experiments"], "batch_size") if e["verdict"] == "faster"]
     assert batch and max(e["speedup"] for e in batch) >= 3
     assert all(e["metric"] == "samples/s" and e["fidelity"] == "changes-dynamics" for e in batch)
