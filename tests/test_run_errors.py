@@ -187,3 +187,33 @@ def test_a_fresh_output_folder_idiom_leaves_the_users_folder_and_its_files_in_pl
     assert sorted(p.name for p in work.iterdir()) == ["ckpt", "train.py"]
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
     assert str(work / "ckpt") in capture["skipped_removals"]
+
+
+def test_paths_that_leave_a_folder_the_script_made_still_cannot_touch_the_users_files(tmp_path):
+    work = tmp_path / "project"
+    (work / "user").mkdir(parents=True)
+    (work / "precious.txt").write_text("keep")
+    (work / "user" / "a.txt").write_text("a")
+    (work / "data.txt").write_text("b")
+    script = work / "train.py"
+    script.write_text(
+        "import os, shutil, torch\n"
+        "os.makedirs('out')\n"
+        "os.remove('out/../precious.txt')  # '..' out of a folder of its own\n"
+        "os.makedirs('tmpwork')\n"
+        "os.symlink(os.path.abspath('user'), 'tmpwork/d')\n"
+        "os.remove('tmpwork/d/a.txt')  # through a symlink in a folder of its own\n"
+        "os.replace('data.txt', 'renamed.txt')\n"
+        "assert open('renamed.txt').read() == 'b'  # the script sees its rename\n"
+        "try:\n"
+        "    shutil.rmtree('nope')\n"
+        "except FileNotFoundError:\n"
+        "    print('missing folder: FileNotFoundError as usual')\n"
+        "for step in range(30):\n"
+        "    w = torch.randn(4, requires_grad=True)\n"
+        "    (w * 2).sum().backward()\n")
+    run = run_script(script, out=tmp_path / "run", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert (work / "precious.txt").read_text() == "keep" and (work / "user" / "a.txt").read_text() == "a"
+    assert (work / "data.txt").read_text() == "b" and not (work / "renamed.txt").exists()
+    assert "FileNotFoundError as usual" in (tmp_path / "run" / "script.log").read_text()

@@ -55,7 +55,7 @@ def analyze(inputs: Inputs) -> Analysis:
         top_ops=op_stats.top_ops(steady.cpu_ops, self_t),
         host_lines=host_lines,
         metrics=metrics,
-        locations=_locations(inputs.capture, host_lines, syncs, _data_wait_location(frames, buckets["data_wait"])),
+        locations=_locations(inputs.capture, host_lines, syncs),
         step_definition=trace.step_definition,
         notes=_notes(inputs, steps, from_frames=inputs.stacks is None and bool(host_lines)),
         syncs=syncs,
@@ -112,12 +112,6 @@ def lines_from_frames(frames: FrameSegments, overhead: np.ndarray, n_steps: int,
         frac = seconds / mean_step_s if mean_step_s else 0.0
         lines.append(SourceLine(location, seconds, frac, _source(location, roots), lib))
     return tuple(lines)
-
-
-def _data_wait_location(frames: FrameSegments, data_wait: np.ndarray) -> Optional[str]:
-    """The user's function that waits for the DataLoader most (its loop), from the trace's Python frames."""
-    waits = frames.time_by_location(data_wait)
-    return max(waits, key=waits.__getitem__)[0] if waits else None
 
 
 def _host_split(host_lines, host_frac: float) -> dict:
@@ -187,7 +181,7 @@ def _device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], win
         "gpu_busy_frac": iv.total(kernels) / total_us,
         "tensor_core_gpu": None if capability is None else float(float(capability) >= 7.0),
         "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace, within) / total_us,
-        "syncs_per_step": float(gpu.blocking_runtime(steady).sum()) / n,
+        "syncs_per_step": float(gpu.sync_points(steady).sum()) / n,
         **gpu.idle_attribution(trace, windows, total_us),
         **gpu.copy_metrics(trace, within, total_us, n),
         **gpu.launch_metrics(trace, within, n),
@@ -275,10 +269,11 @@ def _loader(capture: Optional[Capture]):
     return capture.loaders[index] if index is not None else None
 
 
-def _locations(capture: Optional[Capture], host_lines, syncs, data_wait_at: Optional[str]) -> dict[str, Optional[str]]:
+def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optional[str]]:
+    # "loader" is where the DataLoader is made (fixes edit that call): only a capture knows it, not a trace's frames
     loader = _loader(capture)
     return {
-        "loader": loader.location if loader else data_wait_at,
+        "loader": loader.location if loader else None,
         "optimizer": capture.optimizers[0].location if capture and capture.optimizers else None,
         "model": capture.model.location if capture and capture.model else None,
         "host_top": next((h.location for h in host_lines if not h.in_torch), None),

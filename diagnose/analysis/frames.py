@@ -47,6 +47,12 @@ def is_library_path(path: str) -> bool:
         any(os.path.exists(os.path.join(r, path)) for r in roots[1:])
 
 
+def is_framework_path(path: str) -> bool:
+    """torch's own machinery (and diagnose's hooks): Python time there is framework overhead, as the stack
+    sampler counts it; time in other libraries (logging, wandb, pandas) is the work of the user's line."""
+    return path.startswith(("torch/", "diagnose/")) or "/torch/" in path or "/diagnose/" in path
+
+
 def is_user_frame(name: str) -> bool:
     match = FRAME.match(name)
     return bool(match) and not is_library_path(match["path"])
@@ -60,7 +66,7 @@ def frame_location(name: str) -> str:
 @dataclass(frozen=True)
 class FrameSegments:
     """The main thread's time cut where its innermost Python frame changes: for each piece, the innermost frame
-    of the user's own code around it, and whether the innermost frame of all is library code (torch's Python)."""
+    of the user's own code around it, and whether it runs inside torch's own Python (framework overhead)."""
     intervals: np.ndarray  # (N, 2) us, disjoint, sorted
     locations: tuple[str, ...]  # path:line of the innermost user frame ("" when none)
     in_library: np.ndarray  # bool
@@ -109,8 +115,8 @@ def innermost_segments(python: Spans, tid) -> FrameSegments:
             location, lib = outer_location, outer_lib
         elif is_user_frame(name):
             location, lib = frame_location(name), False
-        else:
-            location, lib = outer_location, True
+        else:  # a library frame: the time stays with the user's function; torch's own counts as framework
+            location, lib = outer_location, outer_lib or is_framework_path(FRAME.match(name)["path"])
         stack.append((min(end, stack[-1][0]) if stack else end, location, lib))
     while stack:
         emit_until(stack[-1][0])

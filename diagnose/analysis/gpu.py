@@ -35,16 +35,36 @@ def _runtime_named(trace: Trace, names: tuple[str, ...]) -> np.ndarray:
 
 def blocking_runtime(trace: Trace) -> np.ndarray:
     """Which runtime calls block the host until the GPU catches up: explicit syncs, synchronous copies, and async
-    copies into pageable memory (known by the device-to-pageable copy that ends inside the call)."""
+    copies into pageable memory (known by a device-to-pageable copy that starts and ends inside the call)."""
     runtime = trace.runtime
     blocking = runtime.mask(lambda n: n in SYNC_RUNTIME or n in SYNC_COPY_RUNTIME)
     to_pageable = trace.memcpy.mask(lambda n: "DtoH" in n and "Pageable" in n)
     if not to_pageable.any():
         return blocking
-    copy_ends = np.sort(trace.memcpy.end[to_pageable])
-    calls = runtime.mask(lambda n: n in ASYNC_COPY_RUNTIME)
-    inside = np.searchsorted(copy_ends, runtime.end, side="right") - np.searchsorted(copy_ends, runtime.start)
-    return blocking | (calls & (inside > 0))
+    order = np.argsort(trace.memcpy.start[to_pageable], kind="stable")
+    starts, ends = trace.memcpy.start[to_pageable][order], trace.memcpy.end[to_pageable][order]
+    first = np.searchsorted(starts, runtime.start, side="left")  # the first such copy issued after the call began
+    inside = (first < len(starts)) & (ends[np.minimum(first, len(starts) - 1)] <= runtime.end)
+    return blocking | (runtime.mask(lambda n: n in ASYNC_COPY_RUNTIME) & inside)
+
+
+def sync_points(trace: Trace) -> np.ndarray:
+    """Blocking calls counted as the syncs a user wrote: .item() and .cpu() are a blocking copy followed at once by
+    a stream sync on the same thread (memcpy_and_sync); that pair is one sync, not two."""
+    blocking = blocking_runtime(trace)
+    runtime = trace.runtime
+    copies = blocking & runtime.mask(lambda n: n in ASYNC_COPY_RUNTIME or n in SYNC_COPY_RUNTIME)
+    if not copies.any():
+        return blocking
+    waits = runtime.mask(lambda n: n in SYNC_RUNTIME)
+    points = blocking.copy()
+    previous: dict = {}
+    for i in np.argsort(runtime.start, kind="stable").tolist():
+        tid = runtime.tids[i]
+        if waits[i] and copies[previous.get(tid, i)] and previous.get(tid, i) != i:
+            points[i] = False
+        previous[tid] = i
+    return points
 
 
 def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict[str, float]:
@@ -102,7 +122,7 @@ def copy_metrics(trace: Trace, within: np.ndarray, total_us: float, n_steps: int
         "h2d_gpu_share": share(trace.memcpy.intervals(h2d)) / max(share(gpu_activity(trace)), 1e-12),
         "pageable_h2d_per_step": float((h2d & pageable & in_steps).sum()) / n_steps,
         "pageable_d2h_per_step": float((d2h & pageable & in_steps).sum()) / n_steps,
-        "sync_copies_per_step": float((blocking_runtime(trace) & ~trace.runtime.mask(lambda n: n in SYNC_RUNTIME)
+        "sync_copies_per_step": float((sync_points(trace) & ~trace.runtime.mask(lambda n: n in SYNC_RUNTIME)
                                        & iv.contains(within, trace.runtime.start)).sum()) / n_steps,
     }
 
@@ -147,7 +167,7 @@ def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, frames: FrameSegme
                  limit: int = 8) -> tuple[SyncSource, ...]:
     """Each blocking sync (cuda*Synchronize, synchronous cudaMemcpy) named by the top-level torch op it ran in
     (aten::item, aten::to...) and, when the trace has Python frames, the user's line that called it."""
-    picks = np.flatnonzero(blocking_runtime(trace)).tolist()
+    picks = np.flatnonzero(sync_points(trace)).tolist()
     if not picks:
         return ()
     at = trace.runtime.start[picks]

@@ -91,7 +91,11 @@ class WriteSandbox:
     def _guarded_move(self, original, src, dst, *args, **kwargs):
         if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
             return original(src, dst, *args, **kwargs)  # paths relative to a directory fd: not the cwd's
-        return original(self.for_read(src), self.for_write(dst), *args, **kwargs)
+        source = self.for_read(src)
+        if self._relative(source) is not None and not self._made_here(source) and os.path.isfile(source):
+            # the user's own file renamed: the script gets its copy under the new name, the user keeps theirs
+            return shutil.copy2(source, self.for_write(dst))
+        return original(source, self.for_write(dst), *args, **kwargs)
 
     def _guarded_remove(self, original, path, *args, **kwargs):
         target = self._at_dir_fd(path, kwargs.get("dir_fd"))
@@ -107,8 +111,8 @@ class WriteSandbox:
     def _guarded_rmtree(self, original, path, *args, **kwargs):
         """The usual 'fresh output folder' idiom, rmtree then makedirs: the user's folder stays, the script's own
         files in it (redirected here) go."""
-        if self._relative(path) is None:
-            return original(path, *args, **kwargs)
+        if self._relative(path) is None or not os.path.lexists(path):
+            return original(path, *args, **kwargs)  # a missing folder errors (or not) as rmtree decides
         target = Path(os.fsdecode(path)).absolute()
         for written in [k for k in self.redirected if k == target or target in k.parents]:
             Path(self.redirected.pop(written)).unlink(missing_ok=True)
@@ -124,12 +128,18 @@ class WriteSandbox:
                 self.kept_dirs.discard(target)
                 return None  # its removal was skipped: as far as the script knows, it is made afresh
             result = original(path, *args, **kwargs)
-            self.made_dirs.add(target)
+            self.made_dirs.add(self._canonical(path))
             return result
         return original(path, *args, **kwargs)
 
+    @staticmethod
+    def _canonical(path: Any) -> Path:
+        """'..' collapsed and the folder's symlinks resolved, as _relative sees paths: out/../x is not in out/."""
+        target = Path(os.path.abspath(os.fsdecode(path)))
+        return target.parent.resolve() / target.name
+
     def _made_here(self, path: Any) -> bool:
-        target = Path(os.fsdecode(path)).absolute()
+        target = self._canonical(path)
         return any(target == d or d in target.parents for d in self.made_dirs)
 
     def _skip(self, path: Any) -> None:

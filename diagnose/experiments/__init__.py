@@ -51,13 +51,13 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         best = _best_per_optimization(arms, baseline)
         for _ in range(CONFIRM_ROUNDS):
             interleave(scheduler, baseline, best)
-    except ExperimentsInterrupted:  # keep what was measured; no combination, no ceiling
+    except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
         return [_result(arm, baseline, ctx, unrun_reason=INTERRUPTED_REASON) for arm in arms] + skipped, None, True
     results = [_result(arm, baseline, ctx) for arm in arms]
-    riders = [i for i in ids if REGISTRY[i].skip_reason(ctx) and REGISTRY[i].rides_with]
+    riders = [i for i in ids if REGISTRY[i].skip_reason(ctx) and REGISTRY[i].rides_with and REGISTRY[i].rides(ctx)]
     try:
         headline, extra = _combine_and_ceiling(scheduler, baseline, best, results, ctx, riders)
-    except ExperimentsInterrupted:
+    except (ExperimentsInterrupted, KeyboardInterrupt):
         return results + skipped, None, True
     return results + extra + skipped, headline, False
 
@@ -162,7 +162,7 @@ def _failure(m: Measurement) -> str:
 
 def _reason(verdict: str, arm: Arm) -> str:
     if verdict == "faster":
-        return f"verified over {len(arm.runs)} runs interleaved with the baseline: the 99% interval lies above 1.0"
+        return f"verified over {len(arm.ok_runs())} runs interleaved with the baseline: the 99% interval lies above 1.0"
     if verdict == "slower":
         return "slower on this machine: the 99% interval lies below 1.0"
     return "no measurable change: the 99% interval includes 1.0"

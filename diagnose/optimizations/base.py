@@ -43,7 +43,7 @@ class Optimization:
     site: Optional[str] = None  # "loader" or "optimizer": the construction call a diff edits
     conflicts_with: tuple[str, ...] = ()  # optimizations that cannot be combined with this one
     # skipped alone because it needs another one (persistent workers need workers): joins that one's best setting
-    # in `combined`, when it is verified faster
+    # in `combined`, when it is verified faster and rides(ctx) says this script needs it
     rides_with: Optional[str] = None
 
     def skip_reason(self, ctx: Context) -> Optional[str]:
@@ -56,6 +56,10 @@ class Optimization:
 
     def extra_warmup_steps(self, setting: dict[str, Any], ctx: Context) -> int:
         return 0
+
+    def rides(self, ctx: Context) -> bool:
+        """Whether to join rides_with's winner in `combined` for this script (not when already set, say)."""
+        return False
 
     def burst_steps(self, setting: dict[str, Any], ctx: Context) -> Optional[int]:
         """Batches that arrive together (the loader's workers) when this setting changes them; None: unchanged."""

@@ -22,6 +22,9 @@ class PersistentWorkers(Optimization):
             return "already persistent_workers=True"
         return None
 
+    def rides(self, ctx: Context) -> bool:
+        return ctx.loader is not None and ctx.loader.num_workers == 0 and not ctx.loader.persistent_workers
+
     def settings(self, ctx):
         return [{"persistent_workers": True}]
 

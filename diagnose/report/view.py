@@ -153,11 +153,12 @@ def _measured(finding: Finding, experiments: tuple[ExperimentView, ...]) -> str:
     """'dataloader.num_workers(num_workers=16): 8.46x [7.9-9.1] steps/s': what the experiments verified for this
     finding, which may differ from the rule's general advice (written before anything was measured)."""
     verified = [v for v in experiments if v.experiment.optimization in finding.optimizations
-                and v.experiment.verdict == "faster" and v.experiment.speedup]
+                and v.experiment.verdict == "faster" and v.experiment.speedup and not v.experiment.fidelity_warning]
     if not verified:
         return ""
     best = max(verified, key=lambda v: v.experiment.speedup)
-    return f"{best.label}: {best.speedup} faster, {best.experiment.metric}"
+    caveat = " (changes training dynamics: check convergence)" if best.experiment.fidelity == "changes-dynamics" else ""
+    return f"{best.label}: {best.speedup} faster, {best.experiment.metric}{caveat}"
 
 
 def _speedup_chart(experiments: tuple[ExperimentView, ...]) -> dict[str, str]:
