@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_runs"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-TRACES = REPO.parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "data" / "traces"  # copies of ../shared/traces, licences in SOURCES.md
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
 
 

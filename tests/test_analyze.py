@@ -1,4 +1,4 @@
-"""`diagnose analyze` on traces people already have: the real GPU traces in ../shared/traces (recorded on A100,
+"""`diagnose analyze` on traces people already have: the real GPU traces in tests/data/traces (recorded on A100,
 V100 and MI250 machines) and traces our own runs wrote. Run through the real CLI, as a user would."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Analysis on real traces recorded on GPUs (../shared/traces) and on our own CPU runs."""
+"""Analysis on real traces recorded on GPUs (tests/data/traces) and on our own CPU runs."""
 from __future__ import annotations
 
 import numpy as np
