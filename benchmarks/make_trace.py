@@ -1,6 +1,6 @@
 """Write a synthetic but realistic Kineto (torch.profiler) Chrome trace, for benchmarks.
 
-The layout copies real GPU traces (see /work/shared/traces, e.g. a100_rank0_of16_host_syncs.json.gz):
+The layout copies real GPU traces (see tests/data/traces, e.g. a100_rank0_of16_host_syncs.json.gz):
 the same top-level keys (schemaVersion, deviceProperties, distributedInfo, record_shapes, traceEvents), the
 same event categories, field names, `args` and pid/tid conventions, and the same pretty-printed text layout
 (one field group per line), which HolisticTraceAnalysis relies on to find `"rank": N`.
@@ -24,13 +24,19 @@ same args.correlation and the launching op's `External id`, and an `ac2g` flow p
 thread, ph f on the stream). GPU events start no earlier than their launch and no earlier than the previous
 event on their stream ends; cudaStreamSynchronize lasts until the stream drains.
 
-Usage: python benchmarks/make_trace.py OUT.json.gz [--events 1000000] [--steps 10] [--seed 0]
+`--gpu-bound` writes the case where the GPU is the bottleneck and nothing syncs: kernels run 30x longer, no
+`.item()`, pinned copies only, and the host runs ahead of the GPU until CUDA's launch queue (1024 entries) is
+full, after which each launch call blocks until a queued kernel finishes, as CUDA's do. Host-side step spans then
+measure how fast the host enqueues; the GPU's step time is in the returned `gpu_us_per_step`.
+
+Usage: python benchmarks/make_trace.py OUT.json.gz [--events 1000000] [--steps 10] [--seed 0] [--gpu-bound]
 The output is deterministic for a given set of options.
 """
 from __future__ import annotations
 
 import argparse
 import gzip
+import heapq
 import json
 import random
 import sys
@@ -77,6 +83,8 @@ ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long
 
 COMPUTE_STREAM, COPY_STREAM, NCCL_STREAM = 7, 7, 20
 LAUNCH_LATENCY_US = 6  # from the end of a launch call to the earliest start of its kernel
+LAUNCH_QUEUE_DEPTH = 1024  # launches CUDA queues before a launch call blocks (--gpu-bound)
+GPU_BOUND_SCALE = 30.0  # kernel time multiplier of --gpu-bound
 # Events one layer adds to a step (forward 13, backward 33, optimizer 5, DDP all-reduce 6 per 16 layers: 52.4 measured) and
 # those a step has besides its layers (annotations, data loading, copies, loss, item): sizes the model for --events.
 EVENTS_PER_LAYER = 52.4
@@ -124,8 +132,12 @@ class Writer:
 class Model:
     """Timeline state: a CPU clock, one clock per GPU stream, id counters and the op stack."""
 
-    def __init__(self, out: Writer, rng: random.Random, *, pid: int, device: int, world_size: int, t0: int):
+    def __init__(self, out: Writer, rng: random.Random, *, pid: int, device: int, world_size: int, t0: int,
+                 gpu_bound: bool = False):
         self.out, self.rng = out, rng
+        self.gpu_bound = gpu_bound
+        self.queued: list[int] = []  # end times of launched device work (a heap), for the launch queue's depth
+        self.gpu_us = 0  # device time on the compute stream
         self.pid, self.main_tid, self.bwd_tid = pid, pid, pid + 17
         self.tid = self.main_tid
         self.device, self.world_size = device, world_size
@@ -176,10 +188,14 @@ class Model:
     def launch(self, kind: str, name: str, gpu_us: float, *, stream: int = COMPUTE_STREAM, nbytes: int = 0,
                runtime: str = "cudaLaunchKernel", cbid: int = 211, blocking: bool = False) -> None:
         launch_ts = self.t
-        rt_dur = self.jitter(5, 0.6)
+        rt_dur = max(self.jitter(5, 0.6), self._queue_wait(launch_ts))
         start = max(self.gpu[stream], launch_ts + rt_dur + self.jitter(LAUNCH_LATENCY_US, 0.5))
-        dur = self.jitter(gpu_us)
+        dur = self.jitter(gpu_us * (GPU_BOUND_SCALE if self.gpu_bound and kind == "kernel" else 1))
         self.gpu[stream] = start + dur
+        if self.gpu_bound:
+            heapq.heappush(self.queued, start + dur)
+        if stream == COMPUTE_STREAM:
+            self.gpu_us += dur
         if blocking:  # a pageable copy: the call returns once the copy is done
             rt_dur = max(rt_dur, start + dur - launch_ts + 2)
         corr = self.corr + 1
@@ -201,6 +217,14 @@ class Model:
         self._runtime(runtime, cbid, launch_ts, rt_dur)
         self.out.gpu.append(flow_event("s", corr, self.pid, self.tid, launch_ts))
         self.t += rt_dur
+
+    def _queue_wait(self, now: int) -> int:
+        """With the launch queue full, a launch call returns only once the oldest queued work has finished."""
+        while self.queued and self.queued[0] <= now:
+            heapq.heappop(self.queued)
+        if len(self.queued) < LAUNCH_QUEUE_DEPTH:
+            return 0
+        return heapq.heappop(self.queued) - now + 2
 
     def sync(self) -> None:
         """cudaStreamSynchronize: the host waits until the compute stream drains."""
@@ -313,13 +337,15 @@ def step(m: Model, number: int, layers: list[dict], batch: int) -> None:
 
     def body():
         dataloader_next()
-        to_device(pinned=False, nbytes=batch * 3 * 224 * 224 * 4 // 64)
+        to_device(pinned=m.gpu_bound, nbytes=batch * 3 * 224 * 224 * 4 // 64)  # pageable copies block the host
         to_device(pinned=True, nbytes=batch * 8)
         m.span("user_annotation", "Optimizer.zero_grad#SGD.zero_grad", self_us=20)
         forward()
         # the main thread blocks in autograd while the autograd thread runs the backward ops
         backward()
         m.span("user_annotation", "Optimizer.step#SGD.step", optimizer, self_us=30)
+        if m.gpu_bound:
+            return  # nothing syncs: the host runs ahead
         m.item()  # loss.item()
         if rng.random() < 0.3:  # an occasional metric read
             m.op("aten::eq", lambda: m.launch("kernel", ADD, 3), self_us=6, seq=False)
@@ -332,7 +358,7 @@ def step(m: Model, number: int, layers: list[dict], batch: int) -> None:
 
 
 def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: int = 0, rank: int = 0,
-                world_size: int = 8, first_step: int = 5, compresslevel: int = 6) -> dict:
+                world_size: int = 8, first_step: int = 5, compresslevel: int = 6, gpu_bound: bool = False) -> dict:
     """Write the trace; returns counts of what it holds (steps, events, kernels, ...)."""
     rng = random.Random(seed)
     n_layers = max(2, round((events / steps - EVENTS_PER_STEP) / EVENTS_PER_LAYER))
@@ -347,7 +373,7 @@ def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: i
         fh.write(f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world_size}}},\n')
         fh.write('  "record_shapes": 1,\n  "traceEvents": [\n')
         out = Writer(fh)
-        m = Model(out, rng, pid=pid, device=device, world_size=world_size, t0=t0 + 1000)
+        m = Model(out, rng, pid=pid, device=device, world_size=world_size, t0=t0 + 1000, gpu_bound=gpu_bound)
         for i in range(steps):
             step(m, first_step + i, layers, batch=64)
         end = max(m.t, *m.gpu.values())
@@ -360,7 +386,7 @@ def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: i
         out.write("  " + json.dumps({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "",
                                      "ts": end + 200}))
         fh.write('\n  ],\n  "traceName": ' + json.dumps(str(path)) + ',\n  "displayTimeUnit": "ms"\n}\n')
-    return {"events": out.count, "layers": n_layers, **m.counts}
+    return {"events": out.count, "layers": n_layers, "gpu_us_per_step": m.gpu_us / steps, **m.counts}
 
 
 def _metadata(pid: int, m: Model, device: int, t0: int) -> list[dict]:
@@ -393,9 +419,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--world-size", type=int, default=8)
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level (default 6)")
+    parser.add_argument("--gpu-bound", action="store_true", help="long kernels, no syncs: the host runs ahead")
     args = parser.parse_args(argv)
     counts = write_trace(args.out, events=args.events, steps=args.steps, seed=args.seed, rank=args.rank,
-                         world_size=args.world_size, compresslevel=args.compresslevel)
+                         world_size=args.world_size, compresslevel=args.compresslevel, gpu_bound=args.gpu_bound)
     print(json.dumps({"path": str(args.out), **counts}))
     return 0
 

@@ -11,6 +11,7 @@ from typing import Optional
 BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
 CATEGORIES = ("data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
 SEVERITIES = ("high", "medium", "low")
+PHASES = ("data", "forward", "backward", "optimizer", "other")
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,15 @@ class SyncSource:
 
 
 @dataclass(frozen=True)
+class PhaseStat:
+    """One phase of the step on a GPU: how many launches the host makes in it, the device work they become."""
+    phase: str  # one of PHASES
+    launches_per_step: float  # runtime calls that put work on the device (kernels, copies, memsets)
+    kernels_per_step: float  # device events (kernels, copies, memsets) those calls became
+    gpu_busy_s_per_step: float  # time the device ran them, inside the steps
+
+
+@dataclass(frozen=True)
 class RankSummary:
     """One rank of a multi-process job (one trace per rank)."""
     rank: int
@@ -263,6 +273,7 @@ class Analysis:
     notes: tuple[str, ...] = ()
     syncs: tuple[SyncSource, ...] = ()
     ranks: tuple[RankSummary, ...] = ()  # every rank's figures when several traces were analysed together
+    phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase of the step
 
 
 @dataclass(frozen=True)
@@ -329,6 +340,7 @@ class Diagnosis:
     headline: Optional[Headline] = None
     ranks: tuple[RankSummary, ...] = ()
     experiments_interrupted: bool = False  # Ctrl-C during the experiments: those listed are what was measured
+    phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase (data, forward, ...)
 
 # The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
 OPTIMIZATION_IDS = (

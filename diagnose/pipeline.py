@@ -135,6 +135,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         headline=experiments.headline,
         ranks=analysis.ranks if analysis else (),
         experiments_interrupted=experiments.interrupted,
+        phases=analysis.phases if analysis else (),
     )
 
 

@@ -23,7 +23,7 @@ LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
                  "explanation")
-TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "syncs"}
+TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "optimizer_location", "syncs"}
 
 
 def fmt_pct(value) -> str:
@@ -240,6 +240,7 @@ def _context(analysis: Analysis) -> dict:
     return {**dict.fromkeys(METRICS), **analysis.metrics, "locations": locations,
             "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",
+            "optimizer_location": locations.get("optimizer") or "where your optimizer is built",
             "host_top_code": _host_top_code(analysis), "syncs": analysis.syncs}
 
 

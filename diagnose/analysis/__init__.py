@@ -17,6 +17,9 @@ from diagnose.analysis import ops as op_stats
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.breakdown import (breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats,
                                          step_windows)
+from diagnose.analysis.devices import DEFAULT_TENSOR_SPEEDUP, tensor_core_metrics
+from diagnose.analysis.phases import optimizer_metrics, phase_stats
+from diagnose.analysis.timeline import StepTimeline, step_timeline
 from diagnose.analysis.trace import Trace
 from diagnose.model import Analysis, Capture, Samples, SourceLine, StackSamples
 
@@ -32,14 +35,16 @@ class Inputs:
 
 def analyze(inputs: Inputs) -> Analysis:
     trace = inputs.trace
-    windows = step_windows(trace)
-    if inputs.capture is not None and not inputs.capture.last_step_complete and len(windows) > 1:
-        windows = windows[:-1]  # the script stopped mid-step: that step's time is not a step time
+    host_windows = step_windows(trace)
+    if inputs.capture is not None and not inputs.capture.last_step_complete and len(host_windows) > 1:
+        host_windows = host_windows[:-1]  # the script stopped mid-step: that step's time is not a step time
+    timeline = step_timeline(trace, host_windows)
+    windows = timeline.device  # time is accounted where the step really ran; host events are counted per host step
     buckets, _ = exclusive_buckets(trace, windows)
     steps = per_step(buckets, windows)
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
-    steady = within_steps(trace, windows)
+    steady = within_steps(trace, host_windows)
     self_t, top = op_stats.self_times(steady.cpu_ops, compute_threads(trace))
     frames = innermost_segments(trace.python, trace.main_tid)
     if inputs.stacks is not None:
@@ -47,7 +52,9 @@ def analyze(inputs: Inputs) -> Analysis:
     else:
         host_lines = lines_from_frames(frames, buckets["host_overhead"], len(steps), stats["mean"], inputs.source_roots)
     syncs = gpu.sync_sources(steady, top, len(steps), frames) if trace.has_gpu and steps else ()
-    metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, windows)
+    phases = phase_stats(steady, timeline)
+    metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline)
+    metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     return Analysis(
         steps=tuple(steps),
         step_time_s=stats,
@@ -57,8 +64,9 @@ def analyze(inputs: Inputs) -> Analysis:
         metrics=metrics,
         locations=_locations(inputs.capture, host_lines, syncs),
         step_definition=trace.step_definition,
-        notes=_notes(inputs, steps, from_frames=inputs.stacks is None and bool(host_lines)),
+        notes=_notes(inputs, steps, from_frames=inputs.stacks is None and bool(host_lines)) + _timeline_notes(timeline),
         syncs=syncs,
+        phases=phases,
     )
 
 
@@ -140,7 +148,7 @@ def _flag(value) -> Optional[float]:
 
 
 def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_lines,
-             windows) -> dict[str, Optional[float]]:
+             timeline: StepTimeline) -> dict[str, Optional[float]]:
     trace, capture = inputs.trace, inputs.capture
     n = max(len(steps), 1)
     durations = np.array([s.duration_s for s in steps]) if steps else np.zeros(1)
@@ -160,31 +168,36 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
         item_calls_per_step=float(sum(1 for x in steady.cpu_ops.names if x == "aten::item")) / n,
         h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
     )
-    m.update(_device_metrics(trace, steady, capture, windows, total_us, n))
+    m.update(_device_metrics(trace, steady, capture, timeline, total_us, n))
     m.update(_trace_loader_metrics(trace))
     m.update(_capture_metrics(capture, inputs.samples, n))
     return m
 
 
-def _device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], windows: np.ndarray, total_us: float,
-                    n: int) -> dict:
+def _device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], timeline: StepTimeline,
+                    total_us: float, n: int) -> dict:
     used_cuda = capture is not None and capture.memory_kind == "cuda"
     has_gpu = trace.has_gpu or used_cuda
     capability = capture.environment.gpu_capability if capture else _trace_capability(trace)
-    within = iv.union(windows)
+    windows, within, host_within = timeline.device, iv.union(timeline.device), iv.union(timeline.host)
     metrics = {"has_gpu": float(has_gpu), **gpu.communication_metrics(trace, within, total_us)}
     if not has_gpu:
         return metrics
     kernels = iv.intersect(iv.union(trace.kernels.intervals()), within)
+    fp32_gemm = op_stats.fp32_gemm_time_us(trace, within) / total_us
+    rates = tensor_core_metrics(capability, capture.environment.gpu_name if capture else _trace_gpu_name(trace))
+    speedup = rates["tensor_core_speedup"] or DEFAULT_TENSOR_SPEEDUP  # unknown GPU: the conservative default
     return {
         **metrics,
+        **rates,
         "gpu_busy_frac": iv.total(kernels) / total_us,
         "tensor_core_gpu": None if capability is None else float(float(capability) >= 7.0),
-        "fp32_gemm_frac": op_stats.fp32_gemm_time_us(trace, within) / total_us,
+        "fp32_gemm_frac": fp32_gemm,
+        "tensor_core_loss_frac": fp32_gemm * (1 - 1 / speedup),
         "syncs_per_step": float(gpu.sync_points(steady).sum()) / n,
         **gpu.idle_attribution(trace, windows, total_us),
-        **gpu.copy_metrics(trace, within, total_us, n),
-        **gpu.launch_metrics(trace, within, n),
+        **gpu.copy_metrics(trace, within, host_within, total_us, n),
+        **gpu.launch_metrics(trace, within, host_within, n),
     }
 
 
@@ -195,6 +208,11 @@ def _trace_loader_metrics(trace: Trace) -> dict:
         return {}
     multi = "multi" in kinds
     return {"loader_multiprocess": float(multi), **({} if multi else {"loader_num_workers": 0.0})}
+
+
+def _trace_gpu_name(trace: Trace) -> Optional[str]:
+    props = trace.metadata.get("deviceProperties") or []
+    return props[0].get("name") if props and isinstance(props[0], dict) else None
 
 
 def _trace_capability(trace: Trace) -> Optional[str]:
@@ -296,6 +314,16 @@ def _notes(inputs: Inputs, steps, from_frames: bool) -> tuple[str, ...]:
     if overhead:
         notes.append(overhead)
     return tuple(notes)
+
+
+def _timeline_notes(timeline: StepTimeline) -> tuple[str, ...]:
+    """Say so when the host's own step spans would have told a different story (it ran ahead of the GPU)."""
+    if not timeline.linked or not timeline.host_ran_ahead:
+        return ()
+    host_ms = float((timeline.host[:, 1] - timeline.host[:, 0]).mean()) / 1e3
+    device_ms = float((timeline.device[:, 1] - timeline.device[:, 0]).mean()) / 1e3
+    return (f"the host enqueued each step in {host_ms:.1f} ms on average while the GPU took {device_ms:.1f} ms: "
+            "steps are timed on the device timeline (each ends when the GPU work it launched ends)",)
 
 
 def _profiler_overhead(capture: Optional[Capture], steps) -> Optional[str]:

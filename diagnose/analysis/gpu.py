@@ -100,8 +100,10 @@ def _gaps_after_syncs(trace: Trace, idle: np.ndarray) -> float:
     return float((idle[opened, 1] - idle[opened, 0]).sum())
 
 
-def copy_metrics(trace: Trace, within: np.ndarray, total_us: float, n_steps: int) -> dict[str, Optional[float]]:
-    """Copy time by direction (share of step time, overlapping copies counted once) and pageable copies."""
+def copy_metrics(trace: Trace, within: np.ndarray, host_within: np.ndarray, total_us: float,
+                 n_steps: int) -> dict[str, Optional[float]]:
+    """Copy time by direction (share of step time, overlapping copies counted once) and pageable copies. `within`:
+    the steps on the device timeline; `host_within`: the same steps on the host, where the calls are made."""
     names = trace.memcpy.names
 
     def direction(*markers: str) -> np.ndarray:
@@ -123,18 +125,18 @@ def copy_metrics(trace: Trace, within: np.ndarray, total_us: float, n_steps: int
         "pageable_h2d_per_step": float((h2d & pageable & in_steps).sum()) / n_steps,
         "pageable_d2h_per_step": float((d2h & pageable & in_steps).sum()) / n_steps,
         "sync_copies_per_step": float((sync_points(trace) & ~trace.runtime.mask(lambda n: n in SYNC_RUNTIME)
-                                       & iv.contains(within, trace.runtime.start)).sum()) / n_steps,
+                                       & iv.contains(host_within, trace.runtime.start)).sum()) / n_steps,
     }
 
 
-def launch_metrics(trace: Trace, within: np.ndarray, n_steps: int) -> dict[str, Optional[float]]:
+def launch_metrics(trace: Trace, within: np.ndarray, host_within: np.ndarray, n_steps: int) -> dict[str, Optional[float]]:
     """How many kernels a step launches, how long they run, and how long launching one takes on the host
     (medians: one 30 s cudaLaunchKernel that waited on lazy module loading says nothing about the others)."""
     in_steps = iv.contains(within, trace.kernels.start)
     if not in_steps.any():
         return {"kernels_per_step": 0.0, "kernel_mean_us": None, "launch_to_kernel_ratio": None}
     durations = (trace.kernels.end - trace.kernels.start)[in_steps]
-    launches = trace.runtime.mask(lambda n: n in LAUNCH_RUNTIME) & iv.contains(within, trace.runtime.start)
+    launches = trace.runtime.mask(lambda n: n in LAUNCH_RUNTIME) & iv.contains(host_within, trace.runtime.start)
     launch_us = (trace.runtime.end - trace.runtime.start)[launches]
     return {
         "kernels_per_step": float(in_steps.sum()) / n_steps,

@@ -31,6 +31,11 @@ METRICS: dict[str, str] = {
     "gpu_idle_python_frac": "share of step time the GPU idles while the host is outside torch (Python, logging, I/O)",
     "kernels_per_step": "GPU kernels launched per step",
     "kernel_mean_us": "mean GPU kernel duration, microseconds",
+    "launches_per_step": "runtime calls per step that put work on the GPU (kernel launches, copies, memsets)",
+    "optimizer_launch_frac": "share of the step's GPU launches made inside optimizer.step() and zero_grad()",
+    "optimizer_host_frac": "share of step time the host spends inside optimizer.step() and zero_grad()",
+    "optimizer_multi_tensor": "1 when the optimizer was built with fused=True or foreach=True, 0 with foreach=False "
+                              "(one kernel per parameter), unknown when left to torch's default or from a trace",
     "launch_to_kernel_ratio": "median host time of a kernel launch call / median kernel time (>=1: launch-bound)",
     "h2d_copy_frac": "share of step time with a host-to-device copy running (overlapped or not)",
     "h2d_gpu_share": "share of the GPU's active time (kernels, copies, memsets) spent copying host to device",
@@ -51,6 +56,13 @@ METRICS: dict[str, str] = {
     "step_time_spread": "(slowest - fastest) / fastest mean step time across ranks",
     "tensor_core_gpu": "1 when the GPU has tensor cores (compute capability >= 7.0)",
     "fp32_gemm_frac": "share of step time in fp32 GEMM/conv kernels that do not use tensor cores",
+    "gpu_compute_capability": "the GPU's compute capability as a number (8.0 for A100, 9.0 for H100/H200)",
+    "bf16_supported": "1 when the GPU computes bf16 on tensor cores (compute capability >= 8.0)",
+    "tensor_core_speedup": "the GPU's dense bf16 (fp16 before Ampere) tensor-core rate over its fp32 rate, from its "
+                           "datasheet (a conservative 2 for GPUs not in diagnose's table)",
+    "tf32_speedup": "the GPU's dense TF32 tensor-core rate over its fp32 rate (None before Ampere)",
+    "tensor_core_loss_frac": "share of step time the fp32 GEMM/conv kernels would save on tensor cores: "
+                             "fp32_gemm_frac x (1 - 1 / tensor_core_speedup)",
     "autocast_used": "1 when the script entered torch.autocast",
     "process_cpu_frac": "mean CPU use of the process tree (incl. DataLoader workers) as a share of all cores",
     # memory

@@ -41,6 +41,7 @@ class Spans:
     end: np.ndarray = field(default_factory=lambda: np.zeros(0))
     names: list[str] = field(default_factory=list)
     tids: list = field(default_factory=list)
+    corr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # CUDA correlation id, -1: none
     _codes: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
     _uniques: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -48,9 +49,10 @@ class Spans:
     def of(cls, rows: list[tuple]) -> "Spans":
         if not rows:
             return cls()
-        ts, dur, names, tids = zip(*rows)
+        ts, dur, names, tids, *corr = zip(*rows)  # (ts, dur, name, tid[, correlation])
         start = np.asarray(ts, dtype=np.float64)
-        return cls(start, start + np.asarray(dur, dtype=np.float64), list(names), list(tids))
+        return cls(start, start + np.asarray(dur, dtype=np.float64), list(names), list(tids),
+                   np.asarray(corr[0] if corr else [-1] * len(names), dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.names)
@@ -67,7 +69,14 @@ class Spans:
 
     def take(self, index: np.ndarray) -> "Spans":
         picks = index.tolist()
-        return Spans(self.start[index], self.end[index], [self.names[i] for i in picks], [self.tids[i] for i in picks])
+        return Spans(self.start[index], self.end[index], [self.names[i] for i in picks], [self.tids[i] for i in picks],
+                     self.correlations()[index])
+
+    def correlations(self) -> np.ndarray:
+        """Correlation ids (launch -> device work), -1 where an event has none."""
+        if len(self.corr) != len(self.names):
+            self.corr = np.full(len(self.names), -1, dtype=np.int64)
+        return self.corr
 
     def where_thread(self, predicate) -> "Spans":
         """The spans whose (pid, tid) satisfies predicate, evaluated once per distinct thread."""
@@ -85,7 +94,8 @@ class Spans:
         if not parts:
             return cls()
         return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
-                   [n for p in parts for n in p.names], [t for p in parts for t in p.tids])
+                   [n for p in parts for n in p.names], [t for p in parts for t in p.tids],
+                   np.concatenate([p.correlations() for p in parts]))
 
     def factorized(self) -> tuple[np.ndarray, list[str]]:
         if self._codes is None:
@@ -173,13 +183,19 @@ def load_trace(path: Path) -> Trace:
         if kind is not None:
             name = e.get("name", "")
             rows[kind].append((e.get("ts", 0.0), e["dur"], name if isinstance(name, str) else str(name),
-                               (e.get("pid"), e.get("tid"))))
+                               (e.get("pid"), e.get("tid")), _correlation(e)))
     metadata = {k: v for k, v in data.items() if k != "traceEvents"}
     return _assemble(str(path), metadata, {kind: Spans.of(r) for kind, r in rows.items()})
 
 
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _correlation(e: dict) -> int:
+    args = e.get("args")
+    value = args.get("correlation") if isinstance(args, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 def _empty_buckets() -> dict[str, list]:
@@ -190,7 +206,9 @@ _NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 _ID = rb'(-?\d+|"[^"\\]*")'
 _STRING = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: much faster than (?:[^"\\]|\\.)*
 FAST_EVENT = re.compile(rb'"ph":\s*"X",\s*"cat":\s*"([^"\\]*)",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID
-                        + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
+                        + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+                        # the correlation id that links a launch to its device work; [^{}] keeps it in this event's args
+                        + rb'(?:,\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+))?')
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 CHUNK_BYTES = 8 << 20
 
@@ -253,20 +271,22 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool) -> tup
         found = FAST_EVENT.findall(raw, start, end)
         if not found:
             continue
-        cats, raw_names, pids, tids, ts, durs = zip(*found)
+        cats, raw_names, pids, tids, ts, durs, corrs = zip(*found)
         matched += len(found) - cats.count(b"Trace")
         texts = [names[n] if n in names else _decoded(names, n) for n in raw_names]
         kind_of = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in zip(cats, texts)]
         ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
         begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
         finish = begin + np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
+        links = np.fromiter((int(c) if c else -1 for c in corrs), dtype=np.int64, count=len(corrs))
         groups: dict[str, list[int]] = {}
         for i, kind in enumerate(kind_of):
             if kind is not None:
                 groups.setdefault(kind, []).append(i)
         for kind, picks in groups.items():
             index = np.asarray(picks)
-            parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks]))
+            parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks],
+                                     links[index]))
     return parts, matched, complete
 
 
@@ -423,4 +443,4 @@ def _whole_trace_step(b: dict[str, Spans]) -> Spans:
         return Spans()
     start = min(float(s.start.min()) for s in every)
     end = max(float(s.end.max()) for s in every)
-    return Spans(np.array([start]), np.array([end]), ["whole trace"], [None])
+    return Spans(np.array([start]), np.array([end]), ["whole trace"], [None], np.array([-1], dtype=np.int64))

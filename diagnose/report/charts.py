@@ -169,3 +169,24 @@ def speedup_chart(labels: Sequence[str], speedups: Sequence[float], cis: Sequenc
         c.text(c.left - 8, y + 4, label, anchor="end")
     c.text((c.left + c.right) / 2, c.bottom + 30, "speedup over the baseline (99% interval)", color="#555")
     return c.svg("speedup over the baseline (99% interval)")
+
+
+def phases_chart(phases: Sequence[str], launches: Sequence[float], gpu_ms: Sequence[float]) -> str:
+    """Per phase of the step: GPU launches (left) and GPU time (right), each on its own scale."""
+    row, gap = 24, 20
+    c = Canvas(44 + row * len(phases), left=90, top=8)
+    c.bottom = c.top + row * len(phases)
+    half = (c.right - c.left - gap) / 2
+    panels = ((c.left, launches, "launches per step", "#669bbc", "{:.0f}"),
+              (c.left + half + gap, gpu_ms, "GPU ms per step", "#29335c", "{:.1f}"))
+    for x0, values, title, color, fmt in panels:
+        top_value = max(max(values, default=0.0), 1e-9)
+        for i, value in enumerate(values):
+            y = c.top + row * i + 4
+            width = value / top_value * (half - 40)
+            c.rect(x0, y, width, row - 8, color, f"{phases[i]}: {fmt.format(value)} {title}")
+            c.text(x0 + width + 4, y + row / 2, fmt.format(value), anchor="start", color="#555")
+        c.text(x0 + half / 2, c.bottom + 16, title, color="#555")
+    for i, phase in enumerate(phases):
+        c.text(c.left - 8, c.top + row * (i + 0.5) + 4, phase, anchor="end")
+    return c.svg("GPU launches and GPU time per phase of the step")

@@ -179,6 +179,10 @@ def _charts(analysis: Optional[Analysis]) -> dict[str, str]:
         "steps": charts.steps_chart([s.duration_s * 1e3 for s in analysis.steps],
                                     {b: [s.buckets_s[b] * 1e3 for s in analysis.steps] for b in BUCKETS}),
     }
+    if any(p.launches_per_step for p in analysis.phases):
+        result["phases"] = charts.phases_chart([p.phase for p in analysis.phases],
+                                               [p.launches_per_step for p in analysis.phases],
+                                               [p.gpu_busy_s_per_step * 1e3 for p in analysis.phases])
     return result
 
 

@@ -1,0 +1,59 @@
+"""What a GPU's tensor cores are worth against its fp32 units, by compute capability.
+
+Dense peak rates (TFLOP/s) from NVIDIA's datasheets, sparsity figures not used. Where one compute capability
+covers data-centre and GeForce parts, the data-centre part is listed and GeForce parts get half the tensor
+ratio (their fp16/bf16 tensor rate with fp32 accumulation is halved). A GPU not in the table gets a
+conservative 2x, the figure this tool used before it priced devices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+DEFAULT_TENSOR_SPEEDUP = 2.0
+
+
+@dataclass(frozen=True)
+class TensorCoreRates:
+    part: str
+    fp32: float
+    tf32: Optional[float]  # None before Ampere
+    half: float  # bf16 from Ampere on, fp16 before
+    source: str
+
+
+RATES: dict[str, TensorCoreRates] = {
+    "7.0": TensorCoreRates("V100 SXM2", 15.7, None, 125.0, "NVIDIA V100 datasheet: FP32 15.7, FP16 tensor 125"),
+    "7.5": TensorCoreRates("T4", 8.1, None, 65.0, "NVIDIA T4 datasheet: FP32 8.1, FP16 tensor 65"),
+    "8.0": TensorCoreRates("A100 SXM", 19.5, 156.0, 312.0,
+                           "NVIDIA A100 datasheet: FP32 19.5, TF32 156, BF16 312 (dense)"),
+    "8.6": TensorCoreRates("A10", 31.2, 62.5, 125.0, "NVIDIA A10 datasheet: FP32 31.2, TF32 62.5, BF16 125 (dense)"),
+    "8.9": TensorCoreRates("L40S", 91.6, 183.0, 362.05,
+                           "NVIDIA L40S datasheet: FP32 91.6, TF32 183, BF16 362 (dense)"),
+    "9.0": TensorCoreRates("H100 SXM / H200", 67.0, 494.7, 989.4,
+                           "NVIDIA H100 datasheet (H200: same compute): FP32 67, TF32 495, BF16 989 (dense)"),
+}
+
+
+def tensor_core_metrics(capability: Optional[str], gpu_name: Optional[str]) -> dict[str, Optional[float]]:
+    """tensor_core_speedup, tf32_speedup, bf16_supported and the capability as a number; unknown without one."""
+    number = _number(capability)
+    if number is None:
+        return {"tensor_core_speedup": None, "tf32_speedup": None, "bf16_supported": None,
+                "gpu_compute_capability": None}
+    rates = RATES.get(f"{number:.1f}")
+    geforce = bool(gpu_name) and "geforce" in gpu_name.lower()
+    if rates is None:
+        half, tf32 = (DEFAULT_TENSOR_SPEEDUP if number >= 7.0 else 1.0), None
+    else:
+        half = rates.half / rates.fp32 / (2 if geforce else 1)
+        tf32 = rates.tf32 / rates.fp32 / (2 if geforce else 1) if rates.tf32 else None
+    return {"tensor_core_speedup": max(half, 1.0), "tf32_speedup": max(tf32, 1.0) if tf32 else None,
+            "bf16_supported": float(number >= 8.0), "gpu_compute_capability": number}
+
+
+def _number(capability: Optional[str]) -> Optional[float]:
+    try:
+        return float(capability) if capability not in (None, "") else None
+    except ValueError:
+        return None

@@ -1,0 +1,106 @@
+"""Steps on the device timeline.
+
+CUDA is asynchronous: the host enqueues a step's kernels and moves on. In a GPU-bound loop with no sync the
+host runs a launch queue ahead, so host-side step spans (`ProfilerStep#`, `next()`) measure how fast the host
+enqueues, not how fast training runs. A step ends at the later of its host end and the end of the device work
+it launched (kernels, copies, memsets, linked to their launch calls by correlation id, as the trace's flow
+events link them), and begins where the step before it ended.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.analysis.trace import Spans, Trace
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    host: np.ndarray  # (N, 2) host-side step spans, us: where host events are counted
+    device: np.ndarray  # (N, 2) the steps' spans on the device timeline, us: where time is accounted
+    linked: bool  # device work could be linked to the steps that launched it
+
+    @property
+    def host_ran_ahead(self) -> bool:
+        """The steps end on the device well after the host finished enqueueing them."""
+        if not len(self.host):
+            return False
+        return bool((self.device[:, 1] - self.host[:, 1]).mean() > 0.1 * (self.device[:, 1] - self.device[:, 0]).mean())
+
+
+def device_work(trace: Trace) -> Spans:
+    """Everything the device ran, one Spans: kernels, copies, memsets."""
+    return Spans.concat([trace.kernels, trace.memcpy, trace.memset])
+
+
+def launch_step(trace: Trace, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(correlation ids, index of the host step each was launched in; -1 outside every step) of the runtime calls."""
+    corr = trace.runtime.correlations()
+    start = trace.runtime.start
+    if not len(host):
+        return corr, np.full(len(corr), -1)
+    i = np.searchsorted(host[:, 0], start, side="right") - 1
+    inside = (i >= 0) & (start < host[np.clip(i, 0, None), 1]) & (corr >= 0)
+    return corr, np.where(inside, i, -1)
+
+
+def device_step_of(trace: Trace, work: Spans, host: np.ndarray) -> np.ndarray:
+    """For each device event, the host step that launched it (-1: launched outside the steps, or unlinked)."""
+    _, step = launch_step(trace, host)
+    return from_launch(trace, work, step)
+
+
+def from_launch(trace: Trace, work: Spans, values: np.ndarray, missing: int = -1) -> np.ndarray:
+    """For each device event, values[i] of the runtime call i that launched it (by correlation id)."""
+    corr = trace.runtime.correlations()
+    linked = corr >= 0
+    if not linked.any() or not len(work):
+        return np.full(len(work), missing)
+    order = np.argsort(corr[linked], kind="stable")
+    keys, picked = corr[linked][order], np.asarray(values)[linked][order]
+    mine = work.correlations()
+    j = np.clip(np.searchsorted(keys, mine), 0, len(keys) - 1)
+    return np.where((mine >= 0) & (keys[j] == mine), picked[j], missing)
+
+
+def step_timeline(trace: Trace, host: np.ndarray) -> StepTimeline:
+    host = np.asarray(host, dtype=np.float64).reshape(-1, 2)
+    if not len(host) or not trace.has_gpu:
+        return StepTimeline(host, host.copy(), False)
+    work = device_work(trace)
+    owner = device_step_of(trace, work, host)
+    if not (owner >= 0).any():
+        return StepTimeline(host, host.copy(), False)
+    device_end = np.full(len(host), -np.inf)
+    np.maximum.at(device_end, owner[owner >= 0], work.end[owner >= 0])
+    ends = np.maximum(host[:, 1], device_end)
+    starts = host[:, 0].copy()
+    starts[0] = max(starts[0], _carried_in_end(work, owner, host))
+    for i in range(1, len(host)):  # a step starts once the one before it has ended, on the host and the device
+        starts[i] = max(starts[i], ends[i - 1])
+    starts[0] = max(starts[0], _first_start_without_fill(host, ends))
+    ends = np.maximum(ends, starts)
+    return StepTimeline(host, np.column_stack([starts, ends]), True)
+
+
+def _first_start_without_fill(host: np.ndarray, ends: np.ndarray) -> float:
+    """Where the first step would have begun with the launch queue already as full as in the steps after it.
+    When the device lags the host, the first step's span would also hold the queue's filling (the lag itself),
+    which a long training run pays once, not per step: the first step is given the length of a typical step
+    (the median of the others), or its own host length when that is longer (a step that is slow on the host)."""
+    if len(host) < 2 or ends[0] <= host[0, 1]:
+        return float(host[0, 0])
+    typical = float(np.median(np.diff(ends)))
+    return float(ends[0] - max(typical, host[0, 1] - host[0, 0]))
+
+
+def _carried_in_end(work: Spans, owner: np.ndarray, host: np.ndarray) -> float:
+    """When the device finished work queued before the first step (warm-up steps the profiler did not record):
+    until then the device belongs to the steps before the window, not to the first one."""
+    own = owner == 0
+    if not own.any():
+        return float(host[0, 0])
+    first_own = float(work.start[own].min())
+    earlier = (owner < 0) & (work.start < first_own) & (work.end > host[0, 0])
+    return float(min(work.end[earlier].max(), first_own)) if earlier.any() else float(host[0, 0])
