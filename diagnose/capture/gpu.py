@@ -16,6 +16,18 @@ def cuda_ready() -> bool:
         return False
 
 
+def sync_device() -> bool:
+    """Wait for the GPU work queued so far (the edges of a timed window: CUDA is asynchronous, and a GPU-bound
+    loop's host runs a launch queue ahead). Never initialises CUDA; False when nothing was synchronised."""
+    try:
+        if cuda_ready() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            return True
+    except Exception:
+        pass
+    return False
+
+
 def device_facts() -> dict:
     """Name, total memory and compute capability of the GPU the script uses, or {}.
 

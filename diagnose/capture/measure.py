@@ -1,6 +1,7 @@
 """A timed run for an experiment: the script with one set of changes, no profiler. Warms up past worker
 start-up, prefetch buffers and compilation, then times windows of steps (throughput = steps / wall time,
-not a median step: steps with workers are bursty). Records the loss passed to backward() without a sync."""
+not a median step: steps with workers are bursty). Records the loss passed to backward() without a sync. On a GPU the device is synchronised at the edges of
+each timed window, never inside one, so a window times the GPU's work, not the host's enqueueing."""
 from __future__ import annotations
 
 import random
@@ -10,7 +11,7 @@ from typing import Any, Optional
 import torch
 
 from diagnose.capture.host import ScriptHost
-from diagnose.capture.gpu import peak_memory
+from diagnose.capture.gpu import peak_memory, sync_device
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.model import Measurement, ScriptError, Window
@@ -87,6 +88,9 @@ class MeasureSession(ScriptHost):
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
         is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
         N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
+        if self.window_start is None and not self.closed_here:
+            sync_device()  # this boundary may open a window: the GPU work queued so far belongs before it
+        self.closed_here = False
         self.boundaries.append(time.monotonic())
         self.samples_at.append(self.samples)
         kind = self._classify_last_step()
@@ -105,7 +109,10 @@ class MeasureSession(ScriptHost):
         elapsed = self.boundaries[end] - self.boundaries[self.window_start]
         if steps % plan.burst_steps == 0 and steps >= plan.min_window_steps and (
                 elapsed >= plan.window_s or steps >= plan.max_window_steps):
+            if sync_device():  # the window ends when its steps' GPU work has, not when the host queued it
+                self.boundaries[end] = time.monotonic()
             self._close_window(end, partial=False)
+            self.closed_here = True  # the next window opens here: synchronised already
 
     def _close_window(self, last: int, partial: bool) -> None:
         """Record the open window. A partial one (cut short by an epoch's start-up or the script's end) keeps
@@ -154,6 +161,7 @@ class MeasureSession(ScriptHost):
         return self.plan.rewarm_steps + 1
 
     span_left, span_total = 0, 0.0
+    closed_here = False
     wall_start: Optional[int] = None
     window_start: Optional[int] = None
     finishing = False
