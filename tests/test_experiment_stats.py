@@ -6,7 +6,7 @@ import random
 import pytest
 
 from diagnose.experiments.runner import Arm
-from diagnose.experiments.stats import compare, loss_drift
+from diagnose.experiments.stats import compare, loss_drift, pooled_noise
 from diagnose.experiments import _headline
 from diagnose.model import Experiment, Measurement, Window
 
@@ -40,6 +40,40 @@ def test_a_a_comparisons_report_no_change_at_least_97_5_percent_of_the_time(betw
     trials = 2000
     verdicts = [_verdict(rng, 100.0, 100.0, between=between, within=within) for _ in range(trials)]
     assert verdicts.count("no-change") / trials >= 0.975  # nominal 99%; stalls make the tails heavier
+
+
+def _pooled_verdicts(rng: random.Random, effect: float, trials: int, **noise) -> list[str]:
+    """As a budgeted session runs it: a 3-run baseline, the arm under test with 2 runs, and 3 other settings with
+    2 runs each; the noise is pooled over all of them."""
+    verdicts = []
+    for _ in range(trials):
+        baseline = _arm(rng, 100.0, 3, **noise).throughputs("steps/s")
+        arm = _arm(rng, 100.0 * effect, 2, **noise).throughputs("steps/s")
+        others = [_arm(rng, 100.0 * rng.choice((0.7, 1.0, 3.0)), 2, **noise).throughputs("steps/s") for _ in range(3)]
+        verdicts.append(compare(baseline, arm, pooled_noise([baseline, arm, *others])).verdict)
+    return verdicts
+
+
+@pytest.mark.parametrize("between, within", [(0.03, 0.05), (0.01, 0.01), (0.02, 0.01), (0.03, 0.005)])
+def test_pooled_noise_keeps_a_a_false_positives_at_or_below_2_percent(between, within):
+    verdicts = _pooled_verdicts(random.Random(99), 1.0, 2000, between=between, within=within)
+    assert verdicts.count("no-change") / len(verdicts) >= 0.98
+
+
+def test_a_two_run_arm_with_a_5x_effect_is_decided_under_realistic_noise():
+    rng = random.Random(5)
+    verdicts = _pooled_verdicts(rng, 5.0, 500, between=0.05, within=0.05)
+    assert verdicts.count("faster") / len(verdicts) >= 0.99
+    # its own two runs alone (Welch, one degree of freedom) leave most such arms undecided
+    alone = [_verdict(rng, 100.0, 500.0, runs=(2, 2), between=0.05, within=0.05) for _ in range(500)]
+    assert alone.count("faster") / len(alone) < 0.9
+
+
+def test_a_setting_noisier_than_the_rest_is_judged_by_its_own_spread():
+    calm = [[100.0, 100.5], [50.0, 50.2], [70.0, 70.1], [30.0, 30.1]]
+    wild = [60.0, 180.0]  # its own runs disagree 3x
+    result = compare([100.0, 100.5, 99.8], wild, pooled_noise([*calm, wild]))
+    assert result.verdict == "no-change"
 
 
 def test_throughput_is_one_value_per_run():

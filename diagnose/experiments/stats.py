@@ -1,6 +1,12 @@
-"""Comparing throughputs honestly: the ratio of geometric-mean throughputs with a 99% confidence interval
-(Welch's t on the log throughput of each run: one value per process, never per window, since windows of one
-process are not independent). 'no-change' when the interval includes 1.0."""
+"""Comparing throughputs honestly: the ratio of geometric-mean throughputs with a 99% confidence interval on
+the log throughput of each run (one value per process, never per window: windows of one process are not
+independent). 'no-change' when the interval includes 1.0.
+
+Run-to-run noise is mostly the machine's, the same for every setting on the log scale, so it is estimated from
+all the experiments' runs together (the pooled within-setting variance, with its degrees of freedom): a setting
+with two runs and a large effect is then decided, where its own two runs alone (one degree of freedom, t = 64)
+could not decide even a 7x effect. Neither side's variance is taken below its own sample variance, so a setting
+noisier than the rest is not judged by the others' calm."""
 from __future__ import annotations
 
 import math
@@ -33,10 +39,32 @@ def _mean_var(values: Sequence[float]) -> tuple[float, float]:
     return mean, var
 
 
-def compare(baseline: Sequence[float], variant: Sequence[float]) -> Comparison:
-    """Throughputs (higher is better), one per run; needs at least two runs on each side."""
+@dataclass(frozen=True)
+class Noise:
+    """Run-to-run variance of log throughput, pooled over settings, and its degrees of freedom."""
+    variance: float
+    df: int
+
+
+def pooled_noise(groups: Sequence[Sequence[float]]) -> Noise | None:
+    """Pooled within-group variance of the log throughputs of each setting's runs (groups of one add nothing)."""
+    squares, df = 0.0, 0
+    for values in groups:
+        if len(values) >= 2:
+            logs = [math.log(v) for v in values]
+            mean = sum(logs) / len(logs)
+            squares += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+    return Noise(squares / df, df) if df else None
+
+
+def compare(baseline: Sequence[float], variant: Sequence[float], noise: Noise | None = None) -> Comparison:
+    """Throughputs (higher is better), one per run; needs at least two runs on each side. With `noise` pooled
+    from all the experiments' runs, the interval uses its degrees of freedom."""
     if len(baseline) < 2 or len(variant) < 2:
         raise ValueError("need at least two runs on each side")
+    if noise is not None:
+        return _pooled(baseline, variant, noise)
     lb, lv = [math.log(x) for x in baseline], [math.log(x) for x in variant]
     (mb, vb), (mv, vv) = _mean_var(lb), _mean_var(lv)
     se2 = vb / len(lb) + vv / len(lv)
@@ -45,6 +73,15 @@ def compare(baseline: Sequence[float], variant: Sequence[float]) -> Comparison:
         return Comparison(math.exp(diff), (math.exp(diff), math.exp(diff)), _verdict(diff, diff))
     df = se2 ** 2 / ((vb / len(lb)) ** 2 / max(len(lb) - 1, 1) + (vv / len(lv)) ** 2 / max(len(lv) - 1, 1))
     half = t_quantile(df) * math.sqrt(se2)
+    return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)), _verdict(diff - half, diff + half))
+
+
+def _pooled(baseline: Sequence[float], variant: Sequence[float], noise: Noise) -> Comparison:
+    lb, lv = [math.log(x) for x in baseline], [math.log(x) for x in variant]
+    (mb, vb), (mv, vv) = _mean_var(lb), _mean_var(lv)
+    se = math.sqrt(max(noise.variance, vb) / len(lb) + max(noise.variance, vv) / len(lv))
+    diff = mv - mb
+    half = t_quantile(noise.df) * se
     return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)), _verdict(diff - half, diff + half))
 
 
