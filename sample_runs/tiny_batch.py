@@ -8,6 +8,11 @@ almost no arithmetic. The fixed per-op cost of Python, the dispatcher and
 autograd dominates, so the step time barely changes if the batch grows:
 a batch of 64 or 256 would process many times more samples per second.
 
+The DataLoader's own work per batch (sampler, __getitem__ calls, collate) is
+tens of microseconds too, so a few percent of each step waits for data. That
+is per-batch overhead, not a slow loader: worker processes make the loop
+slower (each batch then also crosses between processes).
+
 Typical fix: increase the batch size (and scale the learning rate).
 """
 import argparse

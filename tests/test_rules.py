@@ -16,7 +16,7 @@ REQUIRED_RULE_IDS = {
     "data-loading.slow-loader", "data-loading.too-many-workers", "data-loading.repeated-preprocessing",
     "transfer.pageable-h2d", "utilization.dispatch-bound", "utilization.gpu-underused", "memory.near-capacity",
     "host-overhead.per-step-work", "host-overhead.syncs", "memory.empty-cache", "communication.data-parallel",
-    "utilization.tensor-cores-unused",
+    "utilization.tensor-cores-unused", "data-loading.batch-too-small",
 }
 CASES = [(rule, i, case) for rule in BUNDLED for i, case in enumerate(rule.cases)]
 
@@ -74,6 +74,29 @@ def test_fix_code_without_a_dataloader_does_not_invent_one():
     [with_loader] = rule_engine.evaluate([rule], _analysis({name: None for name in rule_engine.METRICS} | case.metrics
                                                            | {"loader_batch_size": 8}))
     assert "batch_size=128" in with_loader.fix_code
+
+
+def test_a_loader_wait_is_either_per_batch_overhead_or_a_slow_loader_never_both():
+    # data-loading.batch-too-small and the rules that offer workers must split the wait between them exactly:
+    # with num_workers=0 and a noticeable wait, one and only one of slow-loader and batch-too-small fires
+    by_id = {r.id: r for r in BUNDLED}
+    small, slow, many = (by_id[i] for i in ("data-loading.batch-too-small", "data-loading.slow-loader",
+                                            "data-loading.too-many-workers"))
+    claimed = {"per-batch": 0, "slow": 0}
+    for wait in (0.05, 0.13, 0.5, 0.95):
+        for step in (0.0005, 0.001, 0.003, 0.01, 0.05):
+            for item in (None, 0.000005, 0.00003, 0.00009, 0.0002, 0.004):
+                for workers, cpu_frac in ((0, 0.98), (0, 0.02), (8, 0.98)):
+                    metrics = {"data_wait_frac": wait, "step_time_mean_s": step, "dataset_item_s": item,
+                               "loader_num_workers": workers, "cpu_count": 2, "dataset_item_cpu_frac": cpu_frac,
+                               "loader_batch_size": 2}
+                    if small.fires(metrics):
+                        assert not slow.fires(metrics) and not many.fires(metrics), metrics
+                        claimed["per-batch"] += 1
+                    elif workers == 0:
+                        assert slow.fires(metrics), metrics
+                        claimed["slow"] += 1
+    assert min(claimed.values()) >= 10, claimed  # the grid covers both sides of the boundary
 
 
 def test_severity_follows_the_share_of_step_time():

@@ -61,6 +61,27 @@ def test_tiny_batch_gets_a_utilization_finding_with_batch_size(sample_run):
     assert utilization and "batch_size" in utilization[0]["optimizations"], d["findings"]
 
 
+def test_tiny_batch_wait_for_data_is_per_batch_overhead_fixed_by_a_larger_batch_not_workers(sample_run):
+    run = sample_run("tiny_batch.py")
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    m = d["metrics"]
+    # what the profiled steps measure (the profiler slows every op, the loader's as much as the model's):
+    # a wait of tens to hundreds of us per batch of 2 in-memory items, a step of a few ms at most
+    wait_per_batch = m["data_wait_frac"] * m["step_time_mean_s"]
+    assert wait_per_batch < 0.002 and m["dataset_item_s"] < 0.0001, m
+    assert (1 - m["data_wait_frac"]) * m["step_time_mean_s"] < 0.01, m
+    assert not [f for f in d["findings"] if "dataloader.num_workers" in f["optimizations"]], d["findings"]
+    data = [f for f in d["findings"] if f["category"] == "data-loading"]
+    if m["data_wait_frac"] < 0.05:  # a busy machine slowed the model more than the loader: nothing to claim
+        assert not data, d["findings"]
+        return
+    assert data[0]["rule"] == "data-loading.batch-too-small", d["findings"]
+    assert data[0]["optimizations"][0] == "batch_size"
+    assert data[0]["location"].endswith(f"tiny_batch.py:{line_of(SAMPLES / 'tiny_batch.py', 'DataLoader(dataset')}")
+    assert "batch_size=32" in data[0]["fix_code"]
+
+
 def test_script_with_required_arguments_and_sibling_import_runs_with_its_arguments(sample_run):
     script = "args_and_import/train.py"
     run = sample_run(script, "--lr", "0.01", "256")
