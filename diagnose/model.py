@@ -33,7 +33,9 @@ class MeasurePlan:
     max_window_steps: int = 40  # a window also closes here: fast variants of short scripts still get windows
     rewarm_steps: int = 1  # steps after an epoch's first that count as its start-up (new workers' first batches)
     burst_steps: int = 1  # windows hold whole bursts: with N loader workers, batches arrive N at a time
-    windows: int = 3
+    windows: int = 3  # at most
+    min_windows: int = 2  # a run stops timing once this many windows agree within agree_frac
+    agree_frac: float = 0.03
     seed: int = 0
 
 
@@ -326,6 +328,20 @@ class Headline:
 
 
 @dataclass(frozen=True)
+class BudgetReport:
+    """What the experiment budget was planned to cover and what it bought (diagnosis.json `budget`)."""
+    budget_s: float
+    run_estimate_s: float  # one timed run, as estimated before the first (then as measured)
+    planned: tuple[str, ...]  # optimizations the plan expected verdicts for, most promising first
+    decided: tuple[str, ...] = ()  # optimizations that reached a verdict (faster, slower or no-change)
+    untried: tuple[str, ...] = ()  # optimizations left without a verdict: not run, or undecided
+    runs: int = 0
+    spent_s: float = 0.0
+    too_small: bool = False  # not even two runs of the baseline and of one setting fitted: nothing was run
+    rest_command: str = ""  # the command that tries what is left
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The stable contract written to RUN/diagnosis.json (schema 1)."""
     schema: int
@@ -341,6 +357,7 @@ class Diagnosis:
     ranks: tuple[RankSummary, ...] = ()
     experiments_interrupted: bool = False  # Ctrl-C during the experiments: those listed are what was measured
     phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase (data, forward, ...)
+    budget: Optional[BudgetReport] = None  # what the experiment budget covered and bought
 
 # The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
 OPTIMIZATION_IDS = (

@@ -13,7 +13,7 @@ from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import load_trace
 from diagnose.capture.ranks import rank_dirs
 from diagnose.errors import UserError
-from diagnose.model import Analysis, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
+from diagnose.model import Analysis, BudgetReport, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
 
@@ -136,6 +136,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         ranks=analysis.ranks if analysis else (),
         experiments_interrupted=experiments.interrupted,
         phases=analysis.phases if analysis else (),
+        budget=experiments.budget,
     )
 
 
@@ -145,6 +146,7 @@ class ExperimentResults:
     experiments: tuple[Experiment, ...] = ()
     headline: Optional[Headline] = None
     interrupted: bool = False  # Ctrl-C during the experiments: what was measured until then is kept
+    budget: Optional[BudgetReport] = None
 
 
 def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...]):
@@ -158,12 +160,11 @@ def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> 
 
 
 def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analysis: Analysis, findings: list[Finding],
-                          budget_s: float, on_progress) -> ExperimentResults:
+                          budget_s: float, on_progress, on_message=lambda text: None) -> ExperimentResults:
     from diagnose.experiments import run_experiments
 
-    experiments, headline, interrupted = run_experiments(selection, capture, analysis, findings, run_dir, budget_s,
-                                                         on_progress)
-    results = ExperimentResults(tuple(experiments), headline, interrupted)
+    outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)
+    results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget)
     write_json(run_dir / "experiments.json", results)
     return results
 

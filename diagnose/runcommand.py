@@ -14,7 +14,7 @@ from diagnose.model import RunConfig
 from diagnose.pipeline import (ExperimentResults, can_experiment, diagnose_capture, finish_run, load_capture,
                                run_experiments_stage, write_outputs)
 from diagnose.report.terminal import print_summary
-from diagnose.report.wording import status_sentence, verdict
+from diagnose.report.wording import budget_sentence, status_sentence, verdict
 from diagnose.serial import dumps
 
 PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_once(", "STAGE:",
@@ -66,8 +66,14 @@ def _experiments(progress, selection, run_dir, capture, analysis, findings, budg
         count[0] += 1
         progress.update(task, completed=count[0], note=label)
 
+    def say(text: str) -> None:
+        progress.console.print(text, style="dim", soft_wrap=True, markup=False, highlight=False)
+
     try:
-        return run_experiments_stage(selection, run_dir, capture, analysis, findings, budget_seconds, update)
+        results = run_experiments_stage(selection, run_dir, capture, analysis, findings, budget_seconds, update, say)
+        if budget_sentence(results.budget):
+            say(budget_sentence(results.budget))
+        return results
     finally:
         progress.update(task, note="done", total=count[0])
 

@@ -66,8 +66,9 @@ def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path)
 
 
 def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
-    from diagnose.experiments.runner import Arm, Scheduler, interleave
+    from diagnose.experiments.runner import Arm, Scheduler
     from diagnose.experiments.stats import compare
+    from diagnose.experiments.trials import Trials
     from diagnose.model import Analysis, Capture, Change
     from diagnose.optimizations.base import Context
     from diagnose.serial import read_json
@@ -79,8 +80,10 @@ def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
     baseline = Arm("baseline", {}, ())
     workers = Arm("dataloader.num_workers", {"num_workers": 4}, (Change("dataloader.num_workers", {"num_workers": 4}),),
                   burst_steps=4)
+    trials = Trials(scheduler, baseline)
+    trials.start()
     for _ in range(2):
-        interleave(scheduler, baseline, [workers])
+        trials.run(workers)
     for folder in [*baseline.run_dirs, *workers.run_dirs]:
         assert sorted(p.name for p in (folder / "ranks").iterdir()) == ["rank0", "rank1"]
         applied = [json.loads((folder / "ranks" / r / "measure.json").read_text())["applied"] for r in ("rank0", "rank1")]

@@ -130,8 +130,16 @@ class MeasureSession(ScriptHost):
                                    end - self.wall_start, b[end] - b[self.wall_start]))
         self.wall_start = end
         self.progress(f"window {len(self.windows)} {plan.windows}")
-        if len(self.windows) >= plan.windows and not self.finishing:
+        if (len(self.windows) >= plan.windows or self._windows_agree()) and not self.finishing:
             self.stop("completed")
+
+    def _windows_agree(self) -> bool:
+        """The last windows' rates agree: another window would tell little more (a shorter run, more runs)."""
+        recent = self.windows[-self.plan.min_windows:]
+        if len(recent) < self.plan.min_windows or len(recent) < 2:
+            return False
+        rates = [w.steps / w.seconds for w in recent if w.seconds > 0]
+        return len(rates) == len(recent) and max(rates) <= min(rates) * (1 + self.plan.agree_frac)
 
     def _classify_last_step(self) -> str:
         """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's

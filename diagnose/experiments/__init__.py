@@ -2,14 +2,17 @@
 speedups. Input: the capture, analysis and findings; output: Experiment records and the Headline."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.experiments.diffs import keyword_diff
-from diagnose.experiments.runner import CONFIRM_ROUNDS, SCREEN_ROUNDS, Arm, ExperimentsInterrupted, Scheduler, interleave
-from diagnose.experiments.runner import arms_for
-from diagnose.experiments.stats import compare, loss_drift
-from diagnose.model import Analysis, Capture, Change, Experiment, Finding, Headline, Measurement
+from diagnose.experiments.plan import (Candidate, covered, expected_gains, order_candidates, plan_sentence,
+                                       rest_command, run_estimate_s)
+from diagnose.experiments.runner import Arm, ExperimentsInterrupted, Scheduler, arms_for
+from diagnose.experiments.stats import Noise, compare, loss_drift
+from diagnose.experiments.trials import Trials, metric_of
+from diagnose.model import Analysis, BudgetReport, Capture, Change, Experiment, Finding, Headline, Measurement
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
 from diagnose.resources import display_location
@@ -17,6 +20,7 @@ from diagnose.resources import display_location
 IDENTICAL_TOLERANCE = 1e-3
 BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"
 INTERRUPTED_REASON = "not run: the experiments were interrupted (Ctrl-C)"
+TOO_SMALL_REASON = "not run: the budget (--budget-seconds) fits fewer than two runs of the baseline and of a setting"
 
 
 def select(selection: str, findings: list[Finding]) -> list[str]:
@@ -29,66 +33,98 @@ def select(selection: str, findings: list[Finding]) -> list[str]:
     return list(dict.fromkeys(selection.split(",")))
 
 
+@dataclass(frozen=True)
+class Outcome:
+    experiments: tuple[Experiment, ...]
+    headline: Optional[Headline] = None
+    interrupted: bool = False  # Ctrl-C cut the experiments short: what was measured is kept
+    budget: Optional[BudgetReport] = None
+
+
 def run_experiments(selection: str, capture: Capture, analysis: Analysis, findings: list[Finding], run_dir: Path,
-                    budget_s: float, on_progress: Callable[[str], None]
-                    ) -> tuple[list[Experiment], Optional[Headline], bool]:
-    """(every setting's result, the headline, whether Ctrl-C cut the experiments short)."""
+                    budget_s: float, on_progress: Callable[[str], None],
+                    on_message: Callable[[str], None] = lambda text: None) -> Outcome:
+    """Plan the budget (most promising first), get verdicts one candidate at a time, then combine the winners."""
     ctx = Context(capture, analysis)
     ids = select(selection, findings)
     if not ids:
-        return [], None, False
+        return Outcome(())
     skipped = [_skipped(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
-    arms = [arm for i in ids if not REGISTRY[i].skip_reason(ctx) for arm in arms_for(i, ctx)]
-    if not arms:
-        return skipped, None, False  # nothing to measure: no baseline, no ceiling either
+    gains = expected_gains(findings)
+    candidates = order_candidates([Candidate(i, arms_for(i, ctx), gains.get(i, 0.0)) for i in ids
+                                   if not REGISTRY[i].skip_reason(ctx)])
+    if not candidates:
+        return Outcome(tuple(skipped))  # nothing to measure: no baseline, no ceiling either
     scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
-    baseline = Arm("baseline", {}, ())
-    try:
-        for round_ in range(SCREEN_ROUNDS):
-            if round_:  # when the budget runs short, the settings that did best so far get their second run first
-                arms = sorted(arms, key=lambda a: _mean(a.throughputs(_metric(a.optimization))), reverse=True)
-            interleave(scheduler, baseline, arms)
-        best = _best_per_optimization(arms, baseline)
-        for _ in range(CONFIRM_ROUNDS):
-            interleave(scheduler, baseline, best)
-    except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
-        return [_result(arm, baseline, ctx, unrun_reason=INTERRUPTED_REASON) for arm in arms] + skipped, None, True
-    results = [_result(arm, baseline, ctx) for arm in arms]
+    run_s = scheduler.first_estimate_s = run_estimate_s(capture, analysis, scheduler.window_s())
     riders = [i for i in ids if REGISTRY[i].skip_reason(ctx) and REGISTRY[i].rides_with and REGISTRY[i].rides(ctx)]
+    chosen = covered(candidates, budget_s, run_s, combine=bool(riders))
+    # the plan's first (a sweep trimmed to what fits), then the rest should the runs prove cheaper than estimated
+    order = chosen + [c for c in candidates if c.optimization not in {k.optimization for k in chosen}]
+    on_message(plan_sentence(budget_s, run_s, chosen, candidates))
+    if not chosen:
+        results = [_result(arm, Arm("baseline", {}, ()), ctx, unrun_reason=TOO_SMALL_REASON)
+                   for c in candidates for arm in c.arms]
+        budget = BudgetReport(budget_s, run_s, (), (), tuple(c.optimization for c in candidates), too_small=True,
+                              rest_command=rest_command(capture, candidates, run_s))
+        return Outcome(tuple(results + skipped), None, False, budget)
+    trials = Trials(scheduler, Arm("baseline", {}, ()))
     try:
-        headline, extra = _combine_and_ceiling(scheduler, baseline, best, results, ctx, riders)
+        if trials.start():
+            for candidate in order:
+                if scheduler.remaining_s() >= _cost_s(candidate, scheduler):
+                    trials.decide(candidate)
+    except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
+        results = _results(candidates, trials, ctx, INTERRUPTED_REASON)
+        return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler))
+    results = _results(candidates, trials, ctx)
+    interrupted = False
+    try:
+        headline, extra = _combine_and_ceiling(trials, order, results, ctx, riders)
     except (ExperimentsInterrupted, KeyboardInterrupt):
-        return results + skipped, None, True
-    return results + extra + skipped, headline, False
+        headline, extra, interrupted = None, [], True
+    budget = _report(budget_s, chosen, candidates, results, scheduler)
+    return Outcome(tuple(results + extra + skipped), headline, interrupted, budget)
 
 
-def _metric(optimization: str) -> str:
-    return REGISTRY[optimization].metric if optimization in REGISTRY else "steps/s"
+def _cost_s(candidate: Candidate, scheduler: Scheduler) -> float:
+    """The runs a candidate needs to a verdict, with the baseline runs interleaved among them."""
+    return candidate.min_runs() * 1.5 * scheduler.estimate_s(candidate.arms[0])
+
+
+def _results(candidates: list[Candidate], trials: Trials, ctx: Context,
+             unrun_reason: str = BUDGET_REASON) -> list[Experiment]:
+    noise = trials.noise()
+    return [_result(arm, trials.baseline, ctx, unrun_reason=unrun_reason, noise=noise,
+                    dropped=trials.dropped.get(id(arm), ""))
+            for candidate in candidates for arm in candidate.arms]
+
+
+def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate], results: list[Experiment],
+            scheduler: Scheduler) -> BudgetReport:
+    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change")}
+    untried = [c for c in candidates if c.optimization not in decided]
+    return BudgetReport(budget_s, scheduler.estimate_s(Arm("baseline", {}, ())),
+                        tuple(c.optimization for c in chosen),
+                        tuple(c.optimization for c in candidates if c.optimization in decided),
+                        tuple(c.optimization for c in untried), scheduler.count, scheduler.elapsed_s(),
+                        rest_command=rest_command(scheduler.ctx.capture, untried, scheduler.estimate_s(
+                            Arm("baseline", {}, ()))))
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _best_per_optimization(arms: list[Arm], baseline: Arm) -> list[Arm]:
-    best: dict[str, Arm] = {}
-    for arm in arms:
-        score = _mean(arm.throughputs(_metric(arm.optimization)))
-        current = best.get(arm.optimization)
-        if score > 0 and (current is None or score > _mean(current.throughputs(_metric(current.optimization)))):
-            best[arm.optimization] = arm
-    return list(best.values())
-
-
 def _skipped(optimization: str, reason: str) -> Experiment:
-    return Experiment(optimization=optimization, setting={}, metric=_metric(optimization), speedup=None, ci=None,
+    return Experiment(optimization=optimization, setting={}, metric=REGISTRY[optimization].metric if optimization in REGISTRY else "steps/s", speedup=None, ci=None,
                       verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
                       fidelity=REGISTRY[optimization].fidelity if optimization in REGISTRY else "")
 
 
 def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
-            unrun_reason: str = BUDGET_REASON) -> Experiment:
-    metric = metric or _metric(arm.optimization)
+            unrun_reason: str = BUDGET_REASON, noise: Optional[Noise] = None, dropped: str = "") -> Experiment:
+    metric = metric or metric_of(arm)
     fidelity = REGISTRY[arm.optimization].fidelity if arm.optimization in REGISTRY else _combined_fidelity(arm)
     common = dict(optimization=arm.optimization, setting=arm.setting, metric=metric, fidelity=fidelity,
                   runs=len(arm.runs), applied=arm.runs[0].applied if arm.runs else ())
@@ -105,7 +141,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     base_values, values = baseline.throughputs(metric), arm.throughputs(metric)
     if len(ok) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
-                          reason=_one_run_reason(arm, unrun_reason))
+                          reason=dropped or _one_run_reason(arm, unrun_reason))
     if len(base_values) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
                           reason=f"nothing to compare with: fewer than two baseline runs measured {metric} "
@@ -113,7 +149,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     if len(values) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
                           reason=_too_few_windows(arm, metric))
-    comparison = compare(base_values, values)
+    comparison = compare(base_values, values, noise)
     drift = _drift(baseline, arm)
     return Experiment(**common, speedup=comparison.speedup, ci=comparison.ci, verdict=comparison.verdict,
                       loss_drift=drift, peak_memory_bytes=peak, reason=_reason(comparison.verdict, arm),
@@ -211,31 +247,46 @@ def _winners(best: list[Arm], results: list[Experiment]) -> list[Arm]:
     return chosen
 
 
-def _combine_and_ceiling(scheduler: Scheduler, baseline: Arm, best: list[Arm], results: list[Experiment],
-                         ctx: Context, riders: list[str]) -> tuple[Optional[Headline], list[Experiment]]:
-    winners = _winners(best, results)
-    extra: list[Experiment] = []
-    combined = ceiling = None
-    if winners:
-        joining = [(r, REGISTRY[r].settings(ctx)[0]) for r in riders
-                   if REGISTRY[r].rides_with in {a.optimization for a in winners}]
-        changes = tuple(c for arm in winners for c in arm.changes) + tuple(Change(r, s) for r, s in joining)
-        labels = [a.label for a in winners] + [_label(r, s) for r, s in joining]
-        combined = Arm("combined", {"changes": labels}, changes,
-                       max(a.extra_warmup for a in winners), _combined_burst(winners))
+def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], results: list[Experiment], ctx: Context,
+                         riders: list[str]) -> tuple[Optional[Headline], list[Experiment]]:
+    """All winners together (the headline; a single winner without riders is its own combination, its runs
+    reused), then, budget allowing, the ceiling: the step time with no data loading."""
+    best = [_best_arm(c, results) for c in candidates]
+    winners = _winners([a for a in best if a is not None], results)
+    combined = _combined_arm(winners, riders, ctx)
+    if combined is not None and len(combined.changes) > 1:
+        trials.decide(Candidate("combined", [combined], 1.0))
+    elif combined is not None:  # the single winner's configuration: its own runs, no new ones
+        combined.runs[:], combined.run_dirs[:] = winners[0].runs, winners[0].run_dirs
+    ceiling = None
     if ctx.loader is not None and (ctx.metric("data_wait_frac") or 0) >= 0.05:
         ceiling = Arm("ceiling", {}, (Change("ceiling"),))
-    arms = [a for a in (combined, ceiling) if a is not None]
-    for _ in range(SCREEN_ROUNDS + CONFIRM_ROUNDS):  # the headline: as many runs as a confirmed setting
-        interleave(scheduler, baseline, arms)
-    metric = "samples/s" if any(REGISTRY[c.id].metric == "samples/s" for c in (combined.changes if combined else ())) \
-        else "steps/s"
-    if combined is not None and len(combined.changes) == 1:  # the single winner's configuration: pool its runs
-        combined.runs[:0], combined.run_dirs[:0] = winners[0].runs, winners[0].run_dirs
-    combined_result = _result(combined, baseline, ctx, metric) if combined else None
-    ceiling_result = _ceiling_result(ceiling, baseline, ctx) if ceiling else None
+        if trials.scheduler.remaining_s() >= 3 * trials.scheduler.estimate_s(ceiling):
+            trials.decide(Candidate("ceiling", [ceiling], 0.0))
+    noise = trials.noise()
+    combined_result = _result(combined, trials.baseline, ctx, noise=noise) if combined else None
+    ceiling_result = _ceiling_result(ceiling, trials.baseline, ctx, noise) if ceiling else None
     extra = [r for r in (combined_result, ceiling_result) if r is not None]
     return _headline(winners, combined_result, ceiling_result), extra
+
+
+def _best_arm(candidate: Candidate, results: list[Experiment]) -> Optional[Arm]:
+    """The setting of a candidate that reached a verdict (a sweep's survivor)."""
+    measured = {repr(r.setting) for r in results if r.optimization == candidate.optimization
+                and r.verdict in ("faster", "slower", "no-change")}
+    decided = [a for a in candidate.arms if repr(a.setting) in measured]
+    return max(decided, key=lambda a: _mean(a.throughputs(metric_of(a))), default=None)
+
+
+def _combined_arm(winners: list[Arm], riders: list[str], ctx: Context) -> Optional[Arm]:
+    if not winners:
+        return None
+    joining = [(r, REGISTRY[r].settings(ctx)[0]) for r in riders
+               if REGISTRY[r].rides_with in {a.optimization for a in winners}]
+    changes = tuple(c for arm in winners for c in arm.changes) + tuple(Change(r, s) for r, s in joining)
+    labels = [a.label for a in winners] + [_label(r, s) for r, s in joining]
+    return Arm("combined", {"changes": labels}, changes, max(a.extra_warmup for a in winners),
+               _combined_burst(winners))
 
 
 def _label(optimization: str, setting: dict) -> str:
@@ -248,8 +299,8 @@ def _combined_burst(winners: list[Arm]) -> Optional[int]:
     return max(bursts) if bursts else None
 
 
-def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context) -> Experiment:
-    result = _result(ceiling, baseline, ctx, "steps/s")
+def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context, noise: Optional[Noise]) -> Experiment:
+    result = _result(ceiling, baseline, ctx, "steps/s", noise=noise)
     from dataclasses import replace
 
     measured = result.verdict in ("faster", "slower", "no-change")  # else keep why it was not measured

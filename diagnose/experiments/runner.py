@@ -1,6 +1,5 @@
-"""Run the experiments: the same script with one change at a time, in fresh child processes, profiler off,
-interleaved with baseline runs (B V V B V V ...), repeated for the winners, then all winners combined and a
-ceiling run with no data loading. Keeps to a time budget; a variant that crashes is `failed`, others go on."""
+"""Timed runs of the experiments: the same script with one change at a time, in fresh child processes, profiler
+off, within a time budget (which runs, in what order: trials.py). A variant that crashes is `failed`."""
 from __future__ import annotations
 
 import math
@@ -16,9 +15,6 @@ from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.serial import read_json
 
-SCREEN_ROUNDS = 2  # runs of every setting: the fewest that give an interval
-CONFIRM_ROUNDS = 1  # further runs of the best setting of each optimization
-VARIANTS_PER_BASELINE = 2
 
 
 @dataclass
@@ -93,8 +89,13 @@ class Scheduler:
     def remaining_s(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
 
+    first_estimate_s = 15.0  # one run's cost before any has run (the planner sets it from the capture)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
     def estimate_s(self, arm: Arm) -> float:
-        typical = sorted(self.durations)[len(self.durations) // 2] if self.durations else 15.0
+        typical = sorted(self.durations)[len(self.durations) // 2] if self.durations else self.first_estimate_s
         return typical + arm.extra_warmup * self.step_s
 
     def can_run(self, arm: Arm) -> bool:
@@ -110,7 +111,7 @@ class Scheduler:
         in_step = bool(self.launcher)
         plan = MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
                            warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
-                           window_s=0.0 if in_step else self._window_s(),
+                           window_s=0.0 if in_step else self.window_s(),
                            min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
                            rewarm_steps=burst, burst_steps=burst, windows=3)
         limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
@@ -130,7 +131,7 @@ class Scheduler:
         arm.run_dirs.append(folder)
         return measurement
 
-    def _window_s(self) -> float:
+    def window_s(self) -> float:
         # long enough for several steps of the baseline, short enough to repeat within the budget
         return min(3.0, max(0.5, 5 * self.step_s))
 
@@ -154,14 +155,6 @@ def _crash_error(log: str):
 
     last = [line for line in log.splitlines() if line.strip()][-1:] or ["the process died"]
     return ScriptError("Crash", last[0], log, None)
-
-
-def interleave(scheduler: Scheduler, baseline: Arm, arms: list[Arm]) -> None:
-    """B V V B V V ...: a baseline run before every few variant runs, so drift hits both sides alike."""
-    for i, arm in enumerate(arms):
-        if i % VARIANTS_PER_BASELINE == 0:
-            scheduler.run(baseline)
-        scheduler.run(arm)
 
 
 def steps_in_epoch(ctx: Context) -> Optional[int]:

@@ -11,7 +11,7 @@ from diagnose import __version__
 from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples
 from diagnose.report import charts
 from diagnose.rules import fmt_ms
-from diagnose.report.wording import (CATEGORY_NAMES, headline_sentence, recovery_sentence, setting_text, speedup_text,
+from diagnose.report.wording import (CATEGORY_NAMES, budget_sentence, headline_sentence, recovery_sentence, setting_text, speedup_text,
                                      status_sentence, verdict)
 
 SNIPPET_CONTEXT = 2
@@ -68,6 +68,7 @@ class ReportView:
     headline: str = ""
     headline_verified: bool = False
     recovery: str = ""
+    budget: str = ""  # what the experiment budget covered and bought
 
 
 def snippet(location: Optional[str]) -> Optional[Snippet]:
@@ -111,6 +112,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         headline=headline_sentence(diagnosis),
         headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict == "faster",
         recovery=recovery_sentence(diagnosis.headline),
+        budget=budget_sentence(diagnosis.budget),
     )
 
 

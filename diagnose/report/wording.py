@@ -74,11 +74,18 @@ def headline_sentence(diagnosis: Diagnosis) -> str:
         speedup, _, interval = speedup_text(head.speedup, head.ci).partition(" ")
         return (f"Verified: {count} change{'' if count == 1 else 's'}, {speedup} faster{' ' + interval if interval else ''}, "
                 f"{head.metric}: {', '.join(head.changes)}")
+    budget = diagnosis.budget
+    if budget is not None and budget.too_small:
+        return (f"No experiment ran: the budget of {budget.budget_s:.0f} s fits fewer than the 4 timed runs a verdict "
+                f"needs (about {budget.run_estimate_s:.0f} s each). To try them: {budget.rest_command}")
     if diagnosis.experiments_interrupted:
         return ("Experiments interrupted (Ctrl-C): no combination was measured. "
                 + _unverified_sentence(diagnosis).replace("No combination of changes was verified faster; on its own",
                                                           "Before that"))
-    return _unverified_sentence(diagnosis) if diagnosis.experiments else ""
+    sentence = _unverified_sentence(diagnosis) if diagnosis.experiments else ""
+    if sentence and budget is not None and budget.untried:
+        sentence += f" Left without a verdict by the budget: {', '.join(budget.untried)} ({budget.rest_command})."
+    return sentence
 
 
 def _unverified_sentence(diagnosis: Diagnosis) -> str:
@@ -93,6 +100,18 @@ def _unverified_sentence(diagnosis: Diagnosis) -> str:
     label = f"{best.optimization}({detail})" if detail else best.optimization
     return (f"No combination of changes was verified faster; on its own, {label} was {speedup} faster"
             f"{' ' + interval if interval else ''}, {best.metric}.")
+
+
+def budget_sentence(budget) -> str:
+    """What the experiment budget bought, and the command for what it left without a verdict."""
+    if budget is None or budget.too_small:
+        return ""
+    decided = ", ".join(budget.decided) or "none"
+    text = (f"Budget {budget.budget_s:.0f} s: {budget.runs} timed runs (about {budget.run_estimate_s:.0f} s each) in "
+            f"{budget.spent_s:.0f} s gave verdicts on {decided}.")
+    if budget.untried:
+        text += f" Without a verdict: {', '.join(budget.untried)}; to try them: {budget.rest_command}"
+    return text
 
 
 def recovery_sentence(head: Optional[Headline]) -> str:

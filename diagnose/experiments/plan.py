@@ -1,0 +1,132 @@
+"""Planning the experiment budget: which optimizations to try first, what one timed run costs, what the budget
+will cover, and the command that tries what it did not."""
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+
+from diagnose.experiments.runner import Arm
+from diagnose.model import Analysis, Capture, Finding
+
+MIN_RUNS = 4  # two of the baseline and two of one setting: the fewest that give an interval
+PRIMARY_WEIGHT = 0.8  # a finding's later optimizations are less likely to be its fix than its first
+PROCESS_START_S = 2.0  # a fresh Python with torch imported, before the script's first line
+STOP_S = 0.5
+
+
+@dataclass
+class Candidate:
+    optimization: str
+    arms: list[Arm]
+    gain: float  # the share of the step it can win back, from the findings that recommend it
+
+    @property
+    def sweep(self) -> bool:
+        return len(self.arms) > 1
+
+    def min_runs(self) -> int:
+        """Variant runs to a verdict: two for one setting; a sweep screens each setting once, then halves."""
+        if not self.sweep:
+            return 2
+        runs, alive, rounds = 0, len(self.arms), 0
+        while True:  # as Trials._halve runs them: each round every survivor once, until one has two runs
+            runs += alive
+            if alive == 1:
+                return runs
+            alive, rounds = math.ceil(alive / 2), rounds + 1
+            if alive == 1 and rounds >= 2:
+                return runs
+
+
+_COMBINATION = Candidate("combined", [Arm("combined", {}, ())], 0.0)
+
+
+def expected_gains(findings: list[Finding]) -> dict[str, float]:
+    """Each optimization's promise: the largest cost of a finding that recommends it (workers recover at most the
+    data wait, tensor cores the fp32 GEMM loss...), less for a finding's second and later fixes."""
+    gains: dict[str, float] = {}
+    for finding in findings:
+        for rank, optimization in enumerate(finding.optimizations):
+            gain = finding.cost_fraction * PRIMARY_WEIGHT ** rank
+            gains[optimization] = max(gains.get(optimization, 0.0), gain)
+    return gains
+
+
+def order_candidates(candidates: list[Candidate]) -> list[Candidate]:
+    """Most promising first; a sweep's extra runs weigh against it only between equals."""
+    return sorted(candidates, key=lambda c: (-round(c.gain, 2), c.min_runs()))
+
+
+def run_estimate_s(capture: Capture, analysis: Analysis, window_s: float, warmup_steps: int = 5) -> float:
+    """One timed run before any has run: start-up as the capture saw it, the warm-up, three windows."""
+    step = analysis.step_time_s.get("unprofiled") or analysis.step_time_s.get("mean") or 0.05
+    startup = capture.boundaries_s[0] if capture.boundaries_s else 3.0
+    windows = 3 * max(window_s, 5 * step)
+    return PROCESS_START_S + startup + max(warmup_steps * step, 0.3) + windows + STOP_S
+
+
+def runs_needed(candidates: list[Candidate]) -> int:
+    """Variant runs plus the baseline runs interleaved with them (one before every two), plus the baseline's two."""
+    variants = sum(c.min_runs() for c in candidates)
+    return variants + math.ceil(variants / 2) + 1
+
+
+def covered(candidates: list[Candidate], budget_s: float, run_s: float, combine: bool = False) -> list[Candidate]:
+    """The candidates, in order, whose runs fit in the budget after those before them. A sweep that does not fit
+    whole keeps its strongest settings (listed last: more workers, a larger batch). With `combine`, two runs of the
+    winners together are kept in reserve once two changes could be combined."""
+    affordable = int(budget_s // max(run_s, 1e-3))
+    chosen: list[Candidate] = []
+    for candidate in candidates:
+        for trimmed in _trimmed(candidate):
+            reserve = [_COMBINATION] if combine or chosen else []
+            if runs_needed(chosen + [trimmed] + reserve) <= affordable:
+                chosen.append(trimmed)
+                break
+    return chosen
+
+
+def _trimmed(candidate: Candidate):
+    """The candidate, then its sweep with fewer settings, strongest kept, down to one."""
+    for keep in range(len(candidate.arms), 0, -1):
+        yield candidate if keep == len(candidate.arms) else Candidate(candidate.optimization,
+                                                                       candidate.arms[-keep:], candidate.gain)
+
+
+def plan_sentence(budget_s: float, run_s: float, chosen: list[Candidate], all_: list[Candidate]) -> str:
+    affordable = int(budget_s // max(run_s, 1e-3))
+    if not chosen:
+        return (f"Experiment budget {budget_s:.0f} s: a timed run of this script takes about {run_s:.0f} s, so it "
+                f"fits {affordable} run(s); a verdict needs at least {MIN_RUNS} (two of the baseline, two of a "
+                f"setting). Nothing was run: give --budget-seconds {_round_up(MIN_RUNS * run_s * 1.2)} or more.")
+    sizes = {c.optimization: len(c.arms) for c in all_}
+    names = ", ".join(_described(c, sizes[c.optimization]) for c in chosen)
+    left = [c.optimization for c in all_ if c.optimization not in {k.optimization for k in chosen}]
+    rest = f"; not covered: {', '.join(left)}" if left else ""
+    return (f"Experiment budget {budget_s:.0f} s: about {affordable} timed runs of ~{run_s:.0f} s; enough for "
+            f"verdicts on {names}{rest}.")
+
+
+def _described(candidate: Candidate, of: int) -> str:
+    if of == 1:
+        return candidate.optimization
+    count = f"{len(candidate.arms)} of {of}" if len(candidate.arms) < of else str(of)
+    return f"{candidate.optimization} ({count} settings)"
+
+
+def rest_command(capture: Capture, untried: list[Candidate], run_s: float) -> str:
+    """The command that gives the optimizations left without a verdict a budget of their own."""
+    if not untried:
+        return ""
+    seconds = _round_up(runs_needed(untried) * run_s * 1.2)
+    ids = ",".join(c.optimization for c in untried)
+    args = " ".join(shlex.quote(a) for a in capture.script_args)
+    separator = " --" if args else ""
+    return (f"diagnose run --experiments {ids} --budget-seconds {seconds} {shlex.quote(capture.script)}"
+            f"{separator}{' ' + args if args else ''}")
+
+
+def _round_up(seconds: float, step: int = 10) -> int:
+    return int(math.ceil(seconds / step) * step)
+

@@ -1,0 +1,100 @@
+"""Getting verdicts: runs interleaved with the baseline's (B V V B V V ...), each setting's interval from the
+noise pooled over all runs so far, sequential stops (an arm stops once its interval excludes 1.0 or rules out
+a worthwhile gain), and sweeps by successive halving (every setting once, the better half again, ...)."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from diagnose.experiments.plan import Candidate
+from diagnose.experiments.runner import Arm, Scheduler
+from diagnose.experiments.stats import Comparison, Noise, compare, pooled_noise
+from diagnose.optimizations import REGISTRY
+
+MAX_RUNS = 3  # an undecided setting gets a third run, then its verdict stands
+WORTHWHILE = 1.05  # an interval whose top is below this has ruled out any gain worth a change
+VARIANTS_PER_BASELINE = 2
+
+
+def metric_of(arm: Arm) -> str:
+    """samples/s for settings that change the batch (and a combination holding one), else steps/s."""
+    ids = [c.id for c in arm.changes] if arm.optimization == "combined" else [arm.optimization]
+    return "samples/s" if any(REGISTRY[i].metric == "samples/s" for i in ids if i in REGISTRY) else "steps/s"
+
+
+class Trials:
+    def __init__(self, scheduler: Scheduler, baseline: Arm):
+        self.scheduler, self.baseline = scheduler, baseline
+        self.arms: list[Arm] = []
+        self.since_baseline = VARIANTS_PER_BASELINE  # the first variant run follows a baseline run
+        self.dropped: dict[int, str] = {}  # id(arm) -> why a sweep left it after one run
+
+    def start(self, runs: int = 2) -> bool:
+        """The baseline's first runs; False when none measured (nothing can be compared)."""
+        for _ in range(runs):
+            self.scheduler.run(self.baseline)
+        self.since_baseline = 0
+        return bool(self.baseline.ok_runs())
+
+    def run(self, arm: Arm) -> bool:
+        if arm not in self.arms:
+            self.arms.append(arm)
+        if self.since_baseline >= VARIANTS_PER_BASELINE and self.scheduler.can_run(self.baseline):
+            self.scheduler.run(self.baseline)
+            self.since_baseline = 0
+        if self.scheduler.run(arm) is None:
+            return False
+        self.since_baseline += 1
+        return True
+
+    def noise(self) -> Optional[Noise]:
+        groups = [self.baseline.throughputs("steps/s")] + [a.throughputs(metric_of(a)) for a in self.arms]
+        return pooled_noise(groups)
+
+    def comparison(self, arm: Arm) -> Optional[Comparison]:
+        metric = metric_of(arm)
+        base, mine = self.baseline.throughputs(metric), arm.throughputs(metric)
+        if len(base) < 2 or len(mine) < 2:
+            return None
+        return compare(base, mine, self.noise())
+
+    def settled(self, arm: Arm) -> bool:
+        result = self.comparison(arm)
+        return result is not None and (result.verdict != "no-change" or result.ci[1] < WORTHWHILE)
+
+    def decide(self, candidate: Candidate) -> None:
+        survivor = self._halve(candidate.arms) if candidate.sweep else candidate.arms[0]
+        while len(survivor.runs) < MAX_RUNS and not self.settled(survivor):
+            if len(survivor.ok_runs()) < len(survivor.runs) or not self.run(survivor):
+                break  # a run that failed is not retried into a verdict; or the budget ran out
+
+    def _halve(self, arms: list[Arm]) -> Arm:
+        alive, round_ = list(arms), 0
+        while True:
+            for arm in alive:
+                if len(arm.runs) <= round_ and not self.run(arm):
+                    return self._best(alive)
+            if len(alive) == 1:
+                return alive[0]
+            ranked = sorted(alive, key=self._score, reverse=True)
+            keep = ranked[:math.ceil(len(ranked) / 2)]
+            for arm in ranked[len(keep):]:
+                self.dropped[id(arm)] = self._drop_reason(arm, keep[0])
+            alive, round_ = keep, round_ + 1
+            if len(alive) == 1 and len(alive[0].runs) >= 2:
+                return alive[0]
+
+    def _best(self, arms: list[Arm]) -> Arm:
+        return max(arms, key=self._score)
+
+    def _score(self, arm: Arm) -> float:
+        values = arm.throughputs(metric_of(arm))
+        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
+
+    def _drop_reason(self, arm: Arm, best: Arm) -> str:
+        base = self.baseline.throughputs(metric_of(arm))
+        if not base or not arm.throughputs(metric_of(arm)):
+            return f"dropped from the sweep: {best.label} did better"
+        base_mean = math.exp(sum(math.log(v) for v in base) / len(base))
+        return (f"dropped from the sweep after {len(arm.runs)} run(s) at {self._score(arm) / base_mean:.2f}x the "
+                f"baseline, behind {best.label} at {self._score(best) / base_mean:.2f}x: no interval claimed")
