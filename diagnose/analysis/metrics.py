@@ -9,6 +9,9 @@ METRICS: dict[str, str] = {
     "step_time_p50_s": "median step wall time, seconds",
     "step_time_p95_s": "95th percentile step wall time, seconds",
     "step_time_cv": "coefficient of variation of step times (std / mean)",
+    "step_time_unprofiled_s": "seconds per step timed after the profiled window with the profiler off (device "
+                              "synchronised at the window's edges; run mode only)",
+    "profiler_overhead_factor": "mean profiled step time / unprofiled step time (how much the profiler slowed steps)",
     "data_wait_frac": "share of step time waiting for the next batch from the DataLoader",
     "h2d_frac": "share of step time in host-to-device copies not hidden by kernels",
     "compute_frac": "share of step time in torch ops (GPU kernels on a GPU run, CPU ops on a CPU run)",
@@ -51,7 +54,8 @@ METRICS: dict[str, str] = {
     "step_time_spread": "(slowest - fastest) / fastest mean step time across ranks",
     "tensor_core_gpu": "1 when the GPU has tensor cores (compute capability >= 7.0)",
     "fp32_gemm_frac": "share of step time in fp32 GEMM/conv kernels that do not use tensor cores",
-    "autocast_used": "1 when the script entered torch.autocast",
+    "autocast_used": "1 when the script entered an enabled torch.autocast region (autocast(enabled=False) is not "
+                     "counted; run mode only)",
     "process_cpu_frac": "mean CPU use of the process tree (incl. DataLoader workers) as a share of all cores",
     # memory
     "peak_memory_bytes": "peak memory: CUDA max reserved on GPU runs, peak RSS of the main process otherwise",
