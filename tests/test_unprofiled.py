@@ -46,7 +46,7 @@ def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_
 
 
 def test_a_script_that_ends_before_the_unprofiled_window_closes_reports_no_unprofiled_time(loop_run):
-    run = loop_run("--steps", "13")  # 3 warm-up + 8 profiled, then 2 steps: fewer than the window's 3
+    run = loop_run("--steps", "15")  # 3 warm-up + 8 profiled + 2 re-warm-up, then 2 steps: fewer than 3
     assert run.returncode == 0, run.stderr
     d = run.diagnosis
     assert d["status"] == "completed" and d["steps_profiled"] == 8  # the profiled window itself was complete
@@ -79,11 +79,11 @@ def test_enabled_autocast_is_counted_with_its_dtype(loop_run):
 
 
 def test_timer_closes_at_the_step_count_or_once_past_the_profiled_windows_length():
-    by_count = UnprofiledTimer(steps=4, budget_s=None)
-    assert [by_count.boundary() is None for _ in range(3)] == [True] * 3
+    by_count = UnprofiledTimer(steps=4, budget_s=None)  # after REWARM_STEPS steps left out
+    assert [by_count.boundary() is None for _ in range(UnprofiledTimer.REWARM_STEPS + 3)] == [True] * 5
     window = by_count.boundary()
     assert window.steps == 4 and window.seconds > 0 and window.device_synced is False
-    by_time = UnprofiledTimer(steps=20, budget_s=0.0)  # already as long as the profiled window: 3 steps
+    by_time = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0)  # already as long as the profiled window: 3 steps
     assert by_time.boundary() is None and by_time.boundary() is None
     assert by_time.boundary().steps == UnprofiledTimer.MIN_STEPS
 
