@@ -2,6 +2,7 @@
 RUN/capture.json, samples.json, stacks.json and the trace in tb/."""
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import threading
@@ -123,6 +124,11 @@ class Session(ScriptHost):
             self.progress("writing trace")
             profiler, self.profiler = self.profiler, None
             profiler.stop()
+            del profiler
+            # The stopped profiler leaves its parsed events (many objects) to the garbage collector; until a full
+            # collection frees them, its passes walk them: healthy.py's steps ran 27-60 ms after the profiler
+            # stopped, 19-21 ms with this collection.
+            gc.collect()
 
     def start_samplers(self) -> None:
         self.system.start()
