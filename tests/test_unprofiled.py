@@ -52,6 +52,7 @@ def test_a_script_that_ends_before_the_unprofiled_window_closes_reports_no_unpro
     assert d["status"] == "completed" and d["steps_profiled"] == 8  # the profiled window itself was complete
     assert d["step_time_s"]["unprofiled"] is None and d["metrics"]["profiler_overhead_factor"] is None
     assert "profiler overhead" not in run.stderr and "profiled step " in run.stderr
+    assert "no steps were timed without it" in (run.run_dir / "report.html").read_text()
 
 
 def test_analyze_has_no_unprofiled_step_time(tmp_path):
@@ -60,6 +61,8 @@ def test_analyze_has_no_unprofiled_step_time(tmp_path):
     d = json.loads((tmp_path / "out" / "diagnosis.json").read_text())
     assert "unprofiled" in d["step_time_s"] and d["step_time_s"]["unprofiled"] is None
     assert "profiled step " in proc.stderr and "profiler overhead" not in proc.stderr
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Profiled mean step" in html and "timed without the profiler" not in html
 
 
 def test_autocast_entered_disabled_is_not_counted(loop_run):
