@@ -37,7 +37,9 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     name = Path(capture.script).name
     if capture.status == "completed":
         ranks = f" on each of {len(capture.ranks)} ranks" if len(capture.ranks) > 1 else ""
-        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}, then stopped {name}."
+        timed = capture.unprofiled_window
+        plain = f", timed {timed.steps} more without the profiler" if timed else ""
+        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped {name}."
     if capture.status == "script_error" and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
         return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "
