@@ -209,8 +209,8 @@ class UnprofiledTimer:
     as many steps as were profiled, or once it has lasted as long as the profiled window (MIN_STEPS at least), so
     a slow script does not run twice as long."""
     MIN_STEPS = 3
-    # The first steps after the trace was written ran up to 2x slower (a CPU CNN: 83, 77, then 38 ms): caches and
-    # the allocator refill after the profiler's export. They are left out, as warm-up steps are.
+    # The first steps after the trace was written ran up to 2x slower (a CPU CNN: 83, 77, then 38 ms per step; the
+    # trace export churns the caches): they are left out, as warm-up steps are.
     REWARM_STEPS = 2
 
     def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS):
