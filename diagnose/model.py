@@ -147,6 +147,19 @@ class ScriptError:
 
 
 @dataclass(frozen=True)
+class UnprofiledWindow:
+    """Steps timed after the profiled window with the profiler off: the step time the user's script runs at.
+    The device is synchronised at the window's two edges only (never per step), so queued GPU work counts."""
+    steps: int
+    seconds: float
+    device_synced: bool  # False on CPU-only runs, where there is no device queue to drain
+
+    @property
+    def step_s(self) -> float:
+        return self.seconds / self.steps
+
+
+@dataclass(frozen=True)
 class Capture:
     """What the child process saw while running the user's script (RUN/capture.json)."""
     status: str  # completed | script_error | interrupted | timeout | no_steps | script_finished
@@ -177,6 +190,8 @@ class Capture:
     ranks: tuple[int, ...] = ()  # ranks that wrote a capture, in a multi-process run
     redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> copy in RUN/sandbox
     skipped_removals: tuple[str, ...] = ()
+    unprofiled_window: Optional[UnprofiledWindow] = None  # None: not measured (script ended first, old capture)
+    autocast_dtypes: tuple[str, ...] = ()  # dtypes of the enabled autocast regions the script entered
 
 
 @dataclass(frozen=True)
@@ -265,7 +280,7 @@ class RankSummary:
 @dataclass(frozen=True)
 class Analysis:
     steps: tuple[StepBreakdown, ...]
-    step_time_s: dict[str, float]  # mean, p50, p95
+    step_time_s: dict[str, Optional[float]]  # mean, p50, p95 (profiled); unprofiled (None when not measured)
     breakdown: dict[str, float]  # bucket -> fraction of the mean step; sums to 1
     top_ops: tuple[OpStat, ...]
     host_lines: tuple[SourceLine, ...]
@@ -347,7 +362,7 @@ class Diagnosis:
     schema: int
     script: str
     steps_profiled: int
-    step_time_s: dict[str, float]
+    step_time_s: dict[str, Optional[float]]
     breakdown: dict[str, float]
     findings: tuple[Finding, ...]
     experiments: tuple[Experiment, ...] = ()

@@ -121,7 +121,7 @@ def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...])
 
 def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
                     experiments: ExperimentResults) -> Diagnosis:
-    empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0}
+    empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0, "unprofiled": None}
     return Diagnosis(
         schema=1,
         script=script,

@@ -23,7 +23,8 @@ LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
                  "explanation")
-TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "optimizer_location", "syncs"}
+TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "optimizer_location", "syncs",
+                   "step_s"}
 
 
 def fmt_pct(value) -> str:
@@ -237,7 +238,10 @@ def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
 
 def _context(analysis: Analysis) -> dict:
     locations = {k: display_location(v) for k, v in analysis.locations.items()}
-    return {**dict.fromkeys(METRICS), **analysis.metrics, "locations": locations,
+    metrics = analysis.metrics
+    # the step time the report states: the one timed without the profiler when measured, else the profiled mean
+    step_s = metrics.get("step_time_unprofiled_s") or metrics.get("step_time_mean_s")
+    return {**dict.fromkeys(METRICS), **metrics, "step_s": step_s, "locations": locations,
             "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",
             "optimizer_location": locations.get("optimizer") or "where your optimizer is built",

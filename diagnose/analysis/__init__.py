@@ -57,7 +57,7 @@ def analyze(inputs: Inputs) -> Analysis:
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     return Analysis(
         steps=tuple(steps),
-        step_time_s=stats,
+        step_time_s={**stats, "unprofiled": unprofiled_step_s(inputs.capture)},
         breakdown=fractions,
         top_ops=op_stats.top_ops(steady.cpu_ops, self_t),
         host_lines=host_lines,
@@ -171,7 +171,23 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
     m.update(_device_metrics(trace, steady, capture, timeline, total_us, n))
     m.update(_trace_loader_metrics(trace))
     m.update(_capture_metrics(capture, inputs.samples, n))
+    m.update(unprofiled_metrics(capture, stats["mean"]))
     return m
+
+
+def unprofiled_step_s(capture: Optional[Capture]) -> Optional[float]:
+    """Seconds per step timed after the profiled window with the profiler off; None when not measured (a trace
+    analysed on its own, a script that ended before the window closed)."""
+    window = capture.unprofiled_window if capture is not None else None
+    return window.step_s if window is not None and window.steps > 0 else None
+
+
+def unprofiled_metrics(capture: Optional[Capture], profiled_mean_s: float) -> dict:
+    plain = unprofiled_step_s(capture)
+    return {
+        "step_time_unprofiled_s": plain,
+        "profiler_overhead_factor": profiled_mean_s / plain if plain and profiled_mean_s > 0 else None,
+    }
 
 
 def _device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], timeline: StepTimeline,
@@ -326,16 +342,21 @@ def _timeline_notes(timeline: StepTimeline) -> tuple[str, ...]:
             "steps are timed on the device timeline (each ends when the GPU work it launched ends)",)
 
 
+OVERHEAD_NOTE_FACTOR = 1.2  # below this the profiler's cost is within run-to-run noise: not worth a note
+
+
 def _profiler_overhead(capture: Optional[Capture], steps) -> Optional[str]:
-    """Compare profiled steps with the last unprofiled warm-up steps: the profiler's own cost, stated."""
-    if capture is None or capture.warmup_steps < 4 or len(capture.boundaries_s) <= capture.warmup_steps or not steps:
+    """The profiled steps against the same script's steps timed right after them with the profiler off."""
+    plain = unprofiled_step_s(capture)
+    if plain is None or not steps:
         return None
-    warm = np.diff(capture.boundaries_s[2:capture.warmup_steps + 1])
-    if len(warm) < 2:
-        return None
-    plain = float(np.median(warm))
-    profiled = float(np.median([s.duration_s for s in steps]))
-    if plain <= 0 or profiled / plain < 1.2:
-        return None
-    return (f"steps took {profiled / plain:.1f}x longer under the profiler ({profiled * 1e3:.1f} ms median) than in "
-            f"the unprofiled warm-up ({plain * 1e3:.1f} ms): shares of time are measured under the profiler")
+    profiled = float(np.mean([s.duration_s for s in steps]))
+    window = capture.unprofiled_window
+    timed = f"{window.steps} steps timed without the profiler after the profiled window ({plain * 1e3:.1f} ms)"
+    if profiled >= plain * OVERHEAD_NOTE_FACTOR:
+        return (f"steps took {profiled / plain:.1f}x longer under the profiler ({profiled * 1e3:.1f} ms mean) than the "
+                f"{timed}: the step time shown is the unprofiled one; shares of time are measured under the profiler")
+    if plain >= profiled * OVERHEAD_NOTE_FACTOR:
+        return (f"the {timed} took {plain / profiled:.1f}x longer than the profiled steps ({profiled * 1e3:.1f} ms "
+                "mean): the profiled step spans may not include all the device work the steps queued")
+    return None

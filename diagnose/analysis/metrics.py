@@ -9,6 +9,9 @@ METRICS: dict[str, str] = {
     "step_time_p50_s": "median step wall time, seconds",
     "step_time_p95_s": "95th percentile step wall time, seconds",
     "step_time_cv": "coefficient of variation of step times (std / mean)",
+    "step_time_unprofiled_s": "seconds per step timed after the profiled window with the profiler off (device "
+                              "synchronised at the window's edges; run mode only)",
+    "profiler_overhead_factor": "mean profiled step time / unprofiled step time (how much the profiler slowed steps)",
     "data_wait_frac": "share of step time waiting for the next batch from the DataLoader",
     "h2d_frac": "share of step time in host-to-device copies not hidden by kernels",
     "compute_frac": "share of step time in torch ops (GPU kernels on a GPU run, CPU ops on a CPU run)",
@@ -63,7 +66,8 @@ METRICS: dict[str, str] = {
     "tf32_speedup": "the GPU's dense TF32 tensor-core rate over its fp32 rate (None before Ampere)",
     "tensor_core_loss_frac": "share of step time the fp32 GEMM/conv kernels would save on tensor cores: "
                              "fp32_gemm_frac x (1 - 1 / tensor_core_speedup)",
-    "autocast_used": "1 when the script entered torch.autocast",
+    "autocast_used": "1 when the script entered an enabled torch.autocast region (autocast(enabled=False) is not "
+                     "counted; run mode only)",
     "process_cpu_frac": "mean CPU use of the process tree (incl. DataLoader workers) as a share of all cores",
     # memory
     "peak_memory_bytes": "peak memory: CUDA max reserved on GPU runs, peak RSS of the main process otherwise",

@@ -45,6 +45,7 @@ class Observed:
     optimizers: list[OptimizerInfo] = field(default_factory=list)
     root_module: Optional[torch.nn.Module] = None  # kept alive: runpy drops the script's globals
     counters: dict[str, int] = field(default_factory=dict)
+    autocast_dtypes: set[str] = field(default_factory=set)  # of the enabled autocast regions entered
 
     def train_loader_or_first(self) -> Optional[int]:
         return self.train_loader if self.train_loader is not None else (0 if self.loaders else None)
@@ -112,7 +113,8 @@ class Instrumentation:
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(torch.nn.DataParallel, "__init__", self._wrap_counter("data_parallel"))
         self._patch(torch.cuda, "empty_cache", self._wrap_counter("empty_cache_calls"))
-        self._patch(torch.autocast, "__enter__", self._wrap_counter("autocast"))
+        # torch.cuda.amp.autocast and torch.cpu.amp.autocast subclass torch.autocast and enter through it
+        self._patch(torch.autocast, "__enter__", self._wrap_autocast_enter)
         handle = optimizer_module.register_optimizer_step_post_hook(self._after_optimizer_step)
         self._undo.append(handle.remove)
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
@@ -293,6 +295,22 @@ class Instrumentation:
             return counted
 
         return make
+
+    def _wrap_autocast_enter(self, original):
+        seen = self.seen
+
+        @functools.wraps(original)
+        def enter(region, *args, **kwargs):
+            result = original(region, *args, **kwargs)
+            # `autocast(enabled=args.bf16)` with the flag off leaves the model in fp32: only enabled regions count
+            if getattr(region, "_enabled", False):
+                seen.count("autocast")
+                seen.autocast_dtypes.add(str(getattr(region, "fast_dtype", "")).replace("torch.", ""))
+            else:
+                seen.count("autocast_disabled")
+            return result
+
+        return enter
 
     def _before_forward(self, module, inputs) -> None:
         if self._module_depth == 0 and self.seen.root_module is None and _has_parameters(module):

@@ -18,6 +18,9 @@ class Amp(Optimization):
             return "no model call was seen (no nn.Module forward)"
         if ctx.capture.model.dtype not in ("float32",):
             return f"the model already runs in {ctx.capture.model.dtype}"
+        low = [d for d in ctx.capture.autocast_dtypes if d in ("bfloat16", "float16")]
+        if low:  # only enabled regions are recorded: autocast(enabled=False) leaves the model in fp32, worth trying
+            return f"the script already runs under autocast ({', '.join(low)})"
         return None
 
     def settings(self, ctx):

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from diagnose.model import Diagnosis
+from diagnose.report.view import step_time_view
+from diagnose.rules import fmt_ms
 from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, speedup_text
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -23,8 +25,12 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     _print_headline(console, diagnosis)
     console.print(verdict, style="bold", soft_wrap=True, markup=False, highlight=False)
     if diagnosis.breakdown:
-        parts = " · ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in diagnosis.breakdown.items() if v >= 0.005)
-        console.print(f"  step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms: {parts}", soft_wrap=True)
+        step = step_time_view(diagnosis)
+        parts = " · ".join(f"{b.bucket.replace('_', ' ')} {b.frac:.0%} ({fmt_ms(b.seconds)})"
+                           for b in step.buckets if b.frac >= 0.005)
+        console.print(f"  {step.label}: {parts}", soft_wrap=True)
+        if step.overhead:
+            console.print(f"  {step.overhead}", soft_wrap=True, style="dim")
     for f in diagnosis.findings:
         console.print(f"  [{STYLE[f.severity]}]{f.severity:<6}[/] {f.cost_fraction:>4.0%}  {escape(f.title)} "
                       f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False, soft_wrap=True)

@@ -46,6 +46,39 @@ class ExperimentView:
 
 
 @dataclass(frozen=True)
+class BucketTime:
+    bucket: str
+    frac: float  # of the profiled mean step
+    seconds: float  # that share of the step time shown
+
+
+@dataclass(frozen=True)
+class StepTimeView:
+    """The step time the report states: the one timed without the profiler when it was measured (what the script
+    runs at), the profiled breakdown's shares applied to it; else the profiled mean, labelled as profiled."""
+    seconds: float
+    unprofiled: bool
+    profiled_s: float
+    overhead_factor: Optional[float]  # profiled mean / unprofiled
+    buckets: tuple[BucketTime, ...]
+    label: str  # "step 16.9 ms" or "profiled step 36.8 ms"
+    overhead: str  # "profiler overhead 2.2x (profiled step 36.8 ms)", or "" when not measured
+
+
+def step_time_view(diagnosis: Diagnosis) -> StepTimeView:
+    profiled = diagnosis.step_time_s.get("mean") or 0.0
+    plain = diagnosis.step_time_s.get("unprofiled")
+    shown = plain if plain else profiled
+    factor = profiled / plain if plain and profiled else None
+    return StepTimeView(
+        seconds=shown, unprofiled=bool(plain), profiled_s=profiled, overhead_factor=factor,
+        buckets=tuple(BucketTime(b, f, f * shown) for b, f in diagnosis.breakdown.items()),
+        label=f"{'step' if plain else 'profiled step'} {fmt_ms(shown)}",
+        overhead=f"profiler overhead {factor:.1f}x (profiled step {fmt_ms(profiled)})" if factor else "",
+    )
+
+
+@dataclass(frozen=True)
 class ReportView:
     title: str
     generated: str
@@ -69,6 +102,7 @@ class ReportView:
     headline_verified: bool = False
     recovery: str = ""
     budget: str = ""  # what the experiment budget covered and bought
+    step_time: Optional[StepTimeView] = None
 
 
 def snippet(location: Optional[str]) -> Optional[Snippet]:
@@ -113,6 +147,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict == "faster",
         recovery=recovery_sentence(diagnosis.headline),
         budget=budget_sentence(diagnosis.budget),
+        step_time=step_time_view(diagnosis),
     )
 
 

@@ -18,8 +18,9 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     ranked = [f for f in diagnosis.findings if f.severity in ("high", "medium")]
     if not ranked:
         compute = diagnosis.breakdown.get("compute", 0.0)
-        return (f"No bottleneck found: {compute:.0%} of each step is compute in torch ops "
-                f"(mean step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms).")
+        plain = diagnosis.step_time_s.get("unprofiled")
+        step = f"step {plain * 1e3:.1f} ms" if plain else f"mean profiled step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms"
+        return f"No bottleneck found: {compute:.0%} of each step is compute in torch ops ({step})."
     top = ranked[0]
     where = f" ({top.location})" if top.location else ""
     rank = f" on rank {int(analysis.metrics['rank'])}" if len(analysis.ranks) > 1 else ""
@@ -36,7 +37,9 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     name = Path(capture.script).name
     if capture.status == "completed":
         ranks = f" on each of {len(capture.ranks)} ranks" if len(capture.ranks) > 1 else ""
-        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}, then stopped {name}."
+        timed = capture.unprofiled_window
+        plain = f", timed {timed.steps} more without the profiler" if timed else ""
+        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped {name}."
     if capture.status == "script_error" and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
         return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "

@@ -1,0 +1,113 @@
+"""The step time the user sees: steps timed after the profiled window with the profiler off, the profiler's
+overhead against it, and autocast counted only where it is enabled. Real runs of the CLI on the CPU."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
+from diagnose.capture.session import UnprofiledTimer
+from diagnose.model import Capture
+from diagnose.serial import from_jsonable, to_jsonable
+
+FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory):
+    """tests/scripts/small_loop.py under `diagnose run`, once per set of arguments."""
+    cache = {}
+
+    def get(*script_args: str):
+        if script_args not in cache:
+            out = tmp_path_factory.mktemp("small_loop") / "run"
+            cache[script_args] = run_script(SCRIPTS / "small_loop.py", *script_args, out=out, options=FAST)
+        return cache[script_args]
+
+    return get
+
+
+def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_run):
+    run = sample_run("host_overhead.py")
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    plain = d["step_time_s"]["unprofiled"]
+    assert plain > 0.005  # the sample sleeps 10 ms per step
+    factor = d["metrics"]["profiler_overhead_factor"]
+    assert factor == pytest.approx(d["step_time_s"]["mean"] / plain)
+    assert d["metrics"]["step_time_unprofiled_s"] == plain
+    window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
+    assert window["steps"] >= 3 and window["device_synced"] is False  # a CPU run: no device queue
+    assert f"step {plain * 1e3:.1f} ms:" in run.stderr and f"timed {window['steps']} more without the profiler" in run.stderr
+    assert f"profiler overhead {factor:.1f}x (profiled step {d['step_time_s']['mean'] * 1e3:.1f} ms)" in run.stderr
+    html = (run.run_dir / "report.html").read_text()
+    assert f"Step {plain * 1e3:.1f} ms, timed without the profiler" in html and "Profiler overhead" in html
+
+
+def test_a_script_that_ends_before_the_unprofiled_window_closes_reports_no_unprofiled_time(loop_run):
+    run = loop_run("--steps", "15")  # 3 warm-up + 8 profiled + 2 re-warm-up, then 2 steps: fewer than 3
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    assert d["status"] == "completed" and d["steps_profiled"] == 8  # the profiled window itself was complete
+    assert d["step_time_s"]["unprofiled"] is None and d["metrics"]["profiler_overhead_factor"] is None
+    assert "profiler overhead" not in run.stderr and "profiled step " in run.stderr
+    assert "no steps were timed without it" in (run.run_dir / "report.html").read_text()
+
+
+def test_analyze_has_no_unprofiled_step_time(tmp_path):
+    proc = diagnose_cli("analyze", str(TRACES / "cpu_only_with_dataloader.json.gz"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "out" / "diagnosis.json").read_text())
+    assert "unprofiled" in d["step_time_s"] and d["step_time_s"]["unprofiled"] is None
+    assert "profiled step " in proc.stderr and "profiler overhead" not in proc.stderr
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Profiled mean step" in html and "timed without the profiler" not in html
+
+
+def test_autocast_entered_disabled_is_not_counted(loop_run):
+    run = loop_run("--autocast", "off")
+    assert run.returncode == 0, run.stderr
+    assert run.diagnosis["metrics"]["autocast_used"] == 0
+    assert run.diagnosis["step_time_s"]["unprofiled"] > 0
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["autocast_dtypes"] == [] and capture["counters"]["autocast_disabled"] > 0
+
+
+def test_enabled_autocast_is_counted_with_its_dtype(loop_run):
+    run = loop_run("--autocast", "bf16")
+    assert run.returncode == 0, run.stderr
+    assert run.diagnosis["metrics"]["autocast_used"] == 1
+    assert json.loads((run.run_dir / "capture.json").read_text())["autocast_dtypes"] == ["bfloat16"]
+
+
+def test_timer_closes_at_the_step_count_or_once_past_the_profiled_windows_length():
+    by_count = UnprofiledTimer(steps=4, budget_s=None)  # after REWARM_STEPS steps left out
+    assert [by_count.boundary() is None for _ in range(UnprofiledTimer.REWARM_STEPS + 3)] == [True] * 5
+    window = by_count.boundary()
+    assert window.steps == 4 and window.seconds > 0 and window.device_synced is False
+    by_time = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0)  # already as long as the profiled window: 3 steps
+    assert by_time.boundary() is None and by_time.boundary() is None
+    assert by_time.boundary().steps == UnprofiledTimer.MIN_STEPS
+
+
+def test_a_capture_written_before_the_unprofiled_window_still_loads(sample_run):
+    data = json.loads((sample_run("host_overhead.py").run_dir / "capture.json").read_text())
+    for added in ("unprofiled_window", "autocast_dtypes"):
+        del data[added]
+    capture = from_jsonable(Capture, data)
+    assert capture.unprofiled_window is None and capture.autocast_dtypes == ()
+    assert from_jsonable(Capture, to_jsonable(capture)) == capture
+
+
+def test_amp_is_tried_when_autocast_was_only_entered_disabled(loop_run):
+    from diagnose.optimizations.amp import Amp
+    from diagnose.optimizations.base import Context
+    from diagnose.serial import read_json
+
+    def skip(*script_args):
+        capture = read_json(loop_run(*script_args).run_dir / "capture.json", Capture)
+        return Amp().skip_reason(Context(capture, analysis=None))
+
+    assert skip("--autocast", "off") is None
+    assert skip("--autocast", "bf16") == "the script already runs under autocast (bfloat16)"
