@@ -1,6 +1,6 @@
 """Write a synthetic but realistic Kineto (torch.profiler) Chrome trace, for benchmarks.
 
-The layout copies real GPU traces (see /work/shared/traces, e.g. a100_rank0_of16_host_syncs.json.gz):
+The layout copies real GPU traces (see tests/data/traces, e.g. a100_rank0_of16_host_syncs.json.gz):
 the same top-level keys (schemaVersion, deviceProperties, distributedInfo, record_shapes, traceEvents), the
 same event categories, field names, `args` and pid/tid conventions, and the same pretty-printed text layout
 (one field group per line), which HolisticTraceAnalysis relies on to find `"rank": N`.
