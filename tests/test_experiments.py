@@ -1,7 +1,6 @@
 """Experiments on the unchanged sample scripts: verified speedups, honest no-changes, skipped with reasons."""
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -96,4 +95,4 @@ def test_pin_memory_on_a_cpu_run_is_skipped_with_its_reason(tmp_path):
 def test_unknown_optimization_ids_are_refused(tmp_path, bad):
     run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run", options=("--experiments", bad))
     assert run.returncode == 2 and "unknown optimization id" in run.stderr
-    assert not json.dumps(run.stdout).count("Traceback")
+    assert "Traceback" not in run.stdout + run.stderr  # a usage error, not a crash
