@@ -1,4 +1,6 @@
-"""Experiments on the unchanged sample scripts: verified speedups, honest no-changes, skipped with reasons."""
+"""Experiments on the unchanged sample scripts: verified speedups, honest no-changes, skipped with reasons.
+
+The tests that time experiments (minutes each on 2 cores) are marked slow: `pytest -m slow` runs them."""
 from __future__ import annotations
 
 import re
@@ -37,6 +39,7 @@ def _plain_script_steps_per_s(num_workers: int, *extra: str, first: int = 60, ep
     return (last - first) / (seen[last] - seen[first])
 
 
+@pytest.mark.slow
 def test_slow_loader_default_run_verifies_more_workers_and_the_claim_holds_on_a_longer_run(tmp_path):
     run = _experiment_run(tmp_path, "slow_loader.py")
     assert run.seconds < 300
@@ -62,6 +65,7 @@ def test_slow_loader_default_run_verifies_more_workers_and_the_claim_holds_on_a_
     assert combined["ci"][0] > best["speedup"] * 0.8  # three runs: an interval that says something
 
 
+@pytest.mark.slow
 def test_cpu_bound_preprocessing_is_fixed_by_caching_not_by_workers(tmp_path):
     run = _experiment_run(tmp_path, "cpu_preprocessing.py", "--experiments", "dataset.cache,dataloader.num_workers",
                           "--budget-seconds", "90")
@@ -75,6 +79,7 @@ def test_cpu_bound_preprocessing_is_fixed_by_caching_not_by_workers(tmp_path):
     assert cache["speedup"] > max(w["speedup"] or 0 for w in _by(experiments, "dataloader.num_workers"))
 
 
+@pytest.mark.slow
 def test_tiny_batch_gains_samples_per_second_from_a_larger_batch(tmp_path):
     run = _experiment_run(tmp_path, "tiny_batch.py", "--experiments", "batch_size", "--budget-seconds", "50")
     batch = [e for e in _by(run.diagnosis["experiments"], "batch_size") if e["verdict"] == "faster"]
