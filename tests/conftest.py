@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_runs"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-TRACES = Path(__file__).resolve().parent / "data" / "traces"  # copies of ../shared/traces, licences in SOURCES.md
+TRACES = Path(__file__).resolve().parent / "data" / "traces"  # trace files and their licences: SOURCES.md
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
 
 

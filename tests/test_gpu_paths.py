@@ -1,10 +1,12 @@
-"""The live GPU paths (NVML, torch.cuda memory stats) on this CPU-only machine: they must say "unavailable",
-and what a GPU run would record must become metrics and findings. Only the GPU itself is faked here (no
-machine that runs the suite has one); `sample_runs/cuda_train.py` exercises the real paths on a GPU."""
+"""The live GPU paths (NVML, torch.cuda memory stats): without a GPU they must say "unavailable", and what a
+GPU run would record must become metrics and findings. Only the GPU itself is faked here (the machines that
+run the suite have none; on one that has, the tests hold too and one more reads the real device);
+`sample_runs/cuda_train.py` exercises the real paths on a GPU."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from diagnose import rules as rule_engine
@@ -15,12 +17,23 @@ from diagnose.model import Capture
 from diagnose.serial import read_json
 
 
-def test_live_gpu_readings_degrade_to_unavailable_without_a_gpu():
+def test_live_gpu_readings_degrade_to_unavailable_without_a_gpu(monkeypatch):
+    # no GPU as torch sees it, on either kind of machine (on a GPU machine this hides the real one)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu.device_facts() == {}
     assert gpu.peak_memory() == (None, None)
     assert gpu.allocator_stats() == {}
     nvml = gpu.Nvml()
     assert nvml.status.startswith("unavailable") and nvml.sample() == {} and nvml.facts() == {}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_live_gpu_readings_name_the_device_on_a_gpu():
+    torch.zeros(1, device="cuda")  # the script has used CUDA: torch's view of the device is read
+    facts = gpu.device_facts()
+    assert facts["gpu_name"] and facts["gpu_memory_bytes"] > 0
+    reserved, capacity = gpu.peak_memory()
+    assert capacity > 0 and 0 < reserved <= capacity
 
 
 def test_allocator_counters_are_read_from_memory_stats(monkeypatch):

@@ -27,7 +27,8 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
-SCREENSHOT_COPY = pathlib.Path("/tmp/report_screenshot.png")
+# The page's screenshot stays in the test's temporary folder; DIAGNOSE_SCREENSHOT=PATH also copies it there.
+SCREENSHOT_COPY = os.environ.get("DIAGNOSE_SCREENSHOT", "")
 IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 # Not network: inline resources a page may "request" without leaving the file.
@@ -267,10 +268,11 @@ def visit(report, chromium, websocket_module, tmp_path_factory) -> PageVisit:
         }, session, timeout=30)
         png = work / "report_screenshot.png"
         png.write_bytes(base64.b64decode(shot["data"]))
-        try:
-            shutil.copyfile(png, SCREENSHOT_COPY)
-        except OSError:
-            pass  # a convenience copy only
+        if SCREENSHOT_COPY:
+            try:
+                shutil.copyfile(png, SCREENSHOT_COPY)
+            except OSError:
+                pass  # a convenience copy only
 
         cdp.pump(0.2)
         ev_for_page = [e for e in cdp.events if e.get("sessionId") == session]

@@ -88,11 +88,17 @@ def test_swallowing_exceptions_does_not_stop_diagnose_from_ending_the_script(tmp
     assert run.diagnosis["steps_profiled"] == 8
 
 
+def _ctrl_c_as_in_a_terminal():
+    """SIGINT handled as in an interactive shell, even when pytest itself was started in the background by a
+    non-interactive shell (which ignores SIGINT for it, and an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_writes_a_partial_report(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2", "--steps", "500",
                              str(SAMPLES / "slow_loader.py")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not _profiling_started(out):
         time.sleep(0.5)
@@ -110,7 +116,8 @@ def test_ctrl_c_during_the_experiments_stops_them_and_keeps_what_was_measured(tm
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2", "--steps", "5",
                              "--budget-seconds", "300", str(SAMPLES / "slow_loader.py")], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and len(list((out / "experiments").glob("*/measure.json"))) < 3:
         time.sleep(0.5)

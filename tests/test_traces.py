@@ -22,7 +22,7 @@ def _diagnose(name: str):
 
 
 @pytest.mark.parametrize("name", ALL_TRACES)
-def test_every_shared_trace_is_analysed_into_buckets_that_sum_to_one(name):
+def test_every_bundled_trace_is_analysed_into_buckets_that_sum_to_one(name):
     analysis, _ = _diagnose(name)
     assert analysis.steps
     assert abs(sum(analysis.breakdown.values()) - 1.0) < 1e-6
