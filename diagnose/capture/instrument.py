@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dl_module
 
 import diagnose
-from diagnose.capture.sites import caller_location, class_location
-from diagnose.model import LoaderInfo, ModelInfo, OptimizerInfo
+from diagnose.capture import frameworks
+from diagnose.capture.sites import class_location, user_location
+from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
 from diagnose.optimizations.runtime import ChangeSet
 
 PRIORITY = {"optimizer": 0, "backward": 1, "dataloader": 2, "manual": 3}
@@ -46,6 +48,7 @@ class Observed:
     root_module: Optional[torch.nn.Module] = None  # kept alive: runpy drops the script's globals
     counters: dict[str, int] = field(default_factory=dict)
     autocast_dtypes: set[str] = field(default_factory=set)  # of the enabled autocast regions entered
+    framework: Optional[FrameworkSite] = None  # the training framework seen running the script's loop
 
     def train_loader_or_first(self) -> Optional[int]:
         return self.train_loader if self.train_loader is not None else (0 if self.loaders else None)
@@ -70,7 +73,7 @@ class StepClock:
         self.on_boundary(self.boundaries)
 
 
-def _loader_info(loader, location: Optional[str]) -> LoaderInfo:
+def _loader_info(loader, location: Optional[str], framework: Optional[str]) -> LoaderInfo:
     batch_size = loader.batch_size
     if batch_size is None and getattr(loader, "batch_sampler", None) is not None:
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
@@ -87,6 +90,7 @@ def _loader_info(loader, location: Optional[str]) -> LoaderInfo:
         prefetch_factor=loader.prefetch_factor,
         dataset_type=type(loader.dataset).__name__,
         dataset_len=dataset_len,
+        framework=framework,
     )
 
 
@@ -120,6 +124,7 @@ class Instrumentation:
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
         self._undo += [pre.remove, post.remove]
+        self._undo.append(frameworks.install())
         diagnose._step_hook = lambda: self.clock.signal("manual")
         for start in self.changes.start_hooks:
             start()
@@ -130,6 +135,16 @@ class Instrumentation:
             undo()
         self._undo.clear()
 
+    def site(self, frame) -> tuple[Optional[str], Optional[str]]:
+        """(location, framework) of a DataLoader or optimizer made by the call in `frame`'s caller: the user's
+        line, or, when a framework made it, the user's line that configures that framework."""
+        found = frameworks.site(frame)
+        if found is not None and self.seen.framework is None:
+            self.seen.framework = found
+        if found is not None and found.location and frameworks.built_by_framework(frame):
+            return found.location, found.name
+        return user_location(frame), None
+
     def _patch(self, owner, name: str, make_wrapper) -> None:
         original = getattr(owner, name)
         setattr(owner, name, make_wrapper(original))
@@ -137,14 +152,14 @@ class Instrumentation:
 
     # -- wrappers -----------------------------------------------------------------------------------
     def _wrap_loader_init(self, original):
-        seen = self.seen
+        seen, instr = self.seen, self
 
         changes = self.changes
         signature = inspect.signature(original)
 
         @functools.wraps(original)
         def init(loader, *args, **kwargs):
-            location = caller_location()
+            location, framework = instr.site(sys._getframe(1))
             if changes.loader_edits and changes.is_train_loader(location, len(seen.loaders)):
                 arguments = signature.bind(loader, *args, **kwargs).arguments
                 for edit in changes.loader_edits:
@@ -154,7 +169,7 @@ class Instrumentation:
                 original(loader, *args, **kwargs)
             if getattr(loader, "_diagnose_index", None) is None:  # subclasses call __init__ once each
                 loader._diagnose_index = len(seen.loaders)
-                seen.loaders.append(_loader_info(loader, location))
+                seen.loaders.append(_loader_info(loader, location, framework))
                 seen.loaders_alive.append(loader)
                 seen.batches_drawn.append(0)
                 seen.wait_s.append(0.0)
@@ -226,7 +241,7 @@ class Instrumentation:
         return index == self.seen.train_loader_or_first()
 
     def _wrap_optimizer_init(self, original):
-        seen = self.seen
+        seen, instr = self.seen, self
 
         changes = self.changes
 
@@ -243,8 +258,9 @@ class Instrumentation:
             for hook in changes.optimizer_hooks:
                 hook(opt)
             lr = defaults.get("lr")
+            location, framework = instr.site(sys._getframe(1))
             seen.optimizers.append(OptimizerInfo(
-                location=caller_location(),
+                location=location, framework=framework,
                 type=type(opt).__name__,
                 lr=float(lr) if isinstance(lr, (int, float)) else None,
                 foreach=defaults.get("foreach"),
