@@ -120,7 +120,8 @@ class Instrumentation:
         # torch.cuda.amp.autocast and torch.cpu.amp.autocast subclass torch.autocast and enter through it
         self._patch(torch.autocast, "__enter__", self._wrap_autocast_enter)
         handle = optimizer_module.register_optimizer_step_post_hook(self._after_optimizer_step)
-        self._undo.append(handle.remove)
+        pre_step = optimizer_module.register_optimizer_step_pre_hook(self._before_optimizer_step)
+        self._undo += [handle.remove, pre_step.remove]
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
         self._undo += [pre.remove, post.remove]
@@ -285,18 +286,30 @@ class Instrumentation:
                     tensors = transform(tensors)
             result = original(tensors, *args, **kwargs)
             instr._trained_since_next = True
-            if clock.source in (None, "backward", "optimizer"):
+            if instr._in_optimizer_step:  # a closure's backward (LBFGS: several per step): the step ends the step
+                instr._closure_steps = True
+            elif clock.source in (None, "backward", "optimizer") and not instr._closure_steps:
                 clock.signal("backward")
             return result
 
         return backward
 
+    # optimizer.step(closure) runs forward and backward inside the step, maybe several times (LBFGS): then the
+    # optimizer step is the training step, and backward() inside it is no boundary
+    _in_optimizer_step = False
+    _closure_steps = False
+
+    def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.in_main_thread():
+            self._in_optimizer_step = True
+
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         # Only a fallback: a boundary here sits inside the Optimizer.step annotation in the trace.
         if not self.in_main_thread():
             return
+        self._in_optimizer_step = False
         self._trained_since_next = True
-        if self.clock.source in (None, "optimizer"):
+        if self.clock.source in (None, "optimizer") or self.clock.source == "backward" and self._closure_steps:
             self.clock.signal("optimizer")
 
     def _wrap_counter(self, counter: str):
