@@ -71,12 +71,30 @@ def install() -> callable:
     return lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None
 
 
-def built_by_framework(frame: Optional[FrameType]) -> bool:
-    """The call was made by library code (a framework), not by a line of the user's: the first frame outside
-    torch's machinery and diagnose is not the user's."""
-    while frame is not None and is_framework_file(frame.f_code.co_filename):
+def built_by_framework(frame: Optional[FrameType], obj: Any) -> bool:
+    """`obj` was made by library code (a framework), not by a line of the user's: the first frame outside torch's
+    machinery, diagnose and `obj`'s own construction (subclass __init__s, wrappers Lightning puts around
+    DataLoader.__init__ to record its arguments) is not the user's."""
+    while frame is not None and (is_framework_file(frame.f_code.co_filename) or _first_argument(frame) is obj):
         frame = frame.f_back
     return frame is not None and not is_user_file(frame.f_code.co_filename)
+
+
+def _first_argument(frame: FrameType) -> Any:
+    code = frame.f_code
+    return frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+
+
+def remade_from(frame: Optional[FrameType], cls: type) -> Optional[Any]:
+    """The recorded object of class `cls` that library code up this stack is re-making (Lightning re-makes the
+    user's DataLoader to set its sampler, accelerate wraps the Trainer's): the new one is configured where the
+    old one was."""
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        for value in frame.f_locals.values():
+            if isinstance(value, cls) and getattr(value, "_diagnose_index", None) is not None:
+                return value
+        frame = frame.f_back
+    return None
 
 
 def running(frame: Optional[FrameType]) -> Optional[tuple[frameworks.Framework, Any, FrameType]]:

@@ -136,13 +136,19 @@ class Instrumentation:
             undo()
         self._undo.clear()
 
-    def site(self, frame) -> tuple[Optional[str], Optional[str]]:
-        """(location, framework) of a DataLoader or optimizer made by the call in `frame`'s caller: the user's
-        line, or, when a framework made it, the user's line that configures that framework."""
+    def site(self, frame, obj, loader: bool = False) -> tuple[Optional[str], Optional[str]]:
+        """(location, framework) of a DataLoader or optimizer made by the call in `frame`: the user's line, or,
+        when a framework made it, where the loader it re-makes was made or the line that configures the framework."""
         found = frameworks.site(frame)
         if found is not None and self.seen.framework is None:
             self.seen.framework = found
-        if found is not None and found.location and frameworks.built_by_framework(frame):
+        if not frameworks.built_by_framework(frame, obj):
+            return user_location(frame), None
+        old = frameworks.remade_from(frame, torch.utils.data.DataLoader) if loader else None
+        if old is not None:
+            info = self.seen.loaders[old._diagnose_index]
+            return info.location, info.framework
+        if found is not None and found.location:
             return found.location, found.name
         return user_location(frame), None
 
@@ -160,7 +166,7 @@ class Instrumentation:
 
         @functools.wraps(original)
         def init(loader, *args, **kwargs):
-            location, framework = instr.site(sys._getframe(1))
+            location, framework = instr.site(sys._getframe(1), loader, loader=True)
             if changes.loader_edits and changes.is_train_loader(location, len(seen.loaders)):
                 arguments = signature.bind(loader, *args, **kwargs).arguments
                 for edit in changes.loader_edits:
@@ -259,7 +265,7 @@ class Instrumentation:
             for hook in changes.optimizer_hooks:
                 hook(opt)
             lr = defaults.get("lr")
-            location, framework = instr.site(sys._getframe(1))
+            location, framework = instr.site(sys._getframe(1), opt)
             seen.optimizers.append(OptimizerInfo(
                 location=location, framework=framework,
                 type=type(opt).__name__,
