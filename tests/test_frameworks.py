@@ -99,9 +99,7 @@ def test_lbfgs_step_is_one_optimizer_step_with_all_its_closure_calls(tmp_path):
 
 
 def test_capture_written_before_frameworks_were_recorded_still_loads():
-    old = json.loads((Path(__file__).parent / "data" / "capture_v0.json").read_text()) \
-        if (Path(__file__).parent / "data" / "capture_v0.json").exists() else None
-    data = old or {"status": "completed", "script": "train.py", "script_args": [], "step_source": "dataloader",
+    data = {"status": "completed", "script": "train.py", "script_args": [], "step_source": "dataloader",
                    "steps_seen": 25, "steps_profiled": 20, "warmup_steps": 5, "wall_s": 3.0,
                    "environment": {"python": "3.11", "torch": "2.13.0", "platform": "linux", "cpu_count": 2,
                                    "total_memory_bytes": 1, "cuda_available": False},
