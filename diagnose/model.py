@@ -82,6 +82,15 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class FrameworkSite:
+    """A training framework (Hugging Face Trainer, Lightning) the script runs under: the user's line that
+    configures it (TrainingArguments(...), Trainer(...)) and the line that hands control to it (.train(), .fit())."""
+    name: str  # huggingface | lightning
+    location: Optional[str]  # "file:line" of the configuring call, None when it was made outside the user's code
+    entry: Optional[str] = None  # "file:line" of the call into the framework's training loop
+
+
+@dataclass(frozen=True)
 class LoaderInfo:
     location: Optional[str]  # "file:line" in the user's code
     batch_size: Optional[int]
@@ -93,6 +102,7 @@ class LoaderInfo:
     dataset_len: Optional[int]
     batches_drawn: int = 0
     wait_s: float = 0.0  # time spent in next() on this loader during the profiled window
+    framework: Optional[str] = None  # built inside this framework: `location` is the line that configures it
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ class OptimizerInfo:
     lr: Optional[float]
     foreach: Optional[bool]
     fused: Optional[bool]
+    framework: Optional[str] = None  # built inside this framework: `location` is the line that configures it
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,7 @@ class Capture:
     skipped_removals: tuple[str, ...] = ()
     unprofiled_window: Optional[UnprofiledWindow] = None  # None: not measured (script ended first, old capture)
     autocast_dtypes: tuple[str, ...] = ()  # dtypes of the enabled autocast regions the script entered
+    framework: Optional[FrameworkSite] = None  # the training framework the script runs under, if any
 
 
 @dataclass(frozen=True)
@@ -291,6 +303,7 @@ class Analysis:
     syncs: tuple[SyncSource, ...] = ()
     ranks: tuple[RankSummary, ...] = ()  # every rank's figures when several traces were analysed together
     phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase of the step
+    framework: Optional[FrameworkSite] = None  # findings speak in its settings' words
 
 
 @dataclass(frozen=True)

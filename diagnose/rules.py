@@ -15,7 +15,8 @@ from jinja2.sandbox import SandboxedEnvironment
 from diagnose.analysis.metrics import METRICS
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
-from diagnose.model import CATEGORIES, OPTIMIZATION_IDS, Analysis, Finding
+from diagnose import frameworks
+from diagnose.model import CATEGORIES, OPTIMIZATION_IDS, Analysis, Finding, FrameworkSite
 from diagnose.resources import bundled, display_location
 
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
@@ -231,7 +232,7 @@ def _load_files(files: tuple[tuple[str, int, bool], ...]) -> tuple[Rule, ...]:
 def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
     metrics = {**dict.fromkeys(METRICS), **analysis.metrics}
     context = _context(analysis)
-    fired = [(rule, _finding(rule, metrics, context)) for rule in rules if rule.fires(metrics)]
+    fired = [(rule, _finding(rule, metrics, context, analysis.framework)) for rule in rules if rule.fires(metrics)]
     fired.sort(key=lambda pair: (pair[1].cost_fraction, pair[0].priority), reverse=True)
     return [finding for _, finding in fired]
 
@@ -255,12 +256,33 @@ def _host_top_code(analysis: Analysis) -> str:
     return next((h.code for h in analysis.host_lines if not h.in_torch and h.location == host_top), "")
 
 
-def _finding(rule: Rule, metrics: dict, context: dict) -> Finding:
+def _finding(rule: Rule, metrics: dict, context: dict, framework: Optional[FrameworkSite] = None) -> Finding:
     cost = rule.cost_of(metrics)
+    location = context["locations"].get(rule.location) if rule.location else None
+    fix_code = rule.fix_code.render(context).strip() if rule.fix_code else ""
+    location, fix_code = _in_framework_terms(rule, location, fix_code, metrics, framework)
     return Finding(
         rule=rule.id, category=rule.category, severity=severity_for(cost), cost_fraction=cost, title=rule.title,
         message=" ".join(rule.evidence.render(context).split()),
-        location=context["locations"].get(rule.location) if rule.location else None,
-        fix=rule.fix, fix_code=rule.fix_code.render(context).strip() if rule.fix_code else "",
-        optimizations=rule.optimizations, docs=rule.docs,
+        location=location, fix=rule.fix, fix_code=fix_code, optimizations=rule.optimizations, docs=rule.docs,
     )
+
+
+def _in_framework_terms(rule: Rule, location: Optional[str], fix_code: str, metrics: dict,
+                        site: Optional[FrameworkSite]) -> tuple[Optional[str], str]:
+    """Under a framework that builds the loop (HF Trainer), a fix is a setting on the user's configuring call,
+    and time inside its loop (the .train() line) is the configuring line's to change. Under one that leaves
+    the DataLoader and optimizer to the user (Lightning), only fixes that are its own settings are reworded."""
+    framework = frameworks.get(site.name) if site else None
+    if framework is None or not site.location:
+        return location, fix_code
+    configured = display_location(site.location)
+    wording = frameworks.fix_code(site.name, configured, rule.optimizations, metrics)
+    own = bool(rule.optimizations) and rule.optimizations[0] in framework.settings
+    if not wording or not (framework.builds_loops or own):
+        return location, fix_code
+    if location and location == display_location(site.entry):
+        wording = (f"# the time is inside {framework.title}'s own training loop, entered at {location} and "
+                   f"configured at {configured}\n{wording}")
+        location = configured
+    return location or configured, wording

@@ -67,6 +67,7 @@ def analyze(inputs: Inputs) -> Analysis:
         notes=_notes(inputs, steps, from_frames=inputs.stacks is None and bool(host_lines)) + _timeline_notes(timeline),
         syncs=syncs,
         phases=phases,
+        framework=inputs.capture.framework if inputs.capture is not None else None,
     )
 
 

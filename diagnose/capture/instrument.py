@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dl_module
 
 import diagnose
-from diagnose.capture.sites import caller_location, class_location
-from diagnose.model import LoaderInfo, ModelInfo, OptimizerInfo
+from diagnose.capture import frameworks
+from diagnose.capture.sites import class_location, user_location
+from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
 from diagnose.optimizations.runtime import ChangeSet
 
 PRIORITY = {"optimizer": 0, "backward": 1, "dataloader": 2, "manual": 3}
@@ -46,6 +48,7 @@ class Observed:
     root_module: Optional[torch.nn.Module] = None  # kept alive: runpy drops the script's globals
     counters: dict[str, int] = field(default_factory=dict)
     autocast_dtypes: set[str] = field(default_factory=set)  # of the enabled autocast regions entered
+    framework: Optional[FrameworkSite] = None  # the training framework seen running the script's loop
 
     def train_loader_or_first(self) -> Optional[int]:
         return self.train_loader if self.train_loader is not None else (0 if self.loaders else None)
@@ -70,7 +73,7 @@ class StepClock:
         self.on_boundary(self.boundaries)
 
 
-def _loader_info(loader, location: Optional[str]) -> LoaderInfo:
+def _loader_info(loader, location: Optional[str], framework: Optional[str]) -> LoaderInfo:
     batch_size = loader.batch_size
     if batch_size is None and getattr(loader, "batch_sampler", None) is not None:
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
@@ -87,6 +90,7 @@ def _loader_info(loader, location: Optional[str]) -> LoaderInfo:
         prefetch_factor=loader.prefetch_factor,
         dataset_type=type(loader.dataset).__name__,
         dataset_len=dataset_len,
+        framework=framework,
     )
 
 
@@ -116,10 +120,12 @@ class Instrumentation:
         # torch.cuda.amp.autocast and torch.cpu.amp.autocast subclass torch.autocast and enter through it
         self._patch(torch.autocast, "__enter__", self._wrap_autocast_enter)
         handle = optimizer_module.register_optimizer_step_post_hook(self._after_optimizer_step)
-        self._undo.append(handle.remove)
+        pre_step = optimizer_module.register_optimizer_step_pre_hook(self._before_optimizer_step)
+        self._undo += [handle.remove, pre_step.remove]
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
         self._undo += [pre.remove, post.remove]
+        self._undo.append(frameworks.install())
         diagnose._step_hook = lambda: self.clock.signal("manual")
         for start in self.changes.start_hooks:
             start()
@@ -130,6 +136,22 @@ class Instrumentation:
             undo()
         self._undo.clear()
 
+    def site(self, frame, obj, loader: bool = False) -> tuple[Optional[str], Optional[str]]:
+        """(location, framework) of a DataLoader or optimizer made by the call in `frame`: the user's line, or,
+        when a framework made it, where the loader it re-makes was made or the line that configures the framework."""
+        found = frameworks.site(frame)
+        if found is not None and self.seen.framework is None:
+            self.seen.framework = found
+        if not frameworks.built_by_framework(frame, obj):
+            return user_location(frame), None
+        old = frameworks.remade_from(frame, torch.utils.data.DataLoader) if loader else None
+        if old is not None:
+            info = self.seen.loaders[old._diagnose_index]
+            return info.location, info.framework
+        if found is not None and found.location:
+            return found.location, found.name
+        return user_location(frame), None
+
     def _patch(self, owner, name: str, make_wrapper) -> None:
         original = getattr(owner, name)
         setattr(owner, name, make_wrapper(original))
@@ -137,14 +159,14 @@ class Instrumentation:
 
     # -- wrappers -----------------------------------------------------------------------------------
     def _wrap_loader_init(self, original):
-        seen = self.seen
+        seen, instr = self.seen, self
 
         changes = self.changes
         signature = inspect.signature(original)
 
         @functools.wraps(original)
         def init(loader, *args, **kwargs):
-            location = caller_location()
+            location, framework = instr.site(sys._getframe(1), loader, loader=True)
             if changes.loader_edits and changes.is_train_loader(location, len(seen.loaders)):
                 arguments = signature.bind(loader, *args, **kwargs).arguments
                 for edit in changes.loader_edits:
@@ -154,7 +176,7 @@ class Instrumentation:
                 original(loader, *args, **kwargs)
             if getattr(loader, "_diagnose_index", None) is None:  # subclasses call __init__ once each
                 loader._diagnose_index = len(seen.loaders)
-                seen.loaders.append(_loader_info(loader, location))
+                seen.loaders.append(_loader_info(loader, location, framework))
                 seen.loaders_alive.append(loader)
                 seen.batches_drawn.append(0)
                 seen.wait_s.append(0.0)
@@ -226,7 +248,7 @@ class Instrumentation:
         return index == self.seen.train_loader_or_first()
 
     def _wrap_optimizer_init(self, original):
-        seen = self.seen
+        seen, instr = self.seen, self
 
         changes = self.changes
 
@@ -243,8 +265,9 @@ class Instrumentation:
             for hook in changes.optimizer_hooks:
                 hook(opt)
             lr = defaults.get("lr")
+            location, framework = instr.site(sys._getframe(1), opt)
             seen.optimizers.append(OptimizerInfo(
-                location=caller_location(),
+                location=location, framework=framework,
                 type=type(opt).__name__,
                 lr=float(lr) if isinstance(lr, (int, float)) else None,
                 foreach=defaults.get("foreach"),
@@ -269,18 +292,30 @@ class Instrumentation:
                     tensors = transform(tensors)
             result = original(tensors, *args, **kwargs)
             instr._trained_since_next = True
-            if clock.source in (None, "backward", "optimizer"):
+            if instr._in_optimizer_step:  # a closure's backward (LBFGS: several per step): the step ends the step
+                instr._closure_steps = True
+            elif clock.source in (None, "backward", "optimizer") and not instr._closure_steps:
                 clock.signal("backward")
             return result
 
         return backward
 
+    # optimizer.step(closure) runs forward and backward inside the step, maybe several times (LBFGS): then the
+    # optimizer step is the training step, and backward() inside it is no boundary
+    _in_optimizer_step = False
+    _closure_steps = False
+
+    def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.in_main_thread():
+            self._in_optimizer_step = True
+
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         # Only a fallback: a boundary here sits inside the Optimizer.step annotation in the trace.
         if not self.in_main_thread():
             return
+        self._in_optimizer_step = False
         self._trained_since_next = True
-        if self.clock.source in (None, "optimizer"):
+        if self.clock.source in (None, "optimizer") or self.clock.source == "backward" and self._closure_steps:
             self.clock.signal("optimizer")
 
     def _wrap_counter(self, counter: str):

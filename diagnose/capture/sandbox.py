@@ -3,7 +3,7 @@
 Writes the script makes inside the user's folders (the current folder and the script's folder) go to
 RUN/sandbox/<same relative path> instead: open() and io.open() in a writing mode, torch.save, os.replace,
 os.rename; removals there (os.remove, os.unlink, os.rmdir, shutil.rmtree) are skipped, and re-making a folder
-whose removal was skipped succeeds. Reads of a file the script wrote earlier in the same run come back
+whose removal was skipped succeeds. Folders the script made there are removed at the end when empty. Reads of a file the script wrote earlier in the same run come back
 from the sandbox, so a script that saves a checkpoint and loads it again still works. The run folder itself
 and everything outside the user's folders (e.g. /tmp, caches) are left alone. Low-level os.open and writes
 from C extensions that open files themselves are not redirected.
@@ -172,6 +172,16 @@ class WriteSandbox:
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
+        self._remove_empty_made_dirs()
+
+    def _remove_empty_made_dirs(self) -> None:
+        """Folders the script made in the user's folders (an output_dir, lightning_logs/) hold nothing once their
+        files went to the sandbox: remove them, deepest first, so the user's folder is left as it was."""
+        for folder in sorted(self.made_dirs, key=lambda d: len(d.parts), reverse=True):
+            try:
+                folder.rmdir()  # only when empty: a file written by a C extension keeps its folder
+            except OSError:
+                pass
 
     def written(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.redirected.items()}

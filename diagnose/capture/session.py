@@ -188,6 +188,7 @@ class Session(ScriptHost):
             skipped_removals=tuple(self.sandbox.skipped_removals),
             unprofiled_window=self.unprofiled,
             autocast_dtypes=tuple(sorted(instr.seen.autocast_dtypes)),
+            framework=instr.seen.framework,
         )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from diagnose import frameworks
 from diagnose.experiments.diffs import keyword_diff
 from diagnose.experiments.plan import (Candidate, covered, expected_gains, order_candidates, plan_sentence,
                                        rest_command, run_estimate_s)
@@ -210,12 +211,24 @@ def _change(arm: Arm, ctx: Context) -> str:
         optimization = REGISTRY.get(change.id)
         if optimization is None:
             continue
-        location = _site_location(optimization.site, ctx)
+        location, edits = _framework_edits(change, ctx) or (_site_location(optimization.site, ctx),
+                                                             optimization.keyword_edits(change.setting))
         # relative to the current folder, as `git apply` wants it (display_location takes path:line)
         name = (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
-        diff = keyword_diff(location, optimization.keyword_edits(change.setting), name)
+        diff = keyword_diff(location, edits, name)
         parts.append(diff or optimization.snippet(change.setting, ctx))
     return "\n".join(p for p in parts if p)
+
+
+def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:
+    """The change as a setting on the user's configuring call (TrainingArguments(...), Trainer(...)), when the
+    script runs under a framework that has that setting; None: the change is to the user's own code."""
+    site = ctx.capture.framework
+    framework = frameworks.get(site.name) if site else None
+    edits = framework.edits(change.id, change.setting) if framework else None
+    if not edits or not site.location:
+        return None
+    return site.location, edits
 
 
 def _site_location(site: Optional[str], ctx: Context) -> Optional[str]:

@@ -32,7 +32,8 @@ class BatchSize(Optimization):
 
     def apply(self, setting, changes):
         def edit(args: dict) -> None:
-            args["batch_size"] = setting["batch_size"]
+            if args.get("batch_sampler") is None:  # a loader re-made from one already edited (accelerate) keeps its
+                args["batch_size"] = setting["batch_size"]  # batch_sampler, which has the new size
 
         changes.loader_edits.append(edit)
         changes.applied.append(f"DataLoader(batch_size={setting['batch_size']})")

@@ -31,7 +31,8 @@ class GradAccumulation(Optimization):
         k = setting["micro_batches"]
 
         def smaller_batches(args: dict) -> None:
-            args["batch_size"] = setting["batch_size"]
+            if args.get("batch_sampler") is None:  # see batch_size: accelerate re-makes the loader from its sampler
+                args["batch_size"] = setting["batch_size"]
 
         changes.loader_edits.append(smaller_batches)
         changes.loss_transforms.append(lambda loss: loss / k)

@@ -1,0 +1,124 @@
+"""Scripts that train through a framework (Hugging Face Trainer, Lightning) or optimizer.step(closure), run as a
+user would: the finding names a line the user can edit, in the framework's own settings, and the fixes are
+measured through the framework. Frameworks are optional: these tests skip without them (pip install '.[frameworks]')."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import FAST, SCRIPTS, line_of, run_script
+from diagnose import frameworks
+from diagnose.model import Capture
+from diagnose.serial import from_jsonable
+
+
+def _project(tmp_path: Path, name: str) -> Path:
+    """The script alone in a folder of its own, which is also the current folder: what it writes there shows."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    shutil.copy(SCRIPTS / name, folder / name)
+    return folder / name
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _run(tmp_path: Path, name: str, options=FAST):
+    script = _project(tmp_path, name)
+    before = _listing(script.parent)
+    run = run_script(script, out=tmp_path / "run", options=options, cwd=script.parent)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert _listing(script.parent) == before, "the framework's output left the sandbox"
+    return script, run
+
+
+def _line(location: str | None) -> int | None:
+    return int(location.rpartition(":")[2]) if location else None
+
+
+@pytest.mark.slow
+def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(tmp_path):
+    pytest.importorskip("transformers", reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    # the Trainer's first steps are slow (lazy set-up): warm up past them
+    script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "10", "--steps", "10", "--experiments", "none"))
+    arguments = line_of(script, "args = TrainingArguments(")
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["framework"]["name"] == "huggingface"
+    assert {_line(o["location"]) for o in capture["loaders"] + capture["optimizers"]} == {arguments}
+    for finding in run.findings:
+        assert _line(finding["location"]) == arguments, finding
+        assert "TrainingArguments(..., " in finding["fix_code"] and "DataLoader(" not in finding["fix_code"]
+    fixes = " ".join(f["fix_code"] for f in run.findings)
+    assert not run.findings or "per_device_train_batch_size=32" in fixes or "logging_steps=" in fixes
+
+
+@pytest.mark.slow
+def test_hf_trainer_batch_size_is_measured_in_samples_per_second_and_shown_as_its_setting(tmp_path):
+    pytest.importorskip("transformers", reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "3", "--steps", "8", "--experiments",
+                                                           "batch_size", "--budget-seconds", "90"))
+    tried = [e for e in run.diagnosis["experiments"] if e["optimization"] == "batch_size"]
+    decided = [e for e in tried if e["verdict"] in ("faster", "slower", "no-change")]
+    assert decided, [(e["setting"], e["verdict"], e["reason"]) for e in tried]
+    best = decided[0]
+    assert best["metric"] == "samples/s" and best["speedup"] is not None
+    assert f"+args = TrainingArguments(output_dir=\"hf_out\", per_device_train_batch_size={best['setting']['batch_size']}," \
+        in best["change"], best["change"]
+
+
+@pytest.mark.slow
+def test_lightning_slow_dataset_is_found_at_the_modules_dataloader_and_more_workers_verified(tmp_path):
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install '.[frameworks]')")
+    script, run = _run(tmp_path, "lightning_slow_data.py", options=(
+        "--warmup", "3", "--steps", "8", "--experiments", "dataloader.num_workers", "--budget-seconds", "60"))
+    loader_line = line_of(script, "return DataLoader(")
+    top = run.findings[0]
+    assert top["rule"] == "data-loading.slow-loader" and _line(top["location"]) == loader_line
+    workers = [e for e in run.diagnosis["experiments"] if e["optimization"] == "dataloader.num_workers"]
+    assert any(e["verdict"] == "faster" for e in workers), [(e["setting"], e["verdict"]) for e in workers]
+    best = next(e for e in workers if e["verdict"] == "faster")
+    assert "+        return DataLoader(SlowItems(), batch_size=8, shuffle=True, num_workers=" in best["change"]
+
+
+def test_lbfgs_step_is_one_optimizer_step_with_all_its_closure_calls(tmp_path):
+    script, run = _run(tmp_path, "lbfgs_closure.py")
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["step_source"] == "optimizer" and run.diagnosis["steps_profiled"] == 8
+    # each closure call computes the loss once: a profiled step holds the script's 5 calls, not one
+    trace = next((run.run_dir / "tb").glob("*.pt.trace.json*"))
+    opened = gzip.open(trace) if trace.suffix == ".gz" else trace.open()
+    events = json.load(opened)["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    losses = [e["ts"] for e in events if e.get("name") == "aten::mse_loss"]
+    assert [sum(start <= t < end for t in losses) for start, end in steps] == [5] * 8
+
+
+def test_capture_written_before_frameworks_were_recorded_still_loads():
+    data = {"status": "completed", "script": "train.py", "script_args": [], "step_source": "dataloader",
+                   "steps_seen": 25, "steps_profiled": 20, "warmup_steps": 5, "wall_s": 3.0,
+                   "environment": {"python": "3.11", "torch": "2.13.0", "platform": "linux", "cpu_count": 2,
+                                   "total_memory_bytes": 1, "cuda_available": False},
+                   "loaders": [{"location": "train.py:9", "batch_size": 2, "num_workers": 0, "pin_memory": False,
+                                "persistent_workers": False, "prefetch_factor": None, "dataset_type": "D",
+                                "dataset_len": 8}],
+                   "optimizers": [{"location": "train.py:12", "type": "SGD", "lr": 0.1, "foreach": None,
+                                   "fused": None}]}
+    capture = from_jsonable(Capture, data)
+    assert capture.framework is None and capture.loaders[0].framework is None
+    assert capture.optimizers[0].framework is None
+
+
+def test_a_finding_under_the_hf_trainer_is_written_as_training_arguments():
+    code = frameworks.fix_code("huggingface", "train.py:12", ("dataloader.num_workers", "dataloader.persistent_workers"),
+                               {"cpu_count": 4})
+    assert code.splitlines() == [
+        "# at train.py:12: keep your other arguments, add or change these",
+        "TrainingArguments(..., dataloader_num_workers=4, dataloader_persistent_workers=True)"]
+    # Lightning leaves the DataLoader to the user's own code: no Trainer(...) wording for it
+    assert frameworks.fix_code("lightning", "train.py:40", ("dataloader.num_workers",), {"cpu_count": 4}) == ""
+    assert 'precision="bf16-mixed"' in frameworks.fix_code("lightning", "train.py:40", ("amp",), {})
