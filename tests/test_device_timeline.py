@@ -114,3 +114,32 @@ def test_analyze_cli_writes_device_timeline_steps_and_phases(tmp_path):
     assert "Launches and GPU time by phase" in html
     combined = proc.stdout + proc.stderr
     assert "173" in combined or "174" in combined  # the step time a user reads in the terminal: the GPU's
+
+
+def test_a_step_whose_device_work_is_missing_neither_overlaps_nor_doubles_the_others():
+    """A step that launched nothing the trace links (events the profiler dropped) while the GPU lags: the steps
+    stay in order and disjoint, and the GPU's total time is not counted twice."""
+    trace = load_trace(H200 / "convnet_fp32.pt.trace.json.gz")
+    host = step_windows(trace)
+    corr = trace.runtime.correlations()
+    in_step_2 = (trace.runtime.start >= host[2, 0]) & (trace.runtime.start < host[2, 1])
+    corr[in_step_2] = -1
+    analysis = analyze(Inputs(trace))
+    starts = [s.start_s for s in analysis.steps]
+    ends = [s.start_s + s.duration_s for s in analysis.steps]
+    assert starts == sorted(starts) and all(e <= s + 1e-9 for e, s in zip(ends, starts[1:]))
+    total = ends[-1] - starts[0]
+    assert total == pytest.approx(5 * TRUTH["convnet_fp32"]["fp32"], rel=0.15)
+
+
+def test_an_amd_gpu_is_not_priced_as_an_nvidia_one():
+    analysis = analyze(Inputs(load_trace(TRACES / "rocm_mi250_toy.json.gz")))
+    assert analysis.metrics["tensor_core_speedup"] == 2.0 and analysis.metrics["tf32_speedup"] is None
+
+
+def test_no_host_ran_ahead_note_when_the_host_kept_pace():
+    for name in ("v100_ddp_rank1_of2.json.gz", "h200/transformer_fp32.pt.trace.json.gz"):
+        notes = analyze(Inputs(load_trace(TRACES / name))).notes
+        assert not any("enqueued each step" in n for n in notes), name
+    notes = analyze(Inputs(load_trace(H200 / "convnet_fp32.pt.trace.json.gz"))).notes
+    assert any("enqueued each step" in n for n in notes)

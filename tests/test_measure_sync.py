@@ -15,9 +15,10 @@ from diagnose.model import MeasurePlan, RunConfig
 class SimulatedGpu:
     """The host spends host_s per step enqueueing work the device needs device_s for."""
 
-    def __init__(self, host_s: float, device_s: float):
+    def __init__(self, host_s: float, device_s: float, queue_steps: int = 0):
         self.now, self.device_free_at = 0.0, 0.0
         self.host_s, self.device_s = host_s, device_s
+        self.queue_steps = queue_steps  # the launch queue holds this many steps' work (0: unbounded)
         self.syncs: list[int] = []
 
     def monotonic(self) -> float:
@@ -26,6 +27,8 @@ class SimulatedGpu:
     def step(self) -> None:
         self.device_free_at = max(self.device_free_at, self.now) + self.device_s
         self.now += self.host_s
+        if self.queue_steps:  # a full launch queue blocks the host until the device makes room
+            self.now = max(self.now, self.device_free_at - self.queue_steps * self.device_s)
 
     def sync(self, step: int) -> bool:
         self.syncs.append(step)
@@ -33,15 +36,18 @@ class SimulatedGpu:
         return True
 
 
-def _measure(monkeypatch, tmp_path: Path, gpu: SimulatedGpu) -> measure.MeasureSession:
+def _measure(monkeypatch, tmp_path: Path, gpu: SimulatedGpu, epoch_steps: int = 0) -> measure.MeasureSession:
     plan = MeasurePlan(warmup_steps=3, warmup_s=0.0, window_s=0.05, min_window_steps=5, max_window_steps=40, windows=3)
     config = RunConfig(script="train.py", script_args=(), out_dir=str(tmp_path), warmup_steps=0, profile_steps=0,
                        max_seconds=60, measure=plan)
     monkeypatch.setattr(measure.time, "monotonic", gpu.monotonic)
     session = measure.MeasureSession(config, tmp_path, lambda line: None)
     monkeypatch.setattr(measure, "sync_device", lambda: gpu.sync(len(session.boundaries)))
+    monkeypatch.setattr(measure, "device_in_use", lambda: True)
     with pytest.raises(StopCapture):
-        for _ in range(500):
+        for step in range(500):
+            if epoch_steps and step % epoch_steps == 0:
+                session.on_epoch(range(epoch_steps))  # the loader's iterator is made again: a new epoch
             session.on_boundary(len(session.boundaries) + 1)
             gpu.step()
     return session
@@ -75,3 +81,13 @@ def test_windows_that_disagree_are_timed_up_to_the_plans_count(monkeypatch, tmp_
     gpu.step = drifting
     session = _measure(monkeypatch, tmp_path, gpu)
     assert len(session.windows) == session.plan.windows == 3
+
+
+def test_windows_cut_by_short_epochs_are_still_timed_at_the_gpus_pace(monkeypatch, tmp_path):
+    """An epoch's start cuts a window at a boundary that was not synchronised: on a GPU such a window is dropped,
+    not timed at the host's enqueue rate (7x too fast in this simulation before)."""
+    gpu = SimulatedGpu(host_s=0.001, device_s=0.010, queue_steps=8)
+    session = _measure(monkeypatch, tmp_path, gpu, epoch_steps=14)
+    assert session.windows
+    for window in session.windows:
+        assert window.steps / window.seconds == pytest.approx(100, rel=0.1)

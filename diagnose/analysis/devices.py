@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 DEFAULT_TENSOR_SPEEDUP = 2.0
+AMD_MARKERS = ("amd", "instinct", "radeon", "mi100", "mi200", "mi210", "mi250", "mi300")
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,18 @@ def tensor_core_metrics(capability: Optional[str], gpu_name: Optional[str]) -> d
     if number is None:
         return {"tensor_core_speedup": None, "tf32_speedup": None, "bf16_supported": None,
                 "gpu_compute_capability": None}
-    rates = RATES.get(f"{number:.1f}")
-    geforce = bool(gpu_name) and "geforce" in gpu_name.lower()
+    name = (gpu_name or "").lower()
+    # AMD GPUs report a gfx version as their capability (an MI250 says 9.0): the table is NVIDIA's
+    rates = None if any(m in name for m in AMD_MARKERS) else RATES.get(f"{number:.1f}")
+    geforce = "geforce" in name
     if rates is None:
         half, tf32 = (DEFAULT_TENSOR_SPEEDUP if number >= 7.0 else 1.0), None
     else:
         half = rates.half / rates.fp32 / (2 if geforce else 1)
         tf32 = rates.tf32 / rates.fp32 / (2 if geforce else 1) if rates.tf32 else None
+    amd = any(m in name for m in AMD_MARKERS)
     return {"tensor_core_speedup": max(half, 1.0), "tf32_speedup": max(tf32, 1.0) if tf32 else None,
-            "bf16_supported": float(number >= 8.0), "gpu_compute_capability": number}
+            "bf16_supported": None if amd else float(number >= 8.0), "gpu_compute_capability": None if amd else number}
 
 
 def _number(capability: Optional[str]) -> Optional[float]:

@@ -23,10 +23,13 @@ class StepTimeline:
 
     @property
     def host_ran_ahead(self) -> bool:
-        """The steps end on the device well after the host finished enqueueing them."""
+        """The steps take clearly longer on the device than the host took to enqueue them (a lag alone, with the
+        host keeping pace, is not it)."""
         if not len(self.host):
             return False
-        return bool((self.device[:, 1] - self.host[:, 1]).mean() > 0.1 * (self.device[:, 1] - self.device[:, 0]).mean())
+        host = float((self.host[:, 1] - self.host[:, 0]).mean())
+        device = float((self.device[:, 1] - self.device[:, 0]).mean())
+        return device > 1.1 * host
 
 
 def device_work(trace: Trace) -> Spans:
@@ -77,10 +80,11 @@ def step_timeline(trace: Trace, host: np.ndarray) -> StepTimeline:
     ends = np.maximum(host[:, 1], device_end)
     starts = host[:, 0].copy()
     starts[0] = max(starts[0], _carried_in_end(work, owner, host))
+    starts[0] = max(starts[0], _first_start_without_fill(host, ends))
+    ends[0] = max(ends[0], starts[0])
     for i in range(1, len(host)):  # a step starts once the one before it has ended, on the host and the device
         starts[i] = max(starts[i], ends[i - 1])
-    starts[0] = max(starts[0], _first_start_without_fill(host, ends))
-    ends = np.maximum(ends, starts)
+        ends[i] = max(ends[i], starts[i])  # a step that launched nothing (or whose work was not recorded): empty
     return StepTimeline(host, np.column_stack([starts, ends]), True)
 
 

@@ -16,16 +16,25 @@ def cuda_ready() -> bool:
         return False
 
 
-def sync_device() -> bool:
-    """Wait for the GPU work queued so far (the edges of a timed window: CUDA is asynchronous, and a GPU-bound
-    loop's host runs a launch queue ahead). Never initialises CUDA; False when nothing was synchronised."""
+def device_in_use() -> bool:
+    """The script has initialised CUDA (never initialises it itself)."""
     try:
-        if cuda_ready() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-            return True
+        return cuda_ready() and torch.cuda.is_initialized()
     except Exception:
-        pass
-    return False
+        return False
+
+
+def sync_device() -> bool:
+    """Wait for the GPU work queued so far on every visible device (the edges of a timed window: CUDA is
+    asynchronous, and a GPU-bound loop's host runs a launch queue ahead). False when nothing was synchronised."""
+    if not device_in_use():
+        return False
+    try:
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(device)
+        return True
+    except Exception:  # the script's own CUDA error: its error is reported, not ours
+        return False
 
 
 def device_facts() -> dict:

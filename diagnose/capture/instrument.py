@@ -315,7 +315,9 @@ class Instrumentation:
             return
         self._in_optimizer_step = False
         self._trained_since_next = True
-        if self.clock.source in (None, "optimizer") or self.clock.source == "backward" and self._closure_steps:
+        if self.clock.source == "backward" and self._closure_steps:
+            self.clock.source = "optimizer"  # backward() runs inside the closures: the optimizer step is the step
+        if self.clock.source in (None, "optimizer"):
             self.clock.signal("optimizer")
 
     def _wrap_counter(self, counter: str):

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 
 from diagnose.capture.host import ScriptHost
-from diagnose.capture.gpu import peak_memory, sync_device
+from diagnose.capture.gpu import device_in_use, peak_memory, sync_device
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.model import Measurement, ScriptError, Window
@@ -78,6 +78,8 @@ class MeasureSession(ScriptHost):
             self.losses.append(loss.detach().reshape(()))  # kept on its device: no sync per step
 
     def on_epoch(self, iterator: Any) -> None:
+        if self.window_start is not None and sync_device():
+            self._close_at_epoch_end()
         self.epoch_started = True
         try:
             self.steps_per_epoch = len(iterator)
@@ -88,6 +90,8 @@ class MeasureSession(ScriptHost):
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
         is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
         N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
+        if self.stop_due and not self.finishing:
+            self.stop("completed")
         if self.window_start is None and not self.closed_here:
             sync_device()  # this boundary may open a window: the GPU work queued so far belongs before it
         self.closed_here = False
@@ -124,6 +128,8 @@ class MeasureSession(ScriptHost):
         self.window_start = None
         if partial and steps < max(plan.burst_steps, plan.min_window_steps // 2, 2):
             return
+        if partial and device_in_use():
+            return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
         end = start + steps
         b, samples = self.boundaries, self.samples_at
         self.windows.append(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known else None,
@@ -140,6 +146,23 @@ class MeasureSession(ScriptHost):
             return False
         rates = [w.steps / w.seconds for w in recent if w.seconds > 0]
         return len(rates) == len(recent) and max(rates) <= min(rates) * (1 + self.plan.agree_frac)
+
+    def _close_at_epoch_end(self) -> None:
+        """On a GPU, the window an epoch's end cuts closes here, device-synchronised, with the epoch's last step in
+        it (it has just finished): its boundary at the next step would come after the epoch's start-up."""
+        plan, start = self.plan, self.window_start
+        steps = len(self.boundaries) - start
+        self.window_start = None
+        if steps % plan.burst_steps or steps < max(plan.burst_steps, plan.min_window_steps // 2, 2):
+            return
+        now = time.monotonic()
+        samples = self.samples - self.samples_at[start] if self.samples_known else None
+        self.windows.append(Window(steps, now - self.boundaries[start], samples, len(self.boundaries) - self.wall_start,
+                                   now - self.boundaries[self.wall_start]))
+        self.wall_start = len(self.boundaries)  # the next boundary: the epoch's start-up is timed on its own
+        self.closed_here = True
+        self.progress(f"window {len(self.windows)} {plan.windows}")
+        self.stop_due = len(self.windows) >= plan.windows or self._windows_agree()  # at the next boundary
 
     def _classify_last_step(self) -> str:
         """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's
@@ -170,6 +193,7 @@ class MeasureSession(ScriptHost):
 
     span_left, span_total = 0, 0.0
     closed_here = False
+    stop_due = False
     wall_start: Optional[int] = None
     window_start: Optional[int] = None
     finishing = False

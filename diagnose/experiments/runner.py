@@ -115,7 +115,9 @@ class Scheduler:
                            warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
                            window_s=0.0 if in_step else self.window_s(),
                            min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
-                           rewarm_steps=burst, burst_steps=burst, windows=3)
+                           rewarm_steps=burst, burst_steps=burst, windows=3,
+                           # ranks must stop at the same step: no early stop on windows that agree on one rank
+                           min_windows=3 if in_step else 2)
         limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
                            profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher)
