@@ -207,8 +207,10 @@ _ID = rb'(-?\d+|"[^"\\]*")'
 _STRING = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: much faster than (?:[^"\\]|\\.)*
 FAST_EVENT = re.compile(rb'"ph":\s*"X",\s*"cat":\s*"([^"\\]*)",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID
                         + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
-                        # the correlation id that links a launch to its device work; [^{}] keeps it in this event's args
-                        + rb'(?:,\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+))?')
+                        # the correlation id that links a launch to its device work: after the args' leading scalar
+                        # members (Kineto writes it before any list); never read from another event's args
+                        + rb'(?:,\s*"args":\s*\{\s*(?:"[^"\\]*":\s*(?:[^,{}"\[\]\s][^,{}"\[\]]*|"[^"\\]*"),\s*)*?'
+                        + rb'"correlation":\s*(\d+))?')
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 CHUNK_BYTES = 8 << 20
 

@@ -73,11 +73,15 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
     try:
         if trials.start():
             for candidate in order:
-                if scheduler.remaining_s() >= _cost_s(candidate, scheduler):
+                if scheduler.remaining_s() >= _cost_s(candidate, scheduler) + _combination_reserve_s(trials, riders):
                     trials.decide(candidate)
     except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
         results = _results(candidates, trials, ctx, INTERRUPTED_REASON)
         return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler))
+    if not trials.baseline.ok_runs():  # every baseline run failed: nothing could be compared, and that is why
+        reason = f"not run: the baseline (the unchanged script) failed: {_failure(trials.baseline.runs[-1])}"
+        results = _results(candidates, trials, ctx, reason)
+        return Outcome(tuple(results + skipped), None, False, _report(budget_s, chosen, candidates, results, scheduler))
     results = _results(candidates, trials, ctx)
     interrupted = False
     try:
@@ -86,6 +90,14 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         headline, extra, interrupted = None, [], True
     budget = _report(budget_s, chosen, candidates, results, scheduler)
     return Outcome(tuple(results + extra + skipped), headline, interrupted, budget)
+
+
+def _combination_reserve_s(trials: Trials, riders: list[str]) -> float:
+    """Two runs (and a baseline's) kept for the winners together, once there is something to combine."""
+    winners = sum(1 for arm in trials.arms if (c := trials.comparison(arm)) is not None and c.verdict == "faster")
+    if winners + bool(riders) < 2 or not winners:
+        return 0.0
+    return 3 * trials.scheduler.estimate_s(trials.baseline)
 
 
 def _cost_s(candidate: Candidate, scheduler: Scheduler) -> float:
@@ -103,7 +115,8 @@ def _results(candidates: list[Candidate], trials: Trials, ctx: Context,
 
 def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate], results: list[Experiment],
             scheduler: Scheduler) -> BudgetReport:
-    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change")}
+    # a setting that failed has its verdict too: more budget would not help it
+    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change", "failed")}
     untried = [c for c in candidates if c.optimization not in decided]
     return BudgetReport(budget_s, scheduler.estimate_s(Arm("baseline", {}, ())),
                         tuple(c.optimization for c in chosen),
@@ -268,7 +281,9 @@ def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], results: l
     winners = _winners([a for a in best if a is not None], results)
     combined = _combined_arm(winners, riders, ctx)
     if combined is not None and len(combined.changes) > 1:
-        trials.decide(Candidate("combined", [combined], 1.0))
+        together = Candidate("combined", [combined], 1.0)
+        if trials.scheduler.remaining_s() >= _cost_s(together, trials.scheduler):
+            trials.decide(together)
     elif combined is not None:  # the single winner's configuration: its own runs, no new ones
         combined.runs[:], combined.run_dirs[:] = winners[0].runs, winners[0].run_dirs
     ceiling = None

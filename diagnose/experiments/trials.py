@@ -74,6 +74,10 @@ class Trials:
             for arm in alive:
                 if len(arm.runs) <= round_ and not self.run(arm):
                     return self._best(alive)
+            failed = [a for a in alive if not a.ok_runs()]
+            for arm in failed:
+                self.dropped[id(arm)] = ""  # its own failure is its reason
+            alive = [a for a in alive if a.ok_runs()] or alive[:1]  # a crashed setting is not run again
             if len(alive) == 1:
                 return alive[0]
             ranked = sorted(alive, key=self._score, reverse=True)
