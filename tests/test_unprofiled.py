@@ -111,3 +111,15 @@ def test_amp_is_tried_when_autocast_was_only_entered_disabled(loop_run):
 
     assert skip("--autocast", "off") is None
     assert skip("--autocast", "bf16") == "the script already runs under autocast (bfloat16)"
+
+
+def test_an_epoch_ending_inside_the_unprofiled_window_is_not_timed_as_a_step():
+    timer = UnprofiledTimer(20, None, rewarm_steps=0)
+    for _ in range(4):
+        assert timer.boundary() is None
+    window = timer.epoch_started()  # the epoch's last step has just finished: 5 steps timed, then the epoch ends
+    assert window is not None and window.steps == 5
+    short = UnprofiledTimer(20, None, rewarm_steps=0)
+    short.boundary()
+    assert short.epoch_started() is None  # too few steps: timing starts again after the new epoch's start-up
+    assert short.start is None and short.rewarm_left == UnprofiledTimer.REWARM_STEPS

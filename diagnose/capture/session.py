@@ -31,7 +31,7 @@ class Session(ScriptHost):
     """The diagnosis run: warm up, profile the chosen steps, stop, write capture.json and the trace."""
 
     def __init__(self, config: RunConfig, run_dir: Path, progress, trace_dir: Path, worker_name: str = "rank0"):
-        super().__init__(config, run_dir, progress, Instrumentation(self.boundary))
+        super().__init__(config, run_dir, progress, Instrumentation(self.boundary, on_epoch=self._on_epoch))
         self.trace_dir, self.worker_name = trace_dir, worker_name
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
@@ -75,7 +75,15 @@ class Session(ScriptHost):
         budget = self.window[1] - self.window[0] if current_rank() is None else None
         self.plain_timer = UnprofiledTimer(self.config.profile_steps, budget)
 
+    def _on_epoch(self, iterator) -> None:
+        """An epoch ends while the unprofiled steps are timed: its start-up (workers, evaluation, checkpoints
+        around it) is not a training step's time."""
+        if self.plain_timer is not None and self.unprofiled is None:
+            self.unprofiled = self.plain_timer.epoch_started()
+
     def _time_unprofiled(self) -> None:
+        if self.unprofiled is not None:  # closed at an epoch's end
+            self.stop("completed")
         window = self.plain_timer.boundary()
         if window is not None:
             self.unprofiled = window
@@ -221,6 +229,15 @@ class UnprofiledTimer:
             return None
         synced = sync_device()
         return UnprofiledWindow(self.steps, time.perf_counter() - self.start, synced)
+
+    def epoch_started(self) -> Optional[UnprofiledWindow]:
+        """The epoch ended inside the window: the steps so far are the window when there are enough (the epoch's
+        last step has just finished), else timing starts again after the new epoch's first steps."""
+        if self.start is not None and self.steps + 1 >= self.MIN_STEPS:
+            synced = sync_device()
+            return UnprofiledWindow(self.steps + 1, time.perf_counter() - self.start, synced)
+        self.start, self.steps, self.rewarm_left = None, 0, self.REWARM_STEPS
+        return None
 
     def _begin_when_warm(self) -> None:
         if self.rewarm_left <= 0:
