@@ -75,7 +75,7 @@ def test_hf_trainer_batch_size_is_measured_in_samples_per_second_and_shown_as_it
 def test_lightning_slow_dataset_is_found_at_the_modules_dataloader_and_more_workers_verified(tmp_path):
     pytest.importorskip("lightning", reason="Lightning is not installed (pip install '.[frameworks]')")
     script, run = _run(tmp_path, "lightning_slow_data.py", options=(
-        "--warmup", "3", "--steps", "8", "--experiments", "dataloader.num_workers", "--budget-seconds", "60"))
+        "--warmup", "3", "--steps", "8", "--experiments", "dataloader.num_workers", "--budget-seconds", "100"))
     loader_line = line_of(script, "return DataLoader(")
     top = run.findings[0]
     assert top["rule"] == "data-loading.slow-loader" and _line(top["location"]) == loader_line
