@@ -55,10 +55,11 @@ def test_host_work_in_every_step_is_traced_to_the_scripts_line(sample_run):
     assert host[0]["location"].endswith(expected)
 
 
-def test_tiny_batch_gets_a_utilization_finding_with_batch_size(sample_run):
+def test_tiny_batch_gets_a_larger_batch_as_its_first_fix(sample_run):
+    # per-op overhead (utilization.dispatch-bound) or per-batch overhead (data-loading.batch-too-small), whichever
+    # the profiled steps show more of on a given machine: either way the first fix offered is a larger batch
     d = sample_run("tiny_batch.py").diagnosis
-    utilization = [f for f in d["findings"] if f["category"] == "utilization"]
-    assert utilization and "batch_size" in utilization[0]["optimizations"], d["findings"]
+    assert d["findings"] and d["findings"][0]["optimizations"][0] == "batch_size", d["findings"]
 
 
 def test_tiny_batch_wait_for_data_is_per_batch_overhead_fixed_by_a_larger_batch_not_workers(sample_run):
