@@ -122,3 +122,11 @@ def test_a_finding_under_the_hf_trainer_is_written_as_training_arguments():
     # Lightning leaves the DataLoader to the user's own code: no Trainer(...) wording for it
     assert frameworks.fix_code("lightning", "train.py:40", ("dataloader.num_workers",), {"cpu_count": 4}) == ""
     assert 'precision="bf16-mixed"' in frameworks.fix_code("lightning", "train.py:40", ("amp",), {})
+
+
+def test_a_fused_optimizer_is_not_suggested_to_a_trainer_that_already_uses_one():
+    fused = frameworks.fix_code("huggingface", "train.py:12", ("batch_size", "optimizer.fused"),
+                                {"loader_batch_size": 2, "optimizer_multi_tensor": 1})
+    assert "per_device_train_batch_size=32" in fused and "optim=" not in fused
+    plain = frameworks.fix_code("huggingface", "train.py:12", ("optimizer.fused",), {"optimizer_multi_tensor": 0})
+    assert 'optim="adamw_torch_fused"' in plain

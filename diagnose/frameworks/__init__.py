@@ -61,6 +61,8 @@ def fix_code(name: str, location: Optional[str], optimizations: tuple[str, ...],
         return ""
     edits: Edits = {}
     for optimization in optimizations:
+        if optimization == "optimizer.fused" and metrics.get("optimizer_multi_tensor") == 1:
+            continue  # already fused or foreach (recent transformers default to adamw_torch_fused)
         suggest = framework.suggest.get(optimization)
         if suggest is not None and optimization in framework.settings:
             edits.update(framework.edits(optimization, suggest(metrics)) or {})
