@@ -224,3 +224,26 @@ def test_paths_that_leave_a_folder_the_script_made_still_cannot_touch_the_users_
     assert (work / "precious.txt").read_text() == "keep" and (work / "user" / "a.txt").read_text() == "a"
     assert (work / "data.txt").read_text() == "b" and not (work / "renamed.txt").exists()
     assert "FileNotFoundError as usual" in (tmp_path / "run" / "script.log").read_text()
+
+
+def test_a_safetensors_checkpoint_never_overwrites_the_users_file(tmp_path):
+    """The Hugging Face Trainer saves with safetensors, which writes from Rust, past open()."""
+    pytest.importorskip("safetensors", reason="safetensors is not installed")
+    work = tmp_path / "project"
+    work.mkdir()
+    script = work / "train.py"
+    script.write_text(
+        "import torch\nfrom safetensors.torch import load_file, save_file\n"
+        "model = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(30):\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    if step % 5 == 4:\n"
+        "        save_file(model.state_dict(), 'model.safetensors')\n"
+        "        load_file('model.safetensors')  # reads back its own checkpoint\n")
+    (work / "model.safetensors").write_bytes(b"my precious weights")
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+    run = run_script(script, out=tmp_path / "run", options=("--warmup", "2", "--steps", "4", "--experiments", "none"),
+                     cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+    assert (tmp_path / "run" / "sandbox" / "project" / "model.safetensors").stat().st_size > 50

@@ -1,16 +1,17 @@
 """Keep the user's files safe while their script runs under diagnose.
 
 Writes the script makes inside the user's folders (the current folder and the script's folder) go to
-RUN/sandbox/<same relative path> instead: open() and io.open() in a writing mode, torch.save, os.replace,
+RUN/sandbox/<same relative path> instead: open() and io.open() in a writing mode, torch.save, safetensors, os.replace,
 os.rename; removals there (os.remove, os.unlink, os.rmdir, shutil.rmtree) are skipped, and re-making a folder
 whose removal was skipped succeeds. Folders the script made there are removed at the end when empty. Reads of a file the script wrote earlier in the same run come back
 from the sandbox, so a script that saves a checkpoint and loads it again still works. The run folder itself
 and everything outside the user's folders (e.g. /tmp, caches) are left alone. Low-level os.open and writes
-from C extensions that open files themselves are not redirected.
+from C extensions that open files themselves (other than safetensors) are not redirected.
 """
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import io
 import os
 import shutil
@@ -87,6 +88,16 @@ class WriteSandbox:
             self._wrap(os, name, self._guarded_remove)
         self._wrap(os, "mkdir", self._guarded_mkdir)
         self._wrap(shutil, "rmtree", self._guarded_rmtree)
+        self._guard_safetensors()
+
+    def _guard_safetensors(self) -> None:
+        """safetensors writes from Rust, past open(): the Hugging Face Trainer saves checkpoints with it."""
+        if importlib.util.find_spec("safetensors") is None:
+            return
+        import safetensors.torch as st
+
+        self._wrap(st, "save_file", lambda save, tensors, filename, *a, **k: save(tensors, self.for_write(filename), *a, **k))
+        self._wrap(st, "load_file", lambda load, filename, *a, **k: load(self.for_read(filename), *a, **k))
 
     def _guarded_move(self, original, src, dst, *args, **kwargs):
         if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
