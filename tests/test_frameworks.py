@@ -54,7 +54,19 @@ def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(t
         assert _line(finding["location"]) == arguments, finding
         assert "TrainingArguments(..., " in finding["fix_code"] and "DataLoader(" not in finding["fix_code"]
     fixes = " ".join(f["fix_code"] for f in run.findings)
-    assert not run.findings or "per_device_train_batch_size=32" in fixes or "logging_steps=" in fixes
+    assert run.findings, "batch 2 with logging every step: per-op overhead or host work should be found"
+    assert "per_device_train_batch_size=32" in fixes or "logging_steps=" in fixes
+
+
+@pytest.mark.slow
+def test_hf_trainer_mixed_precision_reaches_the_trainers_model_and_is_said_as_its_setting(tmp_path):
+    pytest.importorskip("transformers", reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "3", "--steps", "8", "--experiments", "amp",
+                                                           "--budget-seconds", "60"))
+    [amp] = [e for e in run.diagnosis["experiments"] if e["optimization"] == "amp"]
+    # applied by the generic hook on the model the Trainer calls: no framework setting needed to reach it
+    assert amp["verdict"] in ("faster", "slower", "no-change") and amp["applied"] == ["torch.autocast(cpu, bfloat16)"]
+    assert amp["change"].startswith("--- a/hf_trainer.py") and "save_strategy=\"no\", bf16=True)" in amp["change"]
 
 
 @pytest.mark.slow
