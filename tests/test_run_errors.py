@@ -247,3 +247,25 @@ def test_a_safetensors_checkpoint_never_overwrites_the_users_file(tmp_path):
     assert run.returncode == 0, run.stderr
     assert {p.name: p.read_bytes() for p in work.iterdir()} == before
     assert (tmp_path / "run" / "sandbox" / "project" / "model.safetensors").stat().st_size > 50
+
+
+def test_an_atomic_save_that_moves_then_chmods_its_file_works_in_the_sandbox(tmp_path):
+    """fsspec's (so Lightning's) checkpoint save: write a temporary file, move it over the target, chmod the target."""
+    work = tmp_path / "project"
+    work.mkdir()
+    script = work / "train.py"
+    script.write_text(
+        "import os, shutil, tempfile, torch\n"
+        "model = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(30):\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    if step % 5 == 4:\n"
+        "        fd, tmp = tempfile.mkstemp()\n        os.close(fd)\n"  # in the system's temp folder, as fsspec does
+        "        torch.save(model.state_dict(), tmp)\n"
+        "        shutil.move(tmp, 'last.ckpt')\n        os.chmod('last.ckpt', 0o644)\n")
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+    run = run_script(script, out=tmp_path / "run", options=("--warmup", "2", "--steps", "4", "--experiments", "none"),
+                     cwd=work)
+    assert run.returncode == 0, run.stderr[-2000:]  # chmod of the moved file found it (in the sandbox)
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+    assert (tmp_path / "run" / "sandbox" / "project" / "last.ckpt").stat().st_size > 100

@@ -88,6 +88,8 @@ class WriteSandbox:
             self._wrap(os, name, self._guarded_remove)
         self._wrap(os, "mkdir", self._guarded_mkdir)
         self._wrap(shutil, "rmtree", self._guarded_rmtree)
+        for name in ("chmod", "utime"):  # after a redirected move (fsspec's atomic save, Lightning's checkpoints)
+            self._wrap(os, name, lambda call, path, *a, **k: call(self.for_read(path), *a, **k))
         self._guard_safetensors()
 
     def _guard_safetensors(self) -> None:
