@@ -54,8 +54,7 @@ def launch_phases(trace: Trace, host: np.ndarray) -> np.ndarray:
     data = iv.contains(iv.union(trace.dataloader.intervals()), at) | _copies_in(trace)
     phase[data] = PHASES.index("data")
     phase[backward] = PHASES.index("backward")
-    marks = trace.annotations.mask(lambda n: n.startswith(OPTIMIZER_MARKS))
-    phase[iv.contains(iv.union(trace.annotations.intervals(marks)), at)] = PHASES.index("optimizer")
+    phase[iv.contains(optimizer_intervals(trace), at)] = PHASES.index("optimizer")
     return phase
 
 

@@ -37,21 +37,19 @@ def device_work(trace: Trace) -> Spans:
     return Spans.concat([trace.kernels, trace.memcpy, trace.memset])
 
 
-def launch_step(trace: Trace, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(correlation ids, index of the host step each was launched in; -1 outside every step) of the runtime calls."""
-    corr = trace.runtime.correlations()
+def launch_step(trace: Trace, host: np.ndarray) -> np.ndarray:
+    """Index of the host step each runtime call was made in; -1 outside every step."""
     start = trace.runtime.start
     if not len(host):
-        return corr, np.full(len(corr), -1)
+        return np.full(len(start), -1)
     i = np.searchsorted(host[:, 0], start, side="right") - 1
-    inside = (i >= 0) & (start < host[np.clip(i, 0, None), 1]) & (corr >= 0)
-    return corr, np.where(inside, i, -1)
+    inside = (i >= 0) & (start < host[np.clip(i, 0, None), 1])
+    return np.where(inside, i, -1)
 
 
 def device_step_of(trace: Trace, work: Spans, host: np.ndarray) -> np.ndarray:
     """For each device event, the host step that launched it (-1: launched outside the steps, or unlinked)."""
-    _, step = launch_step(trace, host)
-    return from_launch(trace, work, step)
+    return from_launch(trace, work, launch_step(trace, host))
 
 
 def from_launch(trace: Trace, work: Spans, values: np.ndarray, missing: int = -1) -> np.ndarray:
