@@ -126,18 +126,26 @@ class MeasureSession(ScriptHost):
         plan, start = self.plan, self.window_start
         steps = (last - start) // plan.burst_steps * plan.burst_steps
         self.window_start = None
-        if partial and steps < max(plan.burst_steps, plan.min_window_steps // 2, 2):
+        if partial and self._too_short(steps):
             return
         if partial and device_in_use():
             return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
         end = start + steps
         b, samples = self.boundaries, self.samples_at
-        self.windows.append(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known else None,
-                                   end - self.wall_start, b[end] - b[self.wall_start]))
-        self.wall_start = end
-        self.progress(f"window {len(self.windows)} {plan.windows}")
-        if (len(self.windows) >= plan.windows or self._windows_agree()) and not self.finishing:
+        enough = self._record(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known
+                                     else None, end - self.wall_start, b[end] - b[self.wall_start]), end)
+        if enough and not self.finishing:
             self.stop("completed")
+
+    def _too_short(self, steps: int) -> bool:
+        return steps < max(self.plan.burst_steps, self.plan.min_window_steps // 2, 2)
+
+    def _record(self, window: Window, next_wall_start: int) -> bool:
+        """Keep a timed window; True when the run has windows enough (the plan's count, or agreeing ones)."""
+        self.windows.append(window)
+        self.wall_start = next_wall_start
+        self.progress(f"window {len(self.windows)} {self.plan.windows}")
+        return len(self.windows) >= self.plan.windows or self._windows_agree()
 
     def _windows_agree(self) -> bool:
         """The last windows' rates agree: another window would tell little more (a shorter run, more runs)."""
@@ -153,16 +161,15 @@ class MeasureSession(ScriptHost):
         plan, start = self.plan, self.window_start
         steps = len(self.boundaries) - start
         self.window_start = None
-        if steps % plan.burst_steps or steps < max(plan.burst_steps, plan.min_window_steps // 2, 2):
+        if steps % plan.burst_steps or self._too_short(steps):
             return
         now = time.monotonic()
         samples = self.samples - self.samples_at[start] if self.samples_known else None
-        self.windows.append(Window(steps, now - self.boundaries[start], samples, len(self.boundaries) - self.wall_start,
-                                   now - self.boundaries[self.wall_start]))
-        self.wall_start = len(self.boundaries)  # the next boundary: the epoch's start-up is timed on its own
+        window = Window(steps, now - self.boundaries[start], samples, len(self.boundaries) - self.wall_start,
+                        now - self.boundaries[self.wall_start])
+        # the wall time restarts at the next boundary: the epoch's start-up is timed on its own
+        self.stop_due = self._record(window, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True
-        self.progress(f"window {len(self.windows)} {plan.windows}")
-        self.stop_due = len(self.windows) >= plan.windows or self._windows_agree()  # at the next boundary
 
     def _classify_last_step(self) -> str:
         """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's
