@@ -118,12 +118,11 @@ def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate
     # a setting that failed has its verdict too: more budget would not help it
     decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change", "failed")}
     untried = [c for c in candidates if c.optimization not in decided]
-    return BudgetReport(budget_s, scheduler.estimate_s(Arm("baseline", {}, ())),
-                        tuple(c.optimization for c in chosen),
+    run_s = scheduler.estimate_s(Arm("baseline", {}, ()))  # one run, as measured by now
+    return BudgetReport(budget_s, run_s, tuple(c.optimization for c in chosen),
                         tuple(c.optimization for c in candidates if c.optimization in decided),
                         tuple(c.optimization for c in untried), scheduler.count, scheduler.elapsed_s(),
-                        rest_command=rest_command(scheduler.ctx.capture, untried, scheduler.estimate_s(
-                            Arm("baseline", {}, ()))))
+                        rest_command=rest_command(scheduler.ctx.capture, untried, run_s))
 
 
 def _mean(values: list[float]) -> float:

@@ -92,13 +92,16 @@ class Trials:
         return max(arms, key=self._score)
 
     def _score(self, arm: Arm) -> float:
-        values = arm.throughputs(metric_of(arm))
-        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
+        return _geometric_mean(arm.throughputs(metric_of(arm)))
 
     def _drop_reason(self, arm: Arm, best: Arm) -> str:
-        base = self.baseline.throughputs(metric_of(arm))
-        if not base or not arm.throughputs(metric_of(arm)):
+        base_mean = _geometric_mean(self.baseline.throughputs(metric_of(arm)))
+        if not base_mean or not self._score(arm):
             return f"dropped from the sweep: {best.label} did better"
-        base_mean = math.exp(sum(math.log(v) for v in base) / len(base))
         return (f"dropped from the sweep after {len(arm.runs)} run(s) at {self._score(arm) / base_mean:.2f}x the "
                 f"baseline, behind {best.label} at {self._score(best) / base_mean:.2f}x: no interval claimed")
+
+
+def _geometric_mean(values: list[float]) -> float:
+    """The mean on the log scale, where run-to-run noise is alike for every setting; 0.0 with no values."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
