@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 from types import FrameType
 from typing import Optional
@@ -57,10 +56,6 @@ def user_location(frame: Optional[FrameType]) -> Optional[str]:
             return f"{_realpath(frame.f_code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
-
-
-def caller_location() -> Optional[str]:
-    return user_location(sys._getframe(1))
 
 
 def class_location(cls: type) -> Optional[str]:
