@@ -22,9 +22,9 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
     traces = find_traces(path)
     rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before the parsing
     console = Console(stderr=True)
-    with console.status(f"analysing {len(traces)} trace(s)"), _no_gc():
+    with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces)
-    run_dir = make_run_dir(out, f"analyze-{_stem(path)}")
+    run_dir = make_run_dir(out, f"analyze-{stem(path)}")
     write_json(run_dir / "analysis.json", analysis)
     findings = diagnose_analysis(analysis, rules_dirs)
     result = write_outputs(run_dir, str(path), None, analysis, findings, ExperimentResults(), templates_dir,
@@ -41,7 +41,7 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
 
 
 @contextlib.contextmanager
-def _no_gc():
+def no_gc():
     """Parsing creates millions of objects and frees none: the cyclic collector would only rescan them."""
     gc.disable()
     try:
@@ -57,7 +57,7 @@ def _tensorboard_dir(traces: list[Path]) -> str:
     return str(folders.pop()) if named and len(folders) == 1 else ""
 
 
-def _stem(path: Path) -> str:
+def stem(path: Path) -> str:
     name = path.name
     for suffix in (".gz", ".json", ".pt.trace"):
         name = name.removesuffix(suffix)

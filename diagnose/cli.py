@@ -138,6 +138,30 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
                              open_report=open_report, make_run_dir=_run_dir))
 
 
+@cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--out", metavar="DIR", help="Folder for compare.html and compare.json "
+              "(default: diagnose_runs/<timestamp>-compare-<A>-vs-<B>).")
+@click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
+              help="Exit with code 4 when B is slower than A by more than PCT percent, beyond the noise (a CI gate).")
+@click.option("--force", is_flag=True, help="Compare runs of different scripts.")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
+@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print compare.json to stdout.")
+def compare(a, b, out, fail_if_slower, force, rules_dirs, templates_dir, as_json):
+    """Compare B against A: step time with an interval honest about two separate runs, the breakdown and phases
+    side by side, the ops and kernels that moved, findings resolved and new, what differs in the setup.
+
+    A and B are run folders (from `diagnose run` or `diagnose capture`) or traces and folders of traces, as
+    `diagnose analyze` takes them. Exit codes: 0 done, 2 bad input, 4 B slower than --fail-if-slower allows."""
+    _check_templates(templates_dir)
+    from diagnose.comparecommand import compare_command
+
+    sys.exit(compare_command(a, b, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
+                             force=force, fail_if_slower=fail_if_slower, make_run_dir=_run_dir))
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
              short_help="Capture one rank of a job you launch yourself (torchrun, srun).")
 @click.option("--out", metavar="DIR", required=True, help="Run folder shared by all ranks.")
@@ -182,6 +206,10 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
               help="Record Python stacks in the trace (python_function events); slows Python-heavy steps.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout (the script's output goes to stderr).")
 @click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+@click.option("--baseline", metavar="RUN_DIR", type=click.Path(path_type=Path),
+              help="An earlier run folder to compare this run with (writes compare.html into the run folder).")
+@click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
+              help="With --baseline: exit with code 4 when this run is slower by more than PCT percent, beyond the noise.")
 @click.option("--nproc-per-node", metavar="N", help="Launch N processes (ranks) through torchrun (torch.distributed.run).")
 @click.option("--nnodes", metavar="N[:M]", help="torchrun: number of nodes.")
 @click.option("--node-rank", metavar="R", help="torchrun: rank of this node.")
@@ -194,7 +222,7 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
-        open_report, script, script_args, **torchrun):
+        open_report, baseline, fail_if_slower, script, script_args, **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
 
@@ -202,18 +230,22 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     (--nnodes ... --standalone) need --nproc-per-node. Optimization ids for --experiments: see
     `diagnose rules` or the README.
 
-    Exit codes: 0 done, 1 the script raised, 2 bad input, 3 no training step found, 130 Ctrl-C,
-    143 stopped by SIGTERM.
+    Exit codes: 0 done, 1 the script raised, 2 bad input, 3 no training step found, 4 slower than the baseline
+    by more than --fail-if-slower allows, 130 Ctrl-C, 143 stopped by SIGTERM.
     """
     _check_script_is_not_an_option(script)
     _check_templates(templates_dir)
+    if fail_if_slower is not None and baseline is None:
+        raise UserError("--fail-if-slower needs --baseline", "pass the earlier run folder to compare with: "
+                        "--baseline RUN_DIR")
     from diagnose.runcommand import run_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
     code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
                        experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
-                       make_run_dir=_run_dir, launcher=_torchrun_args(torchrun))
+                       make_run_dir=_run_dir, launcher=_torchrun_args(torchrun), baseline=baseline,
+                       fail_if_slower=fail_if_slower)
     sys.exit(code)
 
 

@@ -370,6 +370,81 @@ class BudgetReport:
 
 
 @dataclass(frozen=True)
+class CompareSide:
+    """One side of `diagnose compare`: a run folder or traces, and the facts the comparison is made from."""
+    path: str
+    kind: str  # run | traces
+    script: str  # "" for traces
+    step_s: float  # the step time compared: unprofiled window (runs) or profiled mean (traces)
+    step_basis: str  # unprofiled | profiled
+    steps: int  # steps behind step_s
+    step_cv: float  # spread of step times (std / mean of the profiled steps): the window's mean varies by cv/sqrt(steps)
+    profiled_step_s: float
+    environment: dict[str, str] = field(default_factory=dict)
+    run_noise_sd: Optional[float] = None  # run-to-run spread measured by the run's repeated baseline runs
+    run_noise_runs: int = 0
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """B's step time over A's, with an interval that counts both runs' own spread and run-to-run variation."""
+    ratio: float  # B step time / A step time: < 1 means B is faster
+    ci: tuple[float, float]
+    verdict: str  # faster | slower | no-change (B against A)
+    basis: str  # unprofiled | profiled (both sides measured alike)
+    run_noise_sd: float  # run-to-run spread assumed per run (log scale)
+    run_noise_source: str  # measured | assumed
+    confidence: float = 0.99
+
+
+@dataclass(frozen=True)
+class AmountChange:
+    """One named amount per step on both sides: a bucket, a phase, an op or a kernel."""
+    name: str
+    a: float
+    b: float
+    detail: str = ""  # shapes of an op, the phase's launches...
+    status: str = ""  # added | removed | faster | slower | same (ops and kernels)
+    a_calls: float = 0.0
+    b_calls: float = 0.0
+
+
+@dataclass(frozen=True)
+class FindingChange:
+    rule: str
+    title: str
+    status: str  # resolved | new | unchanged
+    a_cost: Optional[float]
+    b_cost: Optional[float]
+    category: str = ""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """`--fail-if-slower PCT`: B fails when even the fast end of the interval is slower than PCT allows."""
+    allowed_slowdown_pct: float
+    failed: bool
+    slowdown_low_pct: float  # the interval's lower end of B's slowdown, in percent (negative: faster)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """RUN/compare.json: B against A (schema 1)."""
+    schema: int
+    a: CompareSide
+    b: CompareSide
+    step: StepChange
+    buckets: tuple[AmountChange, ...]  # seconds per step, profiled
+    phases: tuple[AmountChange, ...]  # GPU seconds per step per phase (detail: launches)
+    ops: tuple[AmountChange, ...]  # CPU ops, self seconds per step, most changed first
+    kernels: tuple[AmountChange, ...]  # GPU kernels, copies and memsets, seconds per step, most changed first
+    findings: tuple[FindingChange, ...]
+    environment_changes: tuple[tuple[str, str, str], ...] = ()  # (what, A, B) where they differ
+    gate: Optional[GateResult] = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The stable contract written to RUN/diagnosis.json (schema 1)."""
     schema: int

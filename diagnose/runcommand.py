@@ -26,7 +26,8 @@ EXIT_FOR_STATUS = {"completed": 0, "script_finished": 0, "timeout": 0, "script_e
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
                 max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                 as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path],
-                launcher: tuple[str, ...] = ()) -> int:
+                launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
+                fail_if_slower: Optional[float] = None) -> int:
     from diagnose.cli import progress_bar
     from diagnose import __version__
     import torch
@@ -35,6 +36,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     from diagnose import rules as rule_engine
 
     rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails now, not after the run
+    baseline_side = _load_baseline(baseline, script, rules_dirs)  # a baseline that cannot be compared fails now too
     run_dir = make_run_dir(out, script)
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim", highlight=False)
@@ -55,7 +57,35 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     _finish_output(console, result, as_json, open_report)
     if outcome.interrupted or results.interrupted:
         return 130
-    return EXIT_FOR_STATUS.get(result.diagnosis.status, 1)
+    code = EXIT_FOR_STATUS.get(result.diagnosis.status, 1)
+    if baseline_side is not None:
+        gate_code = _compare_baseline(console, baseline_side, result, rules_dirs, templates_dir, fail_if_slower)
+        return code or gate_code
+    return code
+
+
+def _load_baseline(baseline: Optional[Path], script: str, rules_dirs):
+    if baseline is None:
+        return None
+    from diagnose.compare.sides import load_side
+
+    side = load_side(baseline, "--baseline", tuple(rules_dirs))
+    if side.side.kind != "run":
+        raise UserError(f"--baseline {baseline} is not a run folder",
+                        "pass a folder written by `diagnose run`; for traces use `diagnose compare`")
+    if Path(side.side.script).name != Path(script).name:
+        raise UserError(f"--baseline {baseline} ran another script ({side.side.script})",
+                        "pass a run of the same script, or compare them later with `diagnose compare --force`")
+    return side
+
+
+def _compare_baseline(console: Console, baseline, result, rules_dirs, templates_dir, fail_if_slower) -> int:
+    from diagnose.comparecommand import compare_with_baseline
+
+    if result.analysis is None or not result.analysis.steps:
+        console.print("No comparison with the baseline: this run profiled no complete step.", style="yellow")
+        return 0
+    return compare_with_baseline(console, baseline, result.run_dir, tuple(rules_dirs), templates_dir, fail_if_slower)
 
 
 def _experiments(progress, selection, run_dir, capture, analysis, findings, budget_seconds) -> ExperimentResults:

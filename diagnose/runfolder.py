@@ -8,7 +8,7 @@ from pathlib import Path
 OWN_ENTRIES = frozenset({
     "config.json", "capture.json", "samples.json", "stacks.json", "analysis.json", "diagnosis.json", "report.html",
     "report.css", "experiments.json", "launcher.json", "script.log", "progress.fifo", "ranks", "tb", "sandbox",
-    "experiments", "measure.json"})
+    "experiments", "measure.json", "compare.json", "compare.html"})
 
 
 def has_own_config(run_dir: Path) -> bool:

@@ -41,6 +41,7 @@ def main():
     parser.add_argument("--num-items", type=int, default=1920)  # 120 batches / epoch
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--persistent-workers", action="store_true")
+    parser.add_argument("--read-delay", type=float, default=0.004, help="seconds to read one item")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=20)
     args = parser.parse_args()
@@ -49,7 +50,7 @@ def main():
     # thread pool after every (long) wait for data.
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    dataset = SlowStorageDataset(args.num_items)
+    dataset = SlowStorageDataset(args.num_items, read_delay=args.read_delay)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                         num_workers=args.num_workers, persistent_workers=args.persistent_workers)
 

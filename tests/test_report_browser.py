@@ -233,8 +233,23 @@ def _exception_text(params: dict) -> str:
 
 @pytest.fixture(scope="module")
 def visit(report, chromium, websocket_module, tmp_path_factory) -> PageVisit:
-    work = tmp_path_factory.mktemp("chromium")
-    url = report.resolve().as_uri()
+    return visit_page(report, chromium, websocket_module, tmp_path_factory.mktemp("chromium"))
+
+
+@pytest.fixture(scope="module")
+def compare_visit(chromium, websocket_module, tmp_path_factory) -> PageVisit:
+    """compare.html of two real GPU traces (A100 and V100): it must work offline as report.html does."""
+    out = tmp_path_factory.mktemp("compare") / "cmp"
+    traces = REPO / "tests" / "data" / "traces"
+    cmd = [sys.executable, "-m", "diagnose", "compare", "--out", str(out), str(traces / "a100_ddp_rank3_of8.json.gz"),
+           str(traces / "v100_ddp_rank1_of2.json.gz")]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, f"`{' '.join(cmd)}` exited {proc.returncode}\n{proc.stderr[-4000:]}"
+    return visit_page(out / "compare.html", chromium, websocket_module, tmp_path_factory.mktemp("chromium"))
+
+
+def visit_page(page: pathlib.Path, chromium, websocket_module, work: pathlib.Path) -> PageVisit:
+    url = page.resolve().as_uri()
     browser = Chromium(chromium, work / "profile")
     cdp = None
     try:
@@ -341,3 +356,13 @@ def test_inline_svg_charts_render(visit: PageVisit):
 def test_screenshot_taken(visit: PageVisit):
     data = visit.screenshot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, "screenshot is not a real PNG"
+
+
+def test_compare_page_loads_offline_without_errors(compare_visit: PageVisit):
+    assert compare_visit.exceptions == [] and compare_visit.console_errors == [], (
+        compare_visit.exceptions + compare_visit.console_errors)
+    assert compare_visit.log_errors == [], f"browser log errors: {compare_visit.log_errors}"
+    others = [u for u in compare_visit.requests if u != compare_visit.url and not u.startswith(NON_NETWORK_SCHEMES)]
+    assert others == [], f"compare.html loaded more than itself: {others}"
+    assert "slower than A" in compare_visit.verdict, compare_visit.verdict
+    assert compare_visit.visible_svgs >= 1, "the breakdown chart is not visible"

@@ -190,3 +190,20 @@ def phases_chart(phases: Sequence[str], launches: Sequence[float], gpu_ms: Seque
     for i, phase in enumerate(phases):
         c.text(c.left - 8, c.top + row * (i + 0.5) + 4, phase, anchor="end")
     return c.svg("GPU launches and GPU time per phase of the step")
+
+
+def breakdown_pair_chart(a_ms: dict[str, float], b_ms: dict[str, float]) -> str:
+    """A's and B's step, each a bar of its buckets in ms on one shared scale: the longer bar is the slower step."""
+    c = Canvas(120, left=30, right=WIDTH - 70, top=8, bottom=76)
+    scale = (c.right - c.left) / max(sum(a_ms.values()), sum(b_ms.values()), 1e-9)
+    for row, (label, buckets) in enumerate((("A", a_ms), ("B", b_ms))):
+        y, x = c.top + row * 36, c.left
+        c.text(c.left - 8, y + 19, label, anchor="end")
+        for bucket, ms in buckets.items():
+            if ms > 0:
+                c.rect(x, y, ms * scale, 28, COLORS[bucket], f"{label}: {LABELS[bucket]} {ms:.1f} ms")
+                x += ms * scale
+        c.text(x + 6, y + 19, f"{sum(buckets.values()):.1f} ms", anchor="start", color="#555")
+    shown = [b for b in COLORS if a_ms.get(b, 0) > 0 or b_ms.get(b, 0) > 0]
+    c.legend([(LABELS[b], COLORS[b]) for b in shown], c.height - 8)
+    return c.svg("step time by bucket, A and B (profiled, ms per step)")

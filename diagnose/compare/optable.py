@@ -1,0 +1,111 @@
+"""Per-step time of each CPU op (self time, by name and input shapes when recorded) and each GPU kernel, copy or
+memset (by name), read from a trace: what `diagnose compare` matches between A and B."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import orjson
+
+from diagnose.analysis.trace import CPU_OP, KERNEL, MEMCPY, MEMSET, read_events
+
+DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
+
+
+@dataclass(frozen=True)
+class Amount:
+    seconds: float  # per step
+    calls: float  # per step
+
+
+@dataclass(frozen=True)
+class TraceProfile:
+    ops: dict[tuple[str, str], Amount] = field(default_factory=dict)  # (name, input shapes or "") -> per step
+    kernels: dict[str, Amount] = field(default_factory=dict)
+    device: str = ""  # the GPU's name from deviceProperties, "" when the trace has none
+    world_size: Optional[int] = None
+    steps: int = 0
+
+
+def trace_profile(path: Path, steps_analysed: int) -> TraceProfile:
+    """Times inside the ProfilerStep window (per ProfilerStep), else over the whole trace per analysed step."""
+    data = read_events(path)
+    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
+    window = _step_window(events)
+    steps = window[2] if window else max(steps_analysed, 1)
+    if window:
+        events = [e for e in events if window[0] <= e.get("ts", 0) < window[1]]
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for event in events:
+        by_kind[str(event.get("cat", "")).lower()].append(event)
+    cpu = [e for kind in CPU_OP for e in by_kind.get(kind, ()) if not _is_step_mark(e)]
+    device = [e for kind in DEVICE_KINDS for e in by_kind.get(kind, ())]
+    return TraceProfile(_per_step(_self_times(cpu), steps), _per_step(_totals(device), steps), _device_name(data),
+                        _world_size(data), steps)
+
+
+def _step_window(events: list[dict]) -> Optional[tuple[float, float, int]]:
+    marks = [e for e in events if _is_step_mark(e)]
+    if not marks:
+        return None
+    return (min(e["ts"] for e in marks), max(e["ts"] + e["dur"] for e in marks), len(marks))
+
+
+def _is_step_mark(event: dict) -> bool:
+    return str(event.get("name", "")).startswith("ProfilerStep#")  # an op in old traces: it would hold all the time
+
+
+def _shapes(event: dict) -> str:
+    dims = (event.get("args") or {}).get("Input Dims")
+    return orjson.dumps(dims).decode() if dims else ""
+
+
+def _self_times(ops: list[dict]) -> dict[tuple[str, str], list[float]]:
+    """Self time: an op's duration less its direct children's on the same thread (ops nest, never overlap)."""
+    threads: dict[tuple, list[dict]] = defaultdict(list)
+    for op in ops:
+        threads[(op.get("pid"), op.get("tid"))].append(op)
+    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for thread_ops in threads.values():
+        thread_ops.sort(key=lambda e: (e["ts"], -e["dur"]))
+        selfs = [float(e["dur"]) for e in thread_ops]
+        stack: list[int] = []
+        for i, op in enumerate(thread_ops):
+            while stack and thread_ops[stack[-1]]["ts"] + thread_ops[stack[-1]]["dur"] <= op["ts"]:
+                stack.pop()
+            if stack:
+                selfs[stack[-1]] -= op["dur"]
+            stack.append(i)
+        for op, self_us in zip(thread_ops, selfs):
+            entry = totals[(str(op.get("name", "")), _shapes(op))]
+            entry[0] += max(self_us, 0.0) / 1e6
+            entry[1] += 1
+    return totals
+
+
+def _totals(events: list[dict]) -> dict[str, list[float]]:
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for event in events:
+        entry = totals[str(event.get("name", ""))]
+        entry[0] += float(event["dur"]) / 1e6
+        entry[1] += 1
+    return totals
+
+
+def _per_step(totals: dict, steps: int) -> dict:
+    return {key: Amount(seconds / steps, calls / steps) for key, (seconds, calls) in totals.items()}
+
+
+def _device_name(data: dict) -> str:
+    devices = data.get("deviceProperties")
+    if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+        return str(devices[0].get("name", ""))
+    return ""
+
+
+def _world_size(data: dict) -> Optional[int]:
+    info = data.get("distributedInfo")
+    size = info.get("world_size") if isinstance(info, dict) else None
+    return int(size) if isinstance(size, (int, float)) else None

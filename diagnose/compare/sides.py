@@ -1,0 +1,144 @@
+"""The two sides of a comparison: a run folder (from `diagnose run` or `capture`) or traces (as `analyze` takes
+them), read into what the comparison needs, or refused with a reason."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from diagnose.compare.optable import TraceProfile, trace_profile
+from diagnose.errors import UserError
+from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig
+from diagnose.pipeline import analyze_traces, diagnose_analysis, find_traces, load_capture, trace_paths
+from diagnose.runfolder import has_own_config
+from diagnose.serial import read_json
+
+HINT = "pass a run folder (from `diagnose run` or `diagnose capture`), or a trace (.json, .json.gz) or folder of them"
+
+
+@dataclass(frozen=True)
+class LoadedSide:
+    side: CompareSide
+    analysis: Analysis
+    findings: tuple[Finding, ...]
+    profile: TraceProfile
+    capture: Optional[Capture] = None
+
+
+def load_side(path: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide:
+    if not path.exists():
+        raise UserError(f"{label}: {path} not found", HINT)
+    if path.is_dir() and has_own_config(path):
+        return _load_run(path, label, rules_dirs)
+    traces = find_traces(path)
+    analysis = analyze_traces(traces)
+    _require_steps(analysis, path, label)
+    trace = _diagnosed_trace(analysis, traces, Path("."))
+    profile = trace_profile(trace, len(analysis.steps))
+    side = CompareSide(str(path), "traces", "", analysis.step_time_s["mean"] or 0.0, "profiled", len(analysis.steps),
+                       _step_cv(analysis), analysis.step_time_s["mean"] or 0.0,
+                       _environment(None, analysis, profile))
+    return LoadedSide(side, analysis, tuple(diagnose_analysis(analysis, rules_dirs)), profile)
+
+
+def _load_run(run_dir: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide:
+    capture = _capture(run_dir)
+    saved = run_dir / "analysis.json"
+    if not saved.exists() and capture is None:
+        raise UserError(f"{label}: {run_dir} holds no capture or analysis yet",
+                        f"if its ranks were captured with `diagnose capture`, run `diagnose report {run_dir}` first")
+    analysis = read_json(saved, Analysis) if saved.exists() else None
+    _require_steps(analysis, run_dir, label, capture)
+    traces = trace_paths(run_dir)
+    if not traces:
+        raise UserError(f"{label}: {run_dir} has no trace in tb/", "pass the run folder as diagnose wrote it")
+    profile = trace_profile(_diagnosed_trace(analysis, traces, run_dir), len(analysis.steps))
+    window = capture.unprofiled_window if capture else None
+    profiled = analysis.step_time_s["mean"] or 0.0
+    step_s, basis, steps = (window.step_s, "unprofiled", window.steps) if window else (profiled, "profiled",
+                                                                                         len(analysis.steps))
+    noise = _baseline_noise(run_dir)
+    side = CompareSide(str(run_dir), "run", capture.script if capture else "", step_s, basis, steps,
+                       _step_cv(analysis), profiled, _environment(capture, analysis, profile),
+                       noise[0] if noise else None, noise[1] if noise else 0)
+    return LoadedSide(side, analysis, tuple(diagnose_analysis(analysis, rules_dirs)), profile, capture)
+
+
+def _capture(run_dir: Path) -> Optional[Capture]:
+    from diagnose.capture.ranks import merge_rank_captures, rank_dirs
+
+    return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
+
+
+def _require_steps(analysis: Optional[Analysis], path: Path, label: str, capture: Optional[Capture] = None) -> None:
+    if analysis is None or not analysis.steps:
+        ended = f" (its capture ended: {capture.status})" if capture is not None else ""
+        raise UserError(f"{label}: {path} has no complete training step to compare{ended}",
+                        "compare runs or traces that profiled at least one step (its report says what happened)")
+
+
+def _diagnosed_trace(analysis: Analysis, traces: list[Path], root: Path) -> Path:
+    """The trace of the rank the diagnosis is about (the straggler, else the lowest), else the last one."""
+    rank = analysis.metrics.get("rank")
+    for summary in analysis.ranks:
+        if rank is not None and summary.rank == int(rank):
+            path = Path(summary.trace)
+            return path if path.is_absolute() or path.exists() else root / path
+    return traces[-1]
+
+
+def _step_cv(analysis: Analysis) -> float:
+    """On the linear scale: a window's mean of bursty steps (N loader workers deliver N batches at once) varies as
+    the steps' std / mean over the root of the steps, however far apart short and long steps lie on a log scale."""
+    durations = [s.duration_s for s in analysis.steps]
+    if len(durations) < 2:
+        return 0.0
+    mean = sum(durations) / len(durations)
+    return math.sqrt(sum((d - mean) ** 2 for d in durations) / (len(durations) - 1)) / mean if mean > 0 else 0.0
+
+
+def _baseline_noise(run_dir: Path) -> Optional[tuple[float, int]]:
+    """The spread of the run's own repeated baseline runs (RUN/experiments/NN-baseline): separate processes of
+    the same script on the same machine, minutes apart: a measured floor for run-to-run variation."""
+    speeds = []
+    for folder in sorted((run_dir / "experiments").glob("*-baseline")):
+        try:
+            config = read_json(folder / "config.json", RunConfig)
+            measured = read_json(folder / "measure.json", Measurement)
+        except (UserError, OSError):
+            continue
+        if config.measure is None or config.measure.changes:
+            continue
+        seconds = sum(w.seconds for w in measured.windows)
+        if seconds > 0:
+            speeds.append(math.log(sum(w.steps for w in measured.windows) / seconds))
+    if len(speeds) < 2:
+        return None
+    mean = sum(speeds) / len(speeds)
+    return math.sqrt(sum((x - mean) ** 2 for x in speeds) / (len(speeds) - 1)), len(speeds)
+
+
+def _environment(capture: Optional[Capture], analysis: Analysis, profile: TraceProfile) -> dict[str, str]:
+    """What can explain a difference: versions, device, batch, loader workers, precision, ranks."""
+    facts: dict[str, str] = {}
+    metrics = analysis.metrics
+    if capture is not None:
+        env = capture.environment
+        facts.update(torch=env.torch, python=env.python, device=env.gpu_name or f"cpu ({env.cpu_count} cores)",
+                     arguments=" ".join(capture.script_args) or "(none)",
+                     autocast=", ".join(capture.autocast_dtypes) or "off")
+        if capture.model is not None:
+            facts["model dtype"] = capture.model.dtype
+    elif profile.device:
+        facts["device"] = profile.device
+    for name, metric in (("batch size", "loader_batch_size"), ("loader workers", "loader_num_workers"),
+                         ("pinned memory", "loader_pin_memory")):
+        if metrics.get(metric) is not None:
+            value = metrics[metric]
+            facts[name] = ("yes" if value else "no") if name == "pinned memory" else f"{value:g}"
+    if profile.world_size:
+        facts["world size"] = str(profile.world_size)
+    if len(analysis.ranks) > 1:
+        facts["ranks analysed"] = str(len(analysis.ranks))
+    return facts

@@ -1,0 +1,52 @@
+"""`diagnose compare A B` and `diagnose run --baseline`: B against A, written as compare.json and compare.html."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from rich.console import Console
+
+from diagnose import rules as rule_engine
+from diagnose.analyzecommand import no_gc, stem
+from diagnose.compare.diff import compare_sides
+from diagnose.compare.sides import LoadedSide, load_side
+from diagnose.model import Comparison
+from diagnose.report.comparison import print_comparison, write_compare_html
+from diagnose.serial import dumps, write_json
+
+EXIT_SLOWER = 4  # --fail-if-slower: B is slower than A by more than allowed, beyond the noise
+
+
+def compare_command(a_path: Path, b_path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...],
+                    templates_dir: Optional[str], as_json: bool, force: bool, fail_if_slower: Optional[float],
+                    make_run_dir: Callable[[Optional[str], str], Path]) -> int:
+    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before the parsing
+    console = Console(stderr=True)
+    with console.status("reading A and B"), no_gc():
+        a = load_side(a_path, "A", rules_dirs)
+        b = load_side(b_path, "B", rules_dirs)
+    comparison = compare_sides(a, b, force=force, fail_if_slower_pct=fail_if_slower)
+    out_dir = make_run_dir(out, f"compare-{stem(a_path.resolve())}-vs-{stem(b_path.resolve())}")
+    return write_comparison(console, out_dir, comparison, templates_dir, as_json)
+
+
+def compare_with_baseline(console: Console, baseline: LoadedSide, run_dir: Path, rules_dirs: tuple[str, ...],
+                          templates_dir: Optional[str], fail_if_slower: Optional[float]) -> int:
+    """After `diagnose run --baseline`: this run (B) against the baseline (A), into the run folder."""
+    with no_gc():
+        this_run = load_side(run_dir, "this run", rules_dirs)
+    comparison = compare_sides(baseline, this_run, force=True, fail_if_slower_pct=fail_if_slower)
+    console.print()
+    return write_comparison(console, run_dir, comparison, templates_dir, False)
+
+
+def write_comparison(console: Console, out_dir: Path, comparison: Comparison, templates_dir: Optional[str],
+                     as_json: bool) -> int:
+    write_json(out_dir / "compare.json", comparison)
+    html = write_compare_html(out_dir, comparison, templates_dir)
+    print_comparison(console, comparison, html)
+    if as_json:
+        sys.stdout.write(dumps(comparison).decode() + "\n")
+    return EXIT_SLOWER if comparison.gate is not None and comparison.gate.failed else 0
+
