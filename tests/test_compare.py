@@ -136,3 +136,19 @@ def test_run_refuses_a_baseline_it_cannot_compare_before_running(tmp_path, sampl
     assert time.monotonic() - start < 30 and not (tmp_path / "run").exists()
     run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run2", options=(*FAST, "--fail-if-slower", "5"))
     assert run.returncode == 2 and "--fail-if-slower needs --baseline" in run.stderr
+
+
+def test_bf16_against_fp32_on_an_h200_holds_the_unprofiled_truth_and_resolves_the_tensor_core_finding(tmp_path):
+    """Traces recorded on an H200 with the unprofiled step time of each beside them (truth.json)."""
+    h200 = TRACES / "h200"
+    truth = json.loads((h200 / "truth.json").read_text())["transformer_fp32"]
+    proc, result = _compare(h200 / "transformer_fp32.pt.trace.json.gz", h200 / "transformer_bf16.pt.trace.json.gz",
+                            out=tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    step = result["step"]
+    true_ratio = truth["bf16_autocast"] / truth["fp32"]  # 19.7 ms / 124.0 ms
+    assert step["verdict"] == "faster" and step["ci"][0] <= true_ratio <= step["ci"][1], (step, true_ratio)
+    statuses = {f["rule"]: f["status"] for f in result["findings"]}
+    assert statuses["utilization.tensor-cores-unused"] == "resolved"
+    removed = [k for k in result["kernels"] if k["status"] == "removed"]
+    assert removed and sum(k["a"] for k in removed) > 0.05  # the fp32 GEMMs: most of the 124 ms step
