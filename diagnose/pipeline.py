@@ -161,7 +161,7 @@ def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> 
 
 def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analysis: Analysis, findings: list[Finding],
                           budget_s: float, on_progress, on_message=lambda text: None) -> ExperimentResults:
-    from diagnose.experiments import run_experiments
+    from diagnose.experiments.stage import run_experiments
 
     outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)
     results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget)

@@ -7,7 +7,7 @@ import pytest
 
 from diagnose.experiments.runner import Arm
 from diagnose.experiments.stats import compare, loss_drift, pooled_noise
-from diagnose.experiments import _headline
+from diagnose.experiments.stage import _headline
 from diagnose.model import Experiment, Measurement, Window
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.capture import measure
+from diagnose.experiments import measure
 from diagnose.capture.instrument import StopCapture
 from diagnose.model import MeasurePlan, RunConfig
 

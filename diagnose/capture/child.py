@@ -1,21 +1,22 @@
-"""Entry point of the child process: `python -m diagnose.capture.child RUN_DIR`."""
+"""Entry point of the profiled child process: `python -m diagnose.capture.child RUN_DIR`; main() also serves\nthe timed runs' entry (diagnose.experiments.child)."""
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Callable, Optional
 
 # `python -m` put the cwd first on sys.path; the script's folder goes there instead (as `python SCRIPT` does).
 if sys.path and sys.path[0] in ("", os.getcwd()):
     sys.path.pop(0)
 
 
-def main() -> None:
-    from pathlib import Path
-
+def main(run: Optional[Callable[[Path], int]] = None) -> None:
     try:
-        from diagnose.capture.session import run_child  # imports torch: seconds, and Ctrl-C may land here
+        if run is None:
+            from diagnose.capture.session import run_child as run  # imports torch: seconds, and Ctrl-C may land here
 
-        code = run_child(Path(sys.argv[1]).resolve())
+        code = run(Path(sys.argv[1]).resolve())
     except KeyboardInterrupt:
         code = 130  # interrupted before the script started: nothing to keep, no traceback of ours
     sys.stdout.flush()

@@ -23,7 +23,7 @@ import diagnose
 from diagnose.capture import frameworks
 from diagnose.capture.sites import class_location, user_location
 from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
-from diagnose.optimizations.runtime import ChangeSet
+from diagnose.capture.changes import ChangeSet
 
 PRIORITY = {"optimizer": 0, "backward": 1, "dataloader": 2, "manual": 3}
 

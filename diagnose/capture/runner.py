@@ -66,14 +66,19 @@ def _relay(stream, sink: Callable[[str], None], log) -> None:
             pass
 
 
+PROFILED_ENTRY = "diagnose.capture.child"
+
+
 def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool], None],
-                on_progress: Callable[[str], None]) -> CaptureOutcome:
+                on_progress: Callable[[str], None], entry: str = PROFILED_ENTRY) -> CaptureOutcome:
+    """Runs the script in a child process (`python -m ENTRY RUN_DIR`, one per rank under torchrun): the profiled
+    capture, or a timed run when the experiments pass their own entry."""
     run_dir = run_dir.resolve()  # the script may chdir; the child must still find its run folder
     write_json(run_dir / "config.json", config)
     if config.launcher:
-        return _run_ranks(config, run_dir, on_output, on_progress)
+        return _run_ranks(config, run_dir, on_output, on_progress, entry)
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "diagnose.capture.child", str(run_dir)]
+    cmd = [sys.executable, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
                             errors="replace", pass_fds=(write_fd,), env=child_env(write_fd))
     os.close(write_fd)
@@ -86,7 +91,7 @@ def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool
     return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
 
 
-def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress) -> CaptureOutcome:
+def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str) -> CaptureOutcome:
     """One process per rank through torchrun, each running the capture child; rank 0 reports progress through
     a named pipe (torchrun does not pass inherited descriptors on). torchrun gets its own process group, so a
     deadline can stop it and every rank together."""
@@ -97,7 +102,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress) -> Capt
     os.mkfifo(fifo)
     env = {**child_env(-1), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
     env.pop("DIAGNOSE_PROGRESS_FD")
-    cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", "diagnose.capture.child", str(run_dir)]
+    cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
                             errors="replace", env=env, start_new_session=True)
     threads = _start_relays(proc, run_dir, _FifoLines(fifo), on_output, on_progress)

@@ -286,7 +286,7 @@ def rank_dir(run_dir: Path, rank: int) -> Path:
     return run_dir / "ranks" / f"rank{rank}"
 
 
-def _progress_writer():
+def progress_writer():
     """Progress lines for the parent: over an inherited pipe, or (ranks under torchrun, which closes inherited
     descriptors) through a named pipe that only rank 0 writes."""
     stream = None
@@ -309,17 +309,19 @@ def _progress_writer():
     return write
 
 
-def run_child(run_dir: Path) -> int:
-    """One process of the capture. A rank of several writes its files into RUN/ranks/rankN and its trace, named
-    after its rank, into the shared RUN/tb."""
+def child_paths(run_dir: Path) -> tuple[RunConfig, Path, Path, Optional[int]]:
+    """The config, where this process writes its files and its trace, and its rank. A rank of several writes its
+    files into RUN/ranks/rankN and its trace, named after its rank, into the shared RUN/tb."""
     config = read_json(run_dir / "config.json", RunConfig)
     rank = current_rank()
     files_dir, trace_dir = run_dir, run_dir / "tb"
     if rank is not None:
         files_dir = rank_dir(run_dir, rank)
         files_dir.mkdir(parents=True, exist_ok=True)
-    if config.measure is not None:
-        from diagnose.capture.measure import MeasureSession
+    return config, files_dir, trace_dir, rank
 
-        return MeasureSession(config, files_dir, _progress_writer()).run()
-    return Session(config, files_dir, _progress_writer(), trace_dir, f"rank{rank or 0}").run()
+
+def run_child(run_dir: Path) -> int:
+    """One profiled process of the capture (timed runs have their own entry: diagnose.experiments.child)."""
+    config, files_dir, trace_dir, rank = child_paths(run_dir)
+    return Session(config, files_dir, progress_writer(), trace_dir, f"rank{rank or 0}").run()

@@ -15,6 +15,8 @@ from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.serial import read_json
 
+TIMED_ENTRY = "diagnose.experiments.child"  # the timed run's child process: no profiler, windows of steps
+
 
 
 @dataclass
@@ -124,7 +126,7 @@ class Scheduler:
         self.on_progress(arm.label)
         start = time.monotonic()
         try:
-            outcome = run_capture(config, folder, lambda line, is_err: None, lambda line: None)
+            outcome = run_capture(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
         except KeyboardInterrupt:  # landed outside the wait for the child
             raise ExperimentsInterrupted() from None
         if outcome.interrupted:

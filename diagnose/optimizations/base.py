@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from diagnose.model import Analysis, Capture
-from diagnose.optimizations.runtime import ChangeSet
+from diagnose.capture.changes import ChangeSet
 
 IDENTICAL, APPROXIMATE, DYNAMICS = "identical", "approximate", "changes-dynamics"
 

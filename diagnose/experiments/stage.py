@@ -1,0 +1,353 @@
+"""The experiments stage: try the recommended optimizations on the unchanged script and keep only verified
+speedups. Input: the capture, analysis and findings; output: Experiment records and the Headline."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from diagnose import frameworks
+from diagnose.experiments.diffs import keyword_diff
+from diagnose.experiments.plan import (Candidate, covered, expected_gains, order_candidates, plan_sentence,
+                                       rest_command, run_estimate_s)
+from diagnose.experiments.runner import Arm, ExperimentsInterrupted, Scheduler, arms_for
+from diagnose.experiments.stats import Noise, compare, loss_drift
+from diagnose.experiments.trials import Trials, metric_of
+from diagnose.model import Analysis, BudgetReport, Capture, Change, Experiment, Finding, Headline, Measurement
+from diagnose.optimizations import REGISTRY
+from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
+from diagnose.resources import display_location
+
+IDENTICAL_TOLERANCE = 1e-3
+BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"
+INTERRUPTED_REASON = "not run: the experiments were interrupted (Ctrl-C)"
+TOO_SMALL_REASON = "not run: the budget (--budget-seconds) fits fewer than two runs of the baseline and of a setting"
+
+
+def select(selection: str, findings: list[Finding]) -> list[str]:
+    if selection == "none":
+        return []
+    if selection == "all":
+        return list(REGISTRY)
+    if selection == "findings":
+        return list(dict.fromkeys(o for f in findings for o in f.optimizations))
+    return list(dict.fromkeys(selection.split(",")))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    experiments: tuple[Experiment, ...]
+    headline: Optional[Headline] = None
+    interrupted: bool = False  # Ctrl-C cut the experiments short: what was measured is kept
+    budget: Optional[BudgetReport] = None
+
+
+def run_experiments(selection: str, capture: Capture, analysis: Analysis, findings: list[Finding], run_dir: Path,
+                    budget_s: float, on_progress: Callable[[str], None],
+                    on_message: Callable[[str], None] = lambda text: None) -> Outcome:
+    """Plan the budget (most promising first), get verdicts one candidate at a time, then combine the winners."""
+    ctx = Context(capture, analysis)
+    ids = select(selection, findings)
+    if not ids:
+        return Outcome(())
+    skipped = [_skipped(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
+    gains = expected_gains(findings)
+    candidates = order_candidates([Candidate(i, arms_for(i, ctx), gains.get(i, 0.0)) for i in ids
+                                   if not REGISTRY[i].skip_reason(ctx)])
+    if not candidates:
+        return Outcome(tuple(skipped))  # nothing to measure: no baseline, no ceiling either
+    scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
+    run_s = scheduler.first_estimate_s = run_estimate_s(capture, analysis, scheduler.window_s())
+    riders = [i for i in ids if REGISTRY[i].skip_reason(ctx) and REGISTRY[i].rides_with and REGISTRY[i].rides(ctx)]
+    chosen = covered(candidates, budget_s, run_s, combine=bool(riders))
+    # the plan's first (a sweep trimmed to what fits), then the rest should the runs prove cheaper than estimated
+    order = chosen + [c for c in candidates if c.optimization not in {k.optimization for k in chosen}]
+    on_message(plan_sentence(budget_s, run_s, chosen, candidates))
+    if not chosen:
+        results = [_result(arm, Arm("baseline", {}, ()), ctx, unrun_reason=TOO_SMALL_REASON)
+                   for c in candidates for arm in c.arms]
+        budget = BudgetReport(budget_s, run_s, (), (), tuple(c.optimization for c in candidates), too_small=True,
+                              rest_command=rest_command(capture, candidates, run_s))
+        return Outcome(tuple(results + skipped), None, False, budget)
+    trials = Trials(scheduler, Arm("baseline", {}, ()))
+    try:
+        if trials.start():
+            for candidate in order:
+                if scheduler.remaining_s() >= _cost_s(candidate, scheduler) + _combination_reserve_s(trials, riders):
+                    trials.decide(candidate)
+    except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
+        results = _results(candidates, trials, ctx, INTERRUPTED_REASON)
+        return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler))
+    if not trials.baseline.ok_runs():  # every baseline run failed: nothing could be compared, and that is why
+        reason = f"not run: the baseline (the unchanged script) failed: {_failure(trials.baseline.runs[-1])}"
+        results = _results(candidates, trials, ctx, reason)
+        return Outcome(tuple(results + skipped), None, False, _report(budget_s, chosen, candidates, results, scheduler))
+    results = _results(candidates, trials, ctx)
+    interrupted = False
+    try:
+        headline, extra = _combine_and_ceiling(trials, order, results, ctx, riders)
+    except (ExperimentsInterrupted, KeyboardInterrupt):
+        headline, extra, interrupted = None, [], True
+    budget = _report(budget_s, chosen, candidates, results, scheduler)
+    return Outcome(tuple(results + extra + skipped), headline, interrupted, budget)
+
+
+def _combination_reserve_s(trials: Trials, riders: list[str]) -> float:
+    """Two runs (and a baseline's) kept for the winners together, once there is something to combine."""
+    winners = sum(1 for arm in trials.arms if (c := trials.comparison(arm)) is not None and c.verdict == "faster")
+    if winners + bool(riders) < 2 or not winners:
+        return 0.0
+    return 3 * trials.scheduler.estimate_s(trials.baseline)
+
+
+def _cost_s(candidate: Candidate, scheduler: Scheduler) -> float:
+    """The runs a candidate needs to a verdict, with the baseline runs interleaved among them."""
+    return candidate.min_runs() * 1.5 * scheduler.estimate_s(candidate.arms[0])
+
+
+def _results(candidates: list[Candidate], trials: Trials, ctx: Context,
+             unrun_reason: str = BUDGET_REASON) -> list[Experiment]:
+    noise = trials.noise()
+    return [_result(arm, trials.baseline, ctx, unrun_reason=unrun_reason, noise=noise,
+                    dropped=trials.dropped.get(id(arm), ""))
+            for candidate in candidates for arm in candidate.arms]
+
+
+def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate], results: list[Experiment],
+            scheduler: Scheduler) -> BudgetReport:
+    # a setting that failed has its verdict too: more budget would not help it
+    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change", "failed")}
+    untried = [c for c in candidates if c.optimization not in decided]
+    run_s = scheduler.estimate_s(Arm("baseline", {}, ()))  # one run, as measured by now
+    return BudgetReport(budget_s, run_s, tuple(c.optimization for c in chosen),
+                        tuple(c.optimization for c in candidates if c.optimization in decided),
+                        tuple(c.optimization for c in untried), scheduler.count, scheduler.elapsed_s(),
+                        rest_command=rest_command(scheduler.ctx.capture, untried, run_s))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _skipped(optimization: str, reason: str) -> Experiment:
+    return Experiment(optimization=optimization, setting={}, metric=REGISTRY[optimization].metric if optimization in REGISTRY else "steps/s", speedup=None, ci=None,
+                      verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
+                      fidelity=REGISTRY[optimization].fidelity if optimization in REGISTRY else "")
+
+
+def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
+            unrun_reason: str = BUDGET_REASON, noise: Optional[Noise] = None, dropped: str = "") -> Experiment:
+    metric = metric or metric_of(arm)
+    fidelity = REGISTRY[arm.optimization].fidelity if arm.optimization in REGISTRY else _combined_fidelity(arm)
+    common = dict(optimization=arm.optimization, setting=arm.setting, metric=metric, fidelity=fidelity,
+                  runs=len(arm.runs), applied=arm.runs[0].applied if arm.runs else ())
+    if not arm.runs:
+        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None,
+                          peak_memory_bytes=None, reason=unrun_reason)
+    ok = arm.ok_runs()
+    peak = max((m.peak_memory_bytes for m in arm.runs if m.peak_memory_bytes), default=None)
+    common["baseline_peak_memory_bytes"] = max((m.peak_memory_bytes for m in baseline.runs if m.peak_memory_bytes),
+                                               default=None)
+    if not ok:
+        return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
+                          reason=_failure(arm.runs[-1]))
+    base_values, values = baseline.throughputs(metric), arm.throughputs(metric)
+    if len(ok) < 2:
+        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
+                          reason=dropped or _one_run_reason(arm, unrun_reason))
+    if len(base_values) < 2:
+        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
+                          reason=f"nothing to compare with: fewer than two baseline runs measured {metric} "
+                                 f"({_failure(baseline.runs[-1]) if baseline.runs else 'none ran'})")
+    if len(values) < 2:
+        return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
+                          reason=_too_few_windows(arm, metric))
+    comparison = compare(base_values, values, noise)
+    drift = _drift(baseline, arm)
+    return Experiment(**common, speedup=comparison.speedup, ci=comparison.ci, verdict=comparison.verdict,
+                      loss_drift=drift, peak_memory_bytes=peak, reason=_reason(comparison.verdict, arm),
+                      first_step_s=ok[0].startup_s,  # to the first step: start-up, worker start, compilation
+                      baseline_first_step_s=baseline.ok_runs()[0].startup_s if baseline.ok_runs() else None,
+                      change=_change(arm, ctx), fidelity_warning=_fidelity_warning(fidelity, drift))
+
+
+def _drift(baseline: Arm, arm: Arm) -> Optional[float]:
+    base, mine = baseline.ok_runs(), arm.ok_runs()
+    if not base or not mine:
+        return None
+    return loss_drift(base[0].losses, mine[0].losses)
+
+
+def _fidelity_warning(fidelity: str, drift: Optional[float]) -> str:
+    if fidelity == IDENTICAL and drift is not None and drift > IDENTICAL_TOLERANCE:
+        return f"should keep results identical, but the loss drifted by {drift:.2%} from the baseline"
+    return ""
+
+
+def _one_run_reason(arm: Arm, unrun_reason: str) -> str:
+    failed = [m for m in arm.runs if not m.windows]
+    if failed:
+        return f"only one of {len(arm.runs)} runs reached a timed window; the other: {_failure(failed[-1])}"
+    if unrun_reason == INTERRUPTED_REASON:
+        return "only one run before the experiments were interrupted (Ctrl-C): no interval without a second one"
+    return "only one run fitted in the budget: no interval without a second one"
+
+
+def _too_few_windows(arm: Arm, metric: str) -> str:
+    if any(m.status == "script_finished" for m in arm.runs):
+        steps = max(m.steps_seen for m in arm.runs)
+        return (f"the script finished its epochs after {steps} steps, before two timed windows: "
+                "give it more epochs or data to measure this setting")
+    return f"too few timed windows to compare ({metric} unknown for this script?)"
+
+
+def _failure(m: Measurement) -> str:
+    if m.error is not None:
+        return f"{m.error.type}: {m.error.message}"
+    if m.status == "script_finished":
+        return f"the script finished its epochs after {m.steps_seen} steps, before the warm-up ended"
+    return f"the run ended with status {m.status} before a timed window"
+
+
+def _reason(verdict: str, arm: Arm) -> str:
+    if verdict == "faster":
+        return f"verified over {len(arm.ok_runs())} runs interleaved with the baseline: the 99% interval lies above 1.0"
+    if verdict == "slower":
+        return "slower on this machine: the 99% interval lies below 1.0"
+    return "no measurable change: the 99% interval includes 1.0"
+
+
+def _change(arm: Arm, ctx: Context) -> str:
+    parts = []
+    for change in arm.changes:
+        optimization = REGISTRY.get(change.id)
+        if optimization is None:
+            continue
+        location, edits = _framework_edits(change, ctx) or (_site_location(optimization.site, ctx),
+                                                             optimization.keyword_edits(change.setting))
+        # relative to the current folder, as `git apply` wants it (display_location takes path:line)
+        name = (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
+        diff = keyword_diff(location, edits, name)
+        parts.append(diff or optimization.snippet(change.setting, ctx))
+    return "\n".join(p for p in parts if p)
+
+
+def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:
+    """The change as a setting on the user's configuring call (TrainingArguments(...), Trainer(...)), when the
+    script runs under a framework that has that setting; None: the change is to the user's own code."""
+    site = ctx.capture.framework
+    framework = frameworks.get(site.name) if site else None
+    edits = framework.edits(change.id, change.setting) if framework else None
+    if not edits or not site.location:
+        return None
+    return site.location, edits
+
+
+def _site_location(site: Optional[str], ctx: Context) -> Optional[str]:
+    if site == "loader" and ctx.loader is not None:
+        return ctx.loader.location
+    if site == "optimizer" and ctx.capture.optimizers:
+        return ctx.capture.optimizers[0].location
+    return None
+
+
+def _combined_fidelity(arm: Arm) -> str:
+    kinds = {REGISTRY[c.id].fidelity for c in arm.changes if c.id in REGISTRY}
+    for kind in (DYNAMICS, "approximate", IDENTICAL):
+        if kind in kinds:
+            return kind
+    return ""
+
+
+def _winners(best: list[Arm], results: list[Experiment]) -> list[Arm]:
+    """Best setting of each optimization that was verified faster, dropping the weaker of conflicting pairs."""
+    verdicts = {(r.optimization, repr(r.setting)): r for r in results}
+    faster = [a for a in best if verdicts[(a.optimization, repr(a.setting))].verdict == "faster"]
+    faster.sort(key=lambda a: verdicts[(a.optimization, repr(a.setting))].speedup or 0, reverse=True)
+    chosen: list[Arm] = []
+    for arm in faster:
+        if not any(arm.optimization in REGISTRY[c.optimization].conflicts_with
+                   or c.optimization in REGISTRY[arm.optimization].conflicts_with for c in chosen):
+            chosen.append(arm)
+    return chosen
+
+
+def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], results: list[Experiment], ctx: Context,
+                         riders: list[str]) -> tuple[Optional[Headline], list[Experiment]]:
+    """All winners together (the headline; a single winner without riders is its own combination, its runs
+    reused), then, budget allowing, the ceiling: the step time with no data loading."""
+    best = [_best_arm(c, results) for c in candidates]
+    winners = _winners([a for a in best if a is not None], results)
+    combined = _combined_arm(winners, riders, ctx)
+    if combined is not None and len(combined.changes) > 1:
+        together = Candidate("combined", [combined], 1.0)
+        if trials.scheduler.remaining_s() >= _cost_s(together, trials.scheduler):
+            trials.decide(together)
+    elif combined is not None:  # the single winner's configuration: its own runs, no new ones
+        combined.runs[:], combined.run_dirs[:] = winners[0].runs, winners[0].run_dirs
+    ceiling = None
+    if ctx.loader is not None and (ctx.metric("data_wait_frac") or 0) >= 0.05:
+        ceiling = Arm("ceiling", {}, (Change("ceiling"),))
+        if trials.scheduler.remaining_s() >= 3 * trials.scheduler.estimate_s(ceiling):
+            trials.decide(Candidate("ceiling", [ceiling], 0.0))
+    noise = trials.noise()
+    combined_result = _result(combined, trials.baseline, ctx, noise=noise) if combined else None
+    ceiling_result = _ceiling_result(ceiling, trials.baseline, ctx, noise) if ceiling else None
+    extra = [r for r in (combined_result, ceiling_result) if r is not None]
+    return _headline(winners, combined_result, ceiling_result), extra
+
+
+def _best_arm(candidate: Candidate, results: list[Experiment]) -> Optional[Arm]:
+    """The setting of a candidate that reached a verdict (a sweep's survivor)."""
+    measured = {repr(r.setting) for r in results if r.optimization == candidate.optimization
+                and r.verdict in ("faster", "slower", "no-change")}
+    decided = [a for a in candidate.arms if repr(a.setting) in measured]
+    return max(decided, key=lambda a: _mean(a.throughputs(metric_of(a))), default=None)
+
+
+def _combined_arm(winners: list[Arm], riders: list[str], ctx: Context) -> Optional[Arm]:
+    if not winners:
+        return None
+    joining = [(r, REGISTRY[r].settings(ctx)[0]) for r in riders
+               if REGISTRY[r].rides_with in {a.optimization for a in winners}]
+    changes = tuple(c for arm in winners for c in arm.changes) + tuple(Change(r, s) for r, s in joining)
+    labels = [a.label for a in winners] + [_label(r, s) for r, s in joining]
+    return Arm("combined", {"changes": labels}, changes, max(a.extra_warmup for a in winners),
+               _combined_burst(winners))
+
+
+def _label(optimization: str, setting: dict) -> str:
+    detail = ", ".join(f"{k}={v}" for k, v in setting.items())
+    return f"{optimization}({detail})" if detail else optimization
+
+
+def _combined_burst(winners: list[Arm]) -> Optional[int]:
+    bursts = [a.burst_steps for a in winners if a.burst_steps is not None]
+    return max(bursts) if bursts else None
+
+
+def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context, noise: Optional[Noise]) -> Experiment:
+    result = _result(ceiling, baseline, ctx, "steps/s", noise=noise)
+    from dataclasses import replace
+
+    measured = result.verdict in ("faster", "slower", "no-change")  # else keep why it was not measured
+    return replace(result, fidelity="", change="", fidelity_warning="", loss_drift=None, reason=(
+        "the same first batch replayed from memory: the step time with no data loading at all" if measured
+        else result.reason))
+
+
+def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optional[Experiment]) -> Optional[Headline]:
+    if combined is None:
+        if ceiling is None:
+            return None
+        return Headline((), None, None, "no-change", "steps/s", None,
+                        ceiling.speedup if ceiling.verdict == "faster" else None)
+    verified_ceiling = ceiling is not None and ceiling.verdict == "faster" and ceiling.speedup
+    recovered = None
+    if verified_ceiling and combined.verdict == "faster" and combined.speedup and combined.metric == "steps/s":
+        # share of the time that data loading cost (baseline step - ceiling step) the fixes won back; above 100%
+        # when the fixes also sped up more than data loading (e.g. caching skips preprocessing the ceiling keeps)
+        recovered = min((1 - 1 / combined.speedup) / (1 - 1 / ceiling.speedup), 1.0)
+    changes = tuple(combined.setting.get("changes", ())) or tuple(a.label for a in winners)  # riders included
+    return Headline(changes, combined.speedup, combined.ci, combined.verdict, combined.metric,
+                    recovered, ceiling.speedup if verified_ceiling else None)
