@@ -254,7 +254,7 @@ def test_time_in_other_libraries_belongs_to_the_users_function_not_to_torch():
     # frames as a with_stack trace has them: train() -> log_metrics() -> wandb.log() -> json (stdlib),
     # then train() -> torch.optim's step
     from diagnose.analysis.frames import innermost_segments
-    from diagnose.analysis.trace import Spans
+    from diagnose.analysis.spans import Spans
 
     tid = (1, 1)
     python = Spans.of([(0, 100, "train.py(10): train", tid), (10, 40, "train.py(30): log_metrics", tid),  # ts, dur

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from diagnose.analysis import intervals as iv
-from diagnose.analysis.trace import Trace, is_communication
+from diagnose.analysis.classify import is_communication
+from diagnose.analysis.trace import Trace
 from diagnose.model import BUCKETS, StepBreakdown
 
 PINNED_THREAD_OPS = ("aten::pin_memory", "aten::_pin_memory", "aten::is_pinned", "aten::empty")

@@ -18,7 +18,7 @@ from functools import lru_cache
 import numpy as np
 
 from diagnose.analysis import intervals as iv
-from diagnose.analysis.trace import Spans
+from diagnose.analysis.spans import Spans
 
 FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): (?P<function>.*)$")
 LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/")

@@ -9,7 +9,9 @@ import numpy as np
 
 from diagnose.analysis import intervals as iv
 from diagnose.analysis.frames import FrameSegments
-from diagnose.analysis.trace import SYNC_RUNTIME, Spans, Trace, is_communication
+from diagnose.analysis.classify import SYNC_RUNTIME, is_communication
+from diagnose.analysis.spans import Spans
+from diagnose.analysis.trace import Trace
 from diagnose.model import SyncSource
 
 LAUNCH_RUNTIME = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaGraphLaunch",

@@ -6,7 +6,8 @@ import re
 import numpy as np
 
 from diagnose.analysis import intervals as iv
-from diagnose.analysis.trace import Spans, Trace
+from diagnose.analysis.spans import Spans
+from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat
 
 GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop|implicit_convolve", re.I)

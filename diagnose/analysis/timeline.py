@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.analysis.trace import Spans, Trace
+from diagnose.analysis.spans import Spans
+from diagnose.analysis.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from typing import Optional
 
 import orjson
 
-from diagnose.analysis.trace import CPU_OP, KERNEL, MEMCPY, MEMSET, read_events
+from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET
+from diagnose.analysis.trace_file import read_events
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
 

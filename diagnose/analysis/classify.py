@@ -1,0 +1,64 @@
+"""Sort a trace event into the kind of span the analysis needs, from its category and name.
+
+Handles old (`Operator`, `Kernel`, `Runtime`, `Memcpy`) and new (`cpu_op`, `kernel`, `cuda_runtime`,
+`gpu_memcpy`) categories, DataLoader spans as `user_annotation` or as ops, and rows without `cat`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+CPU_OP = {"cpu_op", "operator"}
+KERNEL = {"kernel"}
+MEMCPY = {"gpu_memcpy", "memcpy"}
+MEMSET = {"gpu_memset", "memset"}
+RUNTIME = {"cuda_runtime", "runtime", "cuda_driver", "hip_runtime"}
+ANNOTATION = {"user_annotation", "gpu_user_annotation"}
+PYTHON = {"python_function"}
+COMM_MARKERS = ("nccl", "rccl", "gloo", "c10d::", "allreduce", "all_reduce", "allgather", "all_gather",
+                "reduce_scatter", "record_param_comms")  # not "broadcast": aten::broadcast_tensors is local
+SYNC_RUNTIME = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "hipStreamSynchronize",
+                "hipDeviceSynchronize", "hipEventSynchronize")
+KINDS = ("step", "dl", "cpu", "ann", "kernel", "memcpy", "memset", "rt", "py")  # what event_kind returns
+
+
+def empty_buckets() -> dict[str, list]:
+    return {k: [] for k in KINDS}
+
+
+def is_communication(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in COMM_MARKERS)
+
+
+def _is_step(name: str) -> bool:
+    return name.startswith("ProfilerStep#")
+
+
+def _is_dataloader(name: str) -> bool:
+    return name.startswith("enumerate(DataLoader)")
+
+
+def event_kind(e: dict) -> Optional[str]:
+    """One of KINDS, or None for an event the analysis does not use."""
+    name = e.get("name", "")
+    name = name if isinstance(name, str) else str(name)
+    cat = str(e.get("cat", "")).lower()
+    if _is_step(name):
+        return "step"
+    if _is_dataloader(name):
+        return "dl"
+    if cat in CPU_OP or (not cat and name.startswith(("aten::", "c10d::"))):
+        return "cpu"
+    if cat in KERNEL:
+        return "kernel"
+    if cat in MEMCPY:
+        return "memcpy"
+    if cat in MEMSET:
+        return "memset"
+    if cat in RUNTIME:
+        return "rt"
+    if cat in PYTHON:
+        return "py"
+    if cat in ANNOTATION:
+        return "ann"
+    return None

@@ -1,0 +1,190 @@
+"""The fast parser: Kineto writes every complete event with its keys in one order ("ph", "cat", "name", "pid",
+"tid", "ts", "dur"), so those are read straight from the bytes with one regular expression, without building a
+dict per event (most of a big trace's parsing time and memory). A big trace's second half is read by a forked
+process meanwhile. Any other layout, or any doubt, returns None and the full JSON parser reads the trace."""
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from typing import Optional
+
+import numpy as np
+import orjson
+
+from diagnose.analysis.classify import KINDS, event_kind
+from diagnose.analysis.spans import Spans
+
+_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+_ID = rb'(-?\d+|"[^"\\]*")'
+_STRING = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: much faster than (?:[^"\\]|\\.)*
+FAST_EVENT = re.compile(rb'"ph":\s*"X",\s*"cat":\s*"([^"\\]*)",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID
+                        + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+                        # the correlation id that links a launch to its device work: after the args' leading scalar
+                        # members (Kineto writes it before any list); never read from another event's args
+                        + rb'(?:,\s*"args":\s*\{\s*(?:"[^"\\]*":\s*(?:[^,{}"\[\]\s][^,{}"\[\]]*|"[^"\\]*"),\s*)*?'
+                        + rb'"correlation":\s*(\d+))?')
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+CHUNK_BYTES = 8 << 20
+
+
+def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
+    """(metadata, spans by kind) read with one regular expression, in chunks of the text; None when the trace
+    is not laid out as Kineto writes it (every complete event must match, or the full parser is used).
+    A big trace's second half of chunks is read by a forked process meanwhile (re holds the GIL)."""
+    key = EVENTS_KEY.search(raw)
+    if key is None:
+        return None
+    metadata = _head_metadata(raw[:key.start()])
+    if metadata is None:
+        return None
+    tail = _tail_metadata(raw[max(key.end(), len(raw) - 65536):])
+    if not tail and not CLOSED.search(raw[-256:]):
+        return None  # the text does not end as a whole trace does: cut short? the full parser will say
+    metadata.update(tail)
+    pretty = raw.find(b'"ph": "X"', key.end()) >= 0
+    if pretty and raw.find(b'"ph":"X"', key.end()) >= 0:
+        return None  # both layouts in one file: not Kineto's writer
+    chunks = _chunks(raw, key.end())
+    half = len(chunks) // 2
+    other = _forked(lambda: _read_chunks(raw, chunks[half:], pretty)) if half and _cores() > 1 else None
+    mine = _read_chunks(raw, chunks[:half] if other else chunks, pretty)
+    theirs = other() if other else None
+    if other is not None and theirs is None:  # the helper process failed: read its chunks here
+        theirs = _read_chunks(raw, chunks[half:], pretty)
+    results = [mine] + ([theirs] if theirs else [])
+    matched, complete = sum(r[1] for r in results), sum(r[2] for r in results)
+    if matched != complete:
+        return None
+    return metadata, {kind: Spans.concat([p for r in results for p in r[0][kind]]) for kind in KINDS}
+
+
+def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
+    """About CHUNK_BYTES each, cut where an event's "ph" begins."""
+    bounds = []
+    while start < len(raw):
+        end = raw.find(b'"ph"', start + CHUNK_BYTES)
+        end = len(raw) if end < 0 else end
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool) -> tuple[dict[str, list[Spans]], int, int]:
+    """(spans by kind, complete events matched, complete events there are) for these chunks."""
+    parts: dict[str, list[Spans]] = {k: [] for k in KINDS}
+    names: dict[bytes, str] = {}
+    threads: dict[tuple, tuple] = {}
+    kinds: dict[tuple, Optional[str]] = {}
+    complete_mark = b'"ph": "X"' if pretty else b'"ph":"X"'
+    profiler_span = b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"'
+    matched = complete = 0
+    for start, end in chunks:
+        # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser.
+        # The profiler's own span ("Trace") has its keys in another order and is not needed.
+        complete += raw.count(complete_mark, start, end) - raw.count(profiler_span, start, end)
+        found = FAST_EVENT.findall(raw, start, end)
+        if not found:
+            continue
+        cats, raw_names, pids, tids, ts, durs, corrs = zip(*found)
+        matched += len(found) - cats.count(b"Trace")
+        texts = [names[n] if n in names else _decoded(names, n) for n in raw_names]
+        kind_of = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in zip(cats, texts)]
+        ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
+        begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
+        finish = begin + np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
+        links = np.fromiter((int(c) if c else -1 for c in corrs), dtype=np.int64, count=len(corrs))
+        groups: dict[str, list[int]] = {}
+        for i, kind in enumerate(kind_of):
+            if kind is not None:
+                groups.setdefault(kind, []).append(i)
+        for kind, picks in groups.items():
+            index = np.asarray(picks)
+            parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks],
+                                     links[index]))
+    return parts, matched, complete
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _forked(work):
+    """Run work() in a forked copy of this process; returns a function that waits for its (picklable) result,
+    or None when forking is not possible here. The result is None if the child failed."""
+    if not hasattr(os, "fork"):
+        return None
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if pid == 0:  # the child: compute, send, leave without running any of the parent's cleanup
+        code = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+
+    def result():
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        return pickle.loads(data) if status == 0 and data else None
+
+    return result
+
+
+def _decoded(cache: dict, name: bytes) -> str:
+    cache[name] = text = orjson.loads(b'"' + name + b'"') if b"\\" in name else name.decode()
+    return text
+
+
+def _kind_into(cache: dict, key: tuple) -> Optional[str]:
+    cache[key] = kind = event_kind({"cat": key[0].decode(), "name": key[1]})
+    return kind
+
+
+def _thread_into(cache: dict, key: tuple) -> tuple:
+    cache[key] = thread = (_id(key[0]), _id(key[1]))
+    return thread
+
+
+def _id(raw: bytes):
+    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
+
+
+TAIL_KEY = re.compile(rb'\]\s*,\s*(?="[^"\\]+"\s*:)')
+CLOSED = re.compile(rb"\]\s*\}\s*$")
+
+
+def _tail_metadata(tail: bytes) -> dict:
+    """The keys after traceEvents (traceName, baseTimeNanoseconds...): the first place after a `]` from which
+    the rest of the text parses as an object's members."""
+    for match in TAIL_KEY.finditer(tail):
+        try:
+            value = orjson.loads(b"{" + tail[match.end():])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def _head_metadata(head: bytes) -> Optional[dict]:
+    """The keys before traceEvents (deviceProperties, distributedInfo...), parsed as an object of their own."""
+    text = head.strip()
+    if not text.startswith(b"{"):
+        return None
+    text = text.rstrip(b",") if text.endswith(b",") else text
+    try:
+        value = orjson.loads(text + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
