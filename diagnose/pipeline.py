@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from diagnose import rules as rule_engine
-from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import load_trace
 from diagnose.capture.ranks import rank_dirs

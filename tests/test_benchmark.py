@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TRACES, diagnose_cli
-from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.breakdown import step_windows
 from diagnose.analysis.trace import load_trace
 from diagnose.pipeline import analyze_traces, diagnose_analysis

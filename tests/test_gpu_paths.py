@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from diagnose import rules as rule_engine
-from diagnose.analysis import Inputs, analyze
+from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 from diagnose.capture import gpu
 from diagnose.model import Capture

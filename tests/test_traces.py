@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from conftest import TRACES
+import diagnose.analysis.intervals as iv
 from diagnose import rules as rule_engine
-from diagnose.analysis import Inputs, analyze
-from diagnose.analysis import intervals as iv
+from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 from diagnose.errors import UserError
 from diagnose.tbcompat import tensorboard_overview

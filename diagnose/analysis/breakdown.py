@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnose.analysis import intervals as iv
+import diagnose.analysis.intervals as iv
 from diagnose.analysis.classify import is_communication
 from diagnose.analysis.trace import Trace
 from diagnose.model import BUCKETS, StepBreakdown

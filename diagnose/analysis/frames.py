@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from diagnose.analysis import intervals as iv
+import diagnose.analysis.intervals as iv
 from diagnose.analysis.spans import Spans
 
 FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): (?P<function>.*)$")

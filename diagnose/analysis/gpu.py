@@ -7,9 +7,9 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis import intervals as iv
-from diagnose.analysis.frames import FrameSegments
+import diagnose.analysis.intervals as iv
 from diagnose.analysis.classify import SYNC_RUNTIME, is_communication
+from diagnose.analysis.frames import FrameSegments
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import Trace
 from diagnose.model import SyncSource

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from diagnose.analysis import intervals as iv
+import diagnose.analysis.intervals as iv
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat

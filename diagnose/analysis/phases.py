@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnose.analysis import intervals as iv
+import diagnose.analysis.intervals as iv
 from diagnose.analysis.timeline import StepTimeline, device_work, from_launch
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, PhaseStat

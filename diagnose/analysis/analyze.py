@@ -1,0 +1,125 @@
+"""Build the Analysis: turn a trace (plus the capture's samples and stack samples) into per-step breakdowns and
+a flat mapping of named metrics. The English notes come from notes.py; nothing else is formatted here."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+
+import diagnose.analysis.gpu as gpu
+import diagnose.analysis.intervals as iv
+import diagnose.analysis.ops as op_stats
+from diagnose.analysis.breakdown import (breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats,
+                                         step_windows)
+from diagnose.analysis.frames import innermost_segments
+from diagnose.analysis.host_lines import attribute_host_lines, lines_from_frames
+from diagnose.analysis.metric_values import (capture_metrics, device_metrics, host_split, trace_loader_metrics,
+                                             training_loader, unprofiled_metrics, unprofiled_step_s)
+from diagnose.analysis.metrics import METRICS
+from diagnose.analysis.notes import analysis_notes, timeline_notes
+from diagnose.analysis.phases import optimizer_metrics, phase_stats
+from diagnose.analysis.timeline import StepTimeline, step_timeline
+from diagnose.analysis.trace import Trace
+from diagnose.model import Analysis, Capture, Samples, StackSamples
+
+
+@dataclass(frozen=True)
+class Inputs:
+    trace: Trace
+    capture: Optional[Capture] = None
+    samples: Optional[Samples] = None
+    stacks: Optional[StackSamples] = None
+    source_roots: tuple[str, ...] = ()  # folders that relative paths in the trace's Python frames may be under
+
+
+def analyze(inputs: Inputs) -> Analysis:
+    trace = inputs.trace
+    host_windows = step_windows(trace)
+    if inputs.capture is not None and not inputs.capture.last_step_complete and len(host_windows) > 1:
+        host_windows = host_windows[:-1]  # the script stopped mid-step: that step's time is not a step time
+    timeline = step_timeline(trace, host_windows)
+    windows = timeline.device  # time is accounted where the step really ran; host events are counted per host step
+    buckets, _ = exclusive_buckets(trace, windows)
+    steps = per_step(buckets, windows)
+    fractions = breakdown_fractions(steps)
+    stats = step_stats(steps)
+    steady = within_steps(trace, host_windows)
+    self_t, top = op_stats.self_times(steady.cpu_ops, compute_threads(trace))
+    frames = innermost_segments(trace.python, trace.main_tid)
+    if inputs.stacks is not None:
+        host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
+    else:
+        host_lines = lines_from_frames(frames, buckets["host_overhead"], len(steps), stats["mean"], inputs.source_roots)
+    syncs = gpu.sync_sources(steady, top, len(steps), frames) if trace.has_gpu and steps else ()
+    phases = phase_stats(steady, timeline)
+    metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline)
+    metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
+    return Analysis(
+        steps=tuple(steps),
+        step_time_s={**stats, "unprofiled": unprofiled_step_s(inputs.capture)},
+        breakdown=fractions,
+        top_ops=op_stats.top_ops(steady.cpu_ops, self_t),
+        host_lines=host_lines,
+        metrics=metrics,
+        locations=_locations(inputs.capture, host_lines, syncs),
+        step_definition=trace.step_definition,
+        notes=analysis_notes(trace, inputs.capture, steps, from_frames=inputs.stacks is None and bool(host_lines))
+        + timeline_notes(timeline),
+        syncs=syncs,
+        phases=phases,
+        framework=inputs.capture.framework if inputs.capture is not None else None,
+    )
+
+
+def within_steps(trace: Trace, windows: np.ndarray) -> Trace:
+    """The host-side events that start inside the measured steps: counted per step, they must not include an
+    evaluation loop after training, or the step that was cut short."""
+    if not len(windows):
+        return trace
+    within = iv.union(windows)
+
+    def keep(spans):
+        return spans.take(np.flatnonzero(iv.contains(within, spans.start)))
+
+    return replace(trace, cpu_ops=keep(trace.cpu_ops), runtime=keep(trace.runtime))
+
+
+def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_lines,
+             timeline: StepTimeline) -> dict[str, Optional[float]]:
+    trace, capture = inputs.trace, inputs.capture
+    n = max(len(steps), 1)
+    durations = np.array([s.duration_s for s in steps]) if steps else np.zeros(1)
+    total_us = float(durations.sum() * 1e6) or 1.0
+    m: dict[str, Optional[float]] = dict.fromkeys(METRICS)  # every metric present; None = unknown for this run
+    m.update({f"{b}_frac": v for b, v in fractions.items()})
+    m.update(
+        steps_profiled=float(len(steps)),
+        step_time_mean_s=stats["mean"], step_time_p50_s=stats["p50"], step_time_p95_s=stats["p95"],
+        step_time_cv=float(durations.std() / durations.mean()) if durations.mean() > 0 else None,
+        ops_per_step=float(top.sum()) / n,
+        op_mean_us=float((steady.cpu_ops.end - steady.cpu_ops.start)[top].mean()) if top.any() else None,
+        # unknown (not 0) when nothing could name lines: no stack samples, no Python frames in the trace
+        host_top_line_frac=max((h.frac for h in host_lines if not h.in_torch), default=0.0)
+        if inputs.stacks is not None or len(trace.python) else None,
+        **host_split(host_lines, fractions["host_overhead"]),
+        item_calls_per_step=float(sum(1 for x in steady.cpu_ops.names if x == "aten::item")) / n,
+        h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
+    )
+    m.update(device_metrics(trace, steady, capture, timeline, total_us, n))
+    m.update(trace_loader_metrics(trace))
+    m.update(capture_metrics(capture, inputs.samples, n))
+    m.update(unprofiled_metrics(capture, stats["mean"]))
+    return m
+
+
+def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optional[str]]:
+    # "loader" is where the DataLoader is made (fixes edit that call): only a capture knows it, not a trace's frames
+    loader = training_loader(capture)
+    return {
+        "loader": loader.location if loader else None,
+        "optimizer": capture.optimizers[0].location if capture and capture.optimizers else None,
+        "model": capture.model.location if capture and capture.model else None,
+        "host_top": next((h.location for h in host_lines if not h.in_torch), None),
+        "sync": next((s.location for s in syncs if s.location), None),
+    }
