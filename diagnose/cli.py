@@ -128,7 +128,7 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
     diagnosis.json as `diagnose run`, into a new folder. No torch needed.
 
     Traces recorded with with_stack=True also name the user's function behind host time."""
-    from diagnose import prefetch
+    import diagnose.analysis.prefetch as prefetch
 
     prefetch.start(path)  # decompress while the rest is imported
     _check_templates(templates_dir)

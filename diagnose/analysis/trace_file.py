@@ -9,7 +9,7 @@ from typing import Optional
 
 import orjson
 
-from diagnose import prefetch
+import diagnose.analysis.prefetch as prefetch
 from diagnose.analysis.classify import empty_buckets, event_kind
 from diagnose.analysis.spans import Spans
 from diagnose.errors import UserError

@@ -1,5 +1,6 @@
 """Read and decompress a trace in a thread while the rest of diagnose is still being imported (zlib and file
-reads release the GIL). Kept free of heavy imports so that it can start first."""
+reads release the GIL). Kept free of heavy imports, as the analysis package's __init__ is, so that it can
+start first."""
 from __future__ import annotations
 
 import gzip
