@@ -68,7 +68,7 @@ def _check_templates(templates_dir: Optional[str]) -> None:
     if not Path(templates_dir).is_dir():
         raise UserError(f"templates folder not found: {templates_dir}",
                         "pass a folder holding report.html.j2 and/or report.css to --templates")
-    from diagnose.report import check_templates
+    from diagnose.report.render import check_templates
 
     check_templates(templates_dir)
 

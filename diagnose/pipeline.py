@@ -172,7 +172,7 @@ def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analy
 def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analysis: Optional[Analysis],
                   findings: list[Finding], experiments: ExperimentResults, templates_dir: Optional[str] = None,
                   trace_files: Optional[tuple[str, ...]] = None, tensorboard_dir: str = "") -> RunResult:
-    from diagnose.report import write_reports
+    from diagnose.report.render import write_reports
 
     diagnosis = build_diagnosis(script, capture, analysis, findings, experiments)
     write_json(run_dir / "diagnosis.json", diagnosis)

@@ -11,17 +11,3 @@ def bundled(name: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"diagnose is installed without its {name}/ folder")
-
-
-def display_location(location: str | None, cwd: Path | None = None) -> str | None:
-    """'path:line' relative to the current folder when the file is under it, as compilers print them."""
-    if not location:
-        return location
-    path, sep, line = location.rpartition(":")
-    if not sep:
-        return location
-    try:
-        rel = Path(path).resolve().relative_to((cwd or Path.cwd()).resolve())
-        return f"{rel}:{line}"
-    except ValueError:
-        return location

@@ -15,9 +15,10 @@ from jinja2.sandbox import SandboxedEnvironment
 from diagnose.analysis.metrics import METRICS
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
+from diagnose.formatting import NUMBER_FILTERS, display_location, fmt_int
 from diagnose import frameworks
 from diagnose.model import CATEGORIES, OPTIMIZATION_IDS, Analysis, Finding, FrameworkSite
-from diagnose.resources import bundled, display_location
+from diagnose.resources import bundled
 
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
 LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync")
@@ -28,30 +29,9 @@ TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_lo
                    "step_s"}
 
 
-def fmt_pct(value) -> str:
-    return "n/a" if value is None else f"{100 * value:.0f}%"
-
-
-def fmt_ms(value) -> str:
-    if value is None:
-        return "n/a"
-    text = f"{1000 * value:.1f}"
-    if value and text in ("0.0", "-0.0"):  # "0.0 ms" would hide a real, small cost
-        return f"{1e6 * value:.0f} us"
-    return f"{text} ms"
-
-
-def fmt_gib(value) -> str:
-    return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
-
-
-def fmt_int(value) -> str:
-    return "n/a" if value is None else f"{value:.0f}"
-
-
 def _environment() -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
-    env.filters.update(pct=fmt_pct, ms=fmt_ms, gib=fmt_gib, int=fmt_int, loc=display_location)
+    env.filters.update(NUMBER_FILTERS, int=fmt_int, loc=display_location)
     return env
 
 

@@ -7,11 +7,11 @@ import re
 
 from rich.console import Console
 
+from diagnose.formatting import fmt_ms
 from diagnose.model import Analysis, Diagnosis, Experiment, Finding, Headline, StepBreakdown
-from diagnose.report import render_html, template_environment
+from diagnose.report.render import render_html, template_environment
 from diagnose.report.terminal import print_summary
 from diagnose.report.view import build_view
-from diagnose.rules import fmt_ms
 
 DIFF = """--- train.py
 +++ train.py

@@ -1,6 +1,8 @@
 """Rules are data: each rule file's own cases, load-time validation, user rules, and `diagnose rules`."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,11 @@ def test_every_bundled_rule_template_parses_and_names_known_metrics_only():
     for rule in rule_engine.load_rules():
         checked = rule_engine.load_rule(rule.path, check_templates=True)
         assert checked.id == rule.id
+
+
+def test_the_rule_engine_and_its_metric_catalogue_load_without_numpy_or_the_trace_parser():
+    # listing rules needs the metric names only, not the analysis that computes them
+    code = ("import sys, diagnose.rules; "
+            "print([m for m in ('numpy', 'orjson', 'diagnose.analysis.trace') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -13,10 +13,10 @@ from diagnose.experiments.plan import (Candidate, covered, expected_gains, order
 from diagnose.experiments.runner import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
+from diagnose.formatting import display_location
 from diagnose.model import Analysis, BudgetReport, Capture, Change, Experiment, Finding, Headline, Measurement
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
-from diagnose.resources import display_location
 
 IDENTICAL_TOLERANCE = 1e-3
 BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"

@@ -10,9 +10,9 @@ from typing import Optional
 from rich.console import Console
 
 from diagnose import __version__
+from diagnose.formatting import fmt_ms
 from diagnose.model import AmountChange, Comparison, GateResult
 from diagnose.report.charts import LABELS, breakdown_pair_chart
-from diagnose.rules import fmt_ms
 
 FINDING_WORDS = {"resolved": "resolved", "new": "new", "unchanged": "still there"}
 STATUS_STYLE = {"faster": "green", "removed": "green", "slower": "red", "added": "red", "resolved": "green",
@@ -115,7 +115,7 @@ def build_compare_view(c: Comparison) -> CompareView:
 
 
 def write_compare_html(out_dir: Path, c: Comparison, templates_dir: Optional[str] = None) -> Path:
-    from diagnose.report import template_environment
+    from diagnose.report.render import template_environment
 
     html = template_environment(templates_dir).get_template("compare.html.j2").render(
         view=build_compare_view(c), labels=LABELS)

@@ -10,9 +10,9 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 
+from diagnose.formatting import fmt_ms
 from diagnose.model import Diagnosis
 from diagnose.report.view import step_time_view
-from diagnose.rules import fmt_ms
 from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, speedup_text
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}

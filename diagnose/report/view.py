@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import diagnose.report.charts as charts
 from diagnose import __version__
+from diagnose.formatting import fmt_ms
 from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples
-from diagnose.report import charts
-from diagnose.rules import fmt_ms
 from diagnose.report.wording import (CATEGORY_NAMES, budget_sentence, headline_sentence, recovery_sentence, setting_text, speedup_text,
                                      status_sentence, verdict)
 
