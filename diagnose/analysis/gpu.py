@@ -22,17 +22,11 @@ SYNC_COPY_RUNTIME = ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")  # synchr
 # after everything queued before it: as blocking as a cudaMemcpy
 ASYNC_COPY_RUNTIME = ("cudaMemcpyAsync", "hipMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
-IDLE_CAUSES = ("data_wait", "sync", "runtime", "cpu_ops", "python")
 
 
 def gpu_activity(trace: Trace) -> np.ndarray:
     """Times when the GPU runs anything: kernels on any stream, copies, memsets."""
     return iv.union(np.vstack([trace.kernels.intervals(), trace.memcpy.intervals(), trace.memset.intervals()]))
-
-
-def _runtime_named(trace: Trace, names: tuple[str, ...]) -> np.ndarray:
-    wanted = set(names)
-    return trace.runtime.intervals(trace.runtime.mask(lambda n: n in wanted))
 
 
 def blocking_runtime(trace: Trace) -> np.ndarray:

@@ -9,11 +9,6 @@ import numpy as np
 EMPTY = np.zeros((0, 2), dtype=np.float64)
 
 
-def as_intervals(starts, ends) -> np.ndarray:
-    a = np.column_stack([np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)])
-    return a[a[:, 1] > a[:, 0]] if len(a) else EMPTY
-
-
 def union(a: np.ndarray) -> np.ndarray:
     if len(a) == 0:
         return EMPTY

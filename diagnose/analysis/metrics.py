@@ -99,8 +99,3 @@ METRICS: dict[str, str] = {
     "h2d_pageable_frac": "share of host-to-device copy time from pageable (unpinned) memory",
     "data_parallel_used": "1 when torch.nn.DataParallel wraps the model",
 }
-
-
-def check_known(names: set[str]) -> set[str]:
-    """Names that are not metrics."""
-    return {n for n in names if n not in METRICS}

@@ -49,10 +49,6 @@ def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ..
     return tuple(OpStat(uniques[i], int(counts[i]), float(totals[i]) / 1e6, float(selfs[i]) / 1e6) for i in ranked)
 
 
-def count_named(spans: Spans, names: tuple[str, ...] | set[str]) -> int:
-    return sum(1 for n in spans.names if n in names)
-
-
 def h2d_pageable_frac(trace: Trace):
     h2d = trace.memcpy.mask(lambda n: "HtoD" in n)
     if not h2d.any():
