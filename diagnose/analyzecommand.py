@@ -10,8 +10,8 @@ from typing import Callable, Optional
 
 from rich.console import Console
 
-from diagnose import rules as rule_engine
-from diagnose.pipeline import ExperimentResults, analyze_traces, diagnose_analysis, find_traces, write_outputs
+from diagnose.pipeline import (ExperimentResults, analyze_traces, diagnose_analysis, find_traces, load_rules,
+                               write_outputs)
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import verdict
 from diagnose.serial import dumps, write_json
@@ -20,7 +20,7 @@ from diagnose.serial import dumps, write_json
 def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                     as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
     traces = find_traces(path)
-    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before the parsing
+    load_rules(rules_dirs)  # a broken rule file fails before the parsing
     console = Console(stderr=True)
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces)

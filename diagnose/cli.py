@@ -39,14 +39,14 @@ def _run_dir(out: Optional[str], script: str) -> Path:
 
 
 def _experiments(value: str) -> str:
-    from diagnose.model import OPTIMIZATION_IDS
+    from diagnose.optimizations import REGISTRY
 
     if value in ("none", "all", "findings"):
         return value
-    unknown = [v for v in value.split(",") if v not in OPTIMIZATION_IDS]
+    unknown = [v for v in value.split(",") if v not in REGISTRY]
     if unknown:
         raise UserError(f"--experiments: unknown optimization id(s) {', '.join(unknown)}",
-                        f"use none, all, or ids among: {', '.join(OPTIMIZATION_IDS)}")
+                        f"use none, all, or ids among: {', '.join(REGISTRY)}")
     return value
 
 
@@ -258,11 +258,11 @@ def report(run_dir, rules_dirs, templates_dir, as_json):
     """Analyse RUN_DIR again (new rules, new templates) and re-render its report. RUN_DIR is a folder made by
     `diagnose run` or `diagnose capture` (merging the ranks' captures); for an `analyze` folder or your own
     traces, run `diagnose analyze` again. Exits with the run's own exit code."""
-    from diagnose import rules as rule_engine
+    from diagnose.pipeline import load_rules
 
     _check_run_folder(Path(run_dir))
     _check_templates(templates_dir)
-    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before anything is written
+    load_rules(rules_dirs)  # a broken rule file fails before anything is written
     from diagnose.runcommand import report_command
 
     sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json))

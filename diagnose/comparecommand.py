@@ -7,11 +7,11 @@ from typing import Callable, Optional
 
 from rich.console import Console
 
-from diagnose import rules as rule_engine
 from diagnose.analyzecommand import no_gc, stem
 from diagnose.compare.diff import compare_sides
 from diagnose.compare.sides import LoadedSide, load_side
 from diagnose.model import Comparison
+from diagnose.pipeline import load_rules
 from diagnose.report.comparison import print_comparison, write_compare_html
 from diagnose.serial import dumps, write_json
 
@@ -21,7 +21,7 @@ EXIT_SLOWER = 4  # --fail-if-slower: B is slower than A by more than allowed, be
 def compare_command(a_path: Path, b_path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...],
                     templates_dir: Optional[str], as_json: bool, force: bool, fail_if_slower: Optional[float],
                     make_run_dir: Callable[[Optional[str], str], Path]) -> int:
-    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails before the parsing
+    load_rules(rules_dirs)  # a broken rule file fails before the parsing
     console = Console(stderr=True)
     with console.status("reading A and B"), no_gc():
         a = load_side(a_path, "A", rules_dirs)

@@ -461,10 +461,3 @@ class Diagnosis:
     experiments_interrupted: bool = False  # Ctrl-C during the experiments: those listed are what was measured
     phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase (data, forward, ...)
     budget: Optional[BudgetReport] = None  # what the experiment budget covered and bought
-
-# The optimizations rules may name. Issue #3 turns each into a module that applies and measures it.
-OPTIMIZATION_IDS = (
-    "dataloader.num_workers", "dataloader.persistent_workers", "dataloader.prefetch_factor", "dataloader.pin_memory",
-    "dataset.cache", "batch_size", "amp", "compile", "tf32", "cudnn.benchmark", "channels_last", "optimizer.fused",
-    "activation_checkpointing", "grad_accumulation", "ddp", "expandable_segments", "reduce_host_work",
-)

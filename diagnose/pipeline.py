@@ -14,6 +14,7 @@ from diagnose.analysis.trace import load_trace
 from diagnose.capture.ranks import rank_dirs
 from diagnose.errors import UserError
 from diagnose.model import Analysis, BudgetReport, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
+from diagnose.optimizations import REGISTRY
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
 
@@ -109,10 +110,15 @@ def _optional(path: Path, cls):
     return read_json(path, cls) if path.exists() else None
 
 
+def load_rules(rules_dirs) -> list[rule_engine.Rule]:
+    """The bundled rules and those in rules_dirs, checked against the optimizations' registry."""
+    return rule_engine.load_rules((Path(d) for d in rules_dirs), optimization_ids=REGISTRY)
+
+
 def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...]) -> list[Finding]:
     if analysis is None or not analysis.steps:
         return []
-    findings = rule_engine.evaluate(rule_engine.load_rules(Path(d) for d in rules_dirs), analysis)
+    findings = rule_engine.evaluate(load_rules(rules_dirs), analysis)
     if len(analysis.ranks) > 1:  # the findings are about one rank of several: say which
         rank = int(analysis.metrics["rank"])
         findings = [replace(f, message=f"rank {rank}: {f.message}") for f in findings]

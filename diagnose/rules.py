@@ -6,7 +6,7 @@ import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional
 
 import jinja2
 from jinja2 import meta
@@ -17,7 +17,7 @@ from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
 from diagnose.formatting import NUMBER_FILTERS, display_location, fmt_int
 from diagnose import frameworks
-from diagnose.model import CATEGORIES, OPTIMIZATION_IDS, Analysis, Finding, FrameworkSite
+from diagnose.model import CATEGORIES, Analysis, Finding, FrameworkSite
 from diagnose.resources import bundled
 
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
@@ -77,9 +77,11 @@ def severity_for(cost: float) -> str:
     return "low"
 
 
-def load_rule(path: Path, check_templates: bool = True) -> Rule:
-    """One rule file. `check_templates`: parse its Jinja templates now, so that an error names the file (the
-    bundled rules skip it at run time: the test suite checks them, and parsing them all costs 0.1 s)."""
+def load_rule(path: Path, *, optimization_ids: Collection[str], check_templates: bool = True) -> Rule:
+    """One rule file. `optimization_ids`: those a rule may name (the optimizations' registry, which this stage
+    comes before, so its caller passes them). `check_templates`: parse its Jinja templates now, so that an error
+    names the file (the bundled rules skip it at run time: the test suite checks them, and parsing them all
+    costs 0.1 s)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -93,7 +95,7 @@ def load_rule(path: Path, check_templates: bool = True) -> Rule:
     if data["category"] not in CATEGORIES:
         raise RuleError(f"rule file {path}: category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
     condition, cost = _expr(path, "condition", data["condition"]), _expr(path, "cost", str(data["cost"]))
-    unknown_opts = [o for o in data.get("optimizations", []) if o not in OPTIMIZATION_IDS]
+    unknown_opts = [o for o in data.get("optimizations", []) if o not in optimization_ids]
     if unknown_opts:
         raise RuleError(f"rule file {path}: unknown optimization id(s) {', '.join(unknown_opts)}")
     if data.get("location") not in (None, *LOCATION_KEYS):
@@ -187,7 +189,7 @@ def _cases(path: Path, raw: list) -> tuple[RuleCase, ...]:
     return tuple(cases)
 
 
-def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
+def load_rules(extra_dirs: Iterable[Path] = (), *, optimization_ids: Collection[str]) -> list[Rule]:
     """The bundled rules, then the user's; a user rule with the same id replaces the bundled one."""
     files = []
     for folder in (bundled("rules"), *extra_dirs):
@@ -196,15 +198,15 @@ def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
             raise RuleError(f"rules folder not found: {folder}", "pass a folder of .toml rule files to --rules")
         users = folder != bundled("rules")
         files += [(str(p), p.stat().st_mtime_ns, users) for p in sorted(folder.glob("*.toml"))]
-    return list(_load_files(tuple(files)))
+    return list(_load_files(tuple(files), frozenset(optimization_ids)))
 
 
 @functools.lru_cache(maxsize=8)
-def _load_files(files: tuple[tuple[str, int, bool], ...]) -> tuple[Rule, ...]:
+def _load_files(files: tuple[tuple[str, int, bool], ...], optimization_ids: frozenset[str]) -> tuple[Rule, ...]:
     """Loaded once per process for the same files (each run checks the rules before it starts, then uses them)."""
     rules: dict[str, Rule] = {}
     for path, _, users in files:
-        rule = load_rule(Path(path), check_templates=users)
+        rule = load_rule(Path(path), optimization_ids=optimization_ids, check_templates=users)
         rules[rule.id] = rule
     return tuple(rules.values())
 

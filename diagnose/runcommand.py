@@ -12,7 +12,7 @@ from diagnose.capture.runner import check_script, run_capture
 from diagnose.errors import UserError
 from diagnose.model import RunConfig
 from diagnose.pipeline import (ExperimentResults, can_experiment, diagnose_capture, finish_run, load_capture,
-                               run_experiments_stage, write_outputs)
+                               load_rules, run_experiments_stage, write_outputs)
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import budget_sentence, status_sentence, verdict
 from diagnose.serial import dumps
@@ -33,9 +33,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     import torch
 
     check_script(script)
-    from diagnose import rules as rule_engine
-
-    rule_engine.load_rules(Path(d) for d in rules_dirs)  # a broken rule file fails now, not after the run
+    load_rules(rules_dirs)  # a broken rule file fails now, not after the run
     baseline_side = _load_baseline(baseline, script, rules_dirs)  # a baseline that cannot be compared fails now too
     run_dir = make_run_dir(out, script)
     console = Console(stderr=True)
@@ -200,16 +198,18 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
 def rules_listing(rules_dirs, show_metrics: bool, check: bool) -> int:
     from diagnose import rules as rule_engine
     from diagnose.analysis.metrics import METRICS
+    from diagnose.optimizations import REGISTRY
 
     console = Console()
     if show_metrics:
         for name, text in METRICS.items():
             console.print(f"[bold]{name}[/]  {text}", highlight=False)
         return 0
-    rules = rule_engine.load_rules(Path(d) for d in rules_dirs)
+    rules = load_rules(rules_dirs)
     if check:
         for rule in rules:
-            rule_engine.load_rule(rule.path)  # with its templates parsed: a syntax error names the file
+            # with its templates parsed: a syntax error names the file
+            rule_engine.load_rule(rule.path, optimization_ids=REGISTRY)
         failures = [(r, c) for r in rules for c in r.cases if r.fires(c.metrics) != c.fires]
         for rule, case in failures:
             console.print(f"[red]FAIL[/] {rule.id} ({rule.path}): expected fires={case.fires} for {case.metrics}")

@@ -14,6 +14,7 @@ from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 from diagnose.capture import gpu
 from diagnose.model import Capture
+from diagnose.optimizations import REGISTRY
 from diagnose.serial import read_json
 
 
@@ -60,7 +61,7 @@ def test_allocator_retries_and_fragmentation_of_a_gpu_run_become_memory_findings
     m = analysis.metrics
     assert m["has_gpu"] == 1 and m["allocator_retries"] == 9
     assert abs(m["fragmentation_frac"] - (1 - 40 / 75)) < 1e-9
-    fired = {f.rule: f for f in rule_engine.evaluate(rule_engine.load_rules(), analysis)}
+    fired = {f.rule: f for f in rule_engine.evaluate(rule_engine.load_rules(optimization_ids=REGISTRY), analysis)}
     assert "retried 9 allocation(s)" in fired["memory.allocator-retries"].message
     assert "expandable_segments" in fired["memory.allocator-retries"].optimizations
     assert "47% of the reserved memory was cached but unused" in fired["memory.fragmentation"].message

@@ -12,8 +12,9 @@ from diagnose import rules as rule_engine
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
 from diagnose.model import CATEGORIES, Analysis, SourceLine
+from diagnose.optimizations import REGISTRY
 
-BUNDLED = rule_engine.load_rules()
+BUNDLED = rule_engine.load_rules(optimization_ids=REGISTRY)
 REQUIRED_RULE_IDS = {
     "data-loading.slow-loader", "data-loading.too-many-workers", "data-loading.repeated-preprocessing",
     "transfer.pageable-h2d", "utilization.dispatch-bound", "utilization.gpu-underused", "memory.near-capacity",
@@ -154,18 +155,19 @@ docs = "https://example.org"
 def test_bad_rule_files_are_errors_that_name_the_file(tmp_path, body, message):
     path = _write_rule(tmp_path / "rules", body)
     with pytest.raises(RuleError) as info:
-        rule_engine.load_rule(path)
+        rule_engine.load_rule(path, optimization_ids=REGISTRY)
     assert str(path) in info.value.message and message in info.value.message
 
 
 def test_cost_may_be_a_number(tmp_path):
-    rule = rule_engine.load_rule(_write_rule(tmp_path / "rules", GOOD_RULE.replace('cost = "0.3"', "cost = 0.3")))
+    rule = rule_engine.load_rule(_write_rule(tmp_path / "rules", GOOD_RULE.replace('cost = "0.3"', "cost = 0.3")),
+                                 optimization_ids=REGISTRY)
     assert rule.cost_of({}) == 0.3
 
 
 def test_user_rules_folder_adds_rules(tmp_path):
     _write_rule(tmp_path / "rules", GOOD_RULE)
-    rules = rule_engine.load_rules([tmp_path / "rules"])
+    rules = rule_engine.load_rules([tmp_path / "rules"], optimization_ids=REGISTRY)
     assert "custom.slow-steps" in {r.id for r in rules}
     [finding] = rule_engine.evaluate([r for r in rules if r.id == "custom.slow-steps"], _analysis({"step_time_mean_s": 0.1}))
     assert finding.message == "Mean step 100.0 ms." and finding.severity == "high"
@@ -210,8 +212,8 @@ def test_rules_check_and_metrics_listing():
 
 def test_every_bundled_rule_template_parses_and_names_known_metrics_only():
     # at run time the bundled rules skip this check (it costs 0.1 s per process); here it runs for each file
-    for rule in rule_engine.load_rules():
-        checked = rule_engine.load_rule(rule.path, check_templates=True)
+    for rule in rule_engine.load_rules(optimization_ids=REGISTRY):
+        checked = rule_engine.load_rule(rule.path, optimization_ids=REGISTRY, check_templates=True)
         assert checked.id == rule.id
 
 

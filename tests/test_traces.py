@@ -10,10 +10,11 @@ from diagnose import rules as rule_engine
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 from diagnose.errors import UserError
+from diagnose.optimizations import REGISTRY
 from diagnose.tbcompat import tensorboard_overview
 
 ALL_TRACES = sorted(p.name for p in TRACES.glob("*.json.gz")) + ["two_ranks/rank-0.json.gz", "two_ranks/rank-1.json.gz"]
-RULES = rule_engine.load_rules()
+RULES = rule_engine.load_rules(optimization_ids=REGISTRY)
 
 
 def _diagnose(name: str):

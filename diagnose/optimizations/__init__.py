@@ -1,11 +1,16 @@
-"""Optimizations are code: one module each, registered by id in REGISTRY."""
+"""Optimizations are code: one module each, registered by id in REGISTRY.
+
+Every module of this package is imported here, so a new optimization registers itself by being in the package
+(no list to forget). Its ids are the ones rules and `--experiments` may name, including recommendations that
+are never applied automatically (their modules derive from Recommendation)."""
 from __future__ import annotations
 
-from diagnose.optimizations import (  # noqa: F401  (each module registers itself)
-    activation_checkpointing, amp, batch_size, channels_last, compile, cudnn_benchmark, dataloader_num_workers,
-    dataloader_persistent_workers, dataloader_pin_memory, dataloader_prefetch_factor, dataset_cache, ddp,
-    expandable_segments, grad_accumulation, optimizer_fused, reduce_host_work, tf32,
-)
+import importlib
+import pkgutil
+
 from diagnose.optimizations.registry import REGISTRY
+
+for _module in pkgutil.iter_modules(__path__):  # sorted by name: REGISTRY's order is `--experiments all`'s
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["REGISTRY"]
