@@ -14,6 +14,7 @@ from diagnose.pipeline import (ExperimentResults, analyze_traces, diagnose_analy
                                write_outputs)
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import verdict
+from diagnose.model import Status
 from diagnose.serial import dumps, write_json
 
 
@@ -37,7 +38,7 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
         import webbrowser
 
         webbrowser.open(result.report_path.resolve().as_uri())
-    return 0 if analysis.steps else 3
+    return Status.COMPLETED.exit_code if analysis.steps else Status.NO_STEPS.exit_code  # as a run would exit
 
 
 @contextlib.contextmanager

@@ -14,8 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from diagnose import __version__
 from diagnose.errors import UserError
-
-EXIT_OK, EXIT_SCRIPT_ERROR, EXIT_USAGE, EXIT_NO_STEPS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+from diagnose.model import Status
 
 
 def _run_dir(out: Optional[str], script: str) -> Path:
@@ -289,10 +288,10 @@ def main() -> None:
             console.print(f"  {exc.hint}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(Status.INTERRUPTED.exit_code)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(EXIT_USAGE)
+        sys.exit(UserError.exit_code)  # bad input, as a UserError
 
 
 def progress_bar(console: Console) -> Progress:

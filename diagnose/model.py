@@ -6,12 +6,41 @@ so each stage can be re-run from the files in the run folder.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Optional
 
 BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
 CATEGORIES = ("data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
 SEVERITIES = ("high", "medium", "low")
 PHASES = ("data", "forward", "backward", "optimizer", "other")
+
+
+
+class Status(str, Enum):
+    """How the captured script ended (capture.json and diagnosis.json keep it as its string), the exit code
+    `diagnose run` and `diagnose report` give it, and whether it is ok: its profiled steps are whole, so they
+    are analysed and experimented on."""
+    COMPLETED = "completed", 0, True
+    SCRIPT_FINISHED = "script_finished", 0, True  # the script ended by itself after the profiled window
+    TIMEOUT = "timeout", 0, True  # --max-seconds, after the profiled window
+    SCRIPT_ERROR = "script_error", 1, False
+    NO_STEPS = "no_steps", 3, False
+    INTERRUPTED = "interrupted", 130, False
+    STOPPED = "stopped", 143, False  # SIGTERM
+
+    def __new__(cls, value: str, exit_code: int, ok: bool):
+        member = str.__new__(cls, value)
+        member._value_, member.exit_code, member.ok = value, exit_code, ok
+        return member
+
+    @classmethod
+    def exit_code_of(cls, status: str) -> int:
+        """1 for any other status (a crashed run, a diagnosis without a capture)."""
+        return cls(status).exit_code if status in cls._value2member_map_ else 1
+
+    @classmethod
+    def is_ok(cls, status: str) -> bool:
+        return status in cls._value2member_map_ and cls(status).ok
 
 
 @dataclass(frozen=True)
@@ -173,7 +202,7 @@ class UnprofiledWindow:
 @dataclass(frozen=True)
 class Capture:
     """What the child process saw while running the user's script (RUN/capture.json)."""
-    status: str  # completed | script_error | interrupted | timeout | no_steps | script_finished
+    status: str  # a Status's value
     script: str
     script_args: tuple[str, ...]
     step_source: Optional[str]  # dataloader | backward | optimizer | manual

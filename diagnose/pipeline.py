@@ -13,7 +13,8 @@ from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import load_trace
 from diagnose.capture.ranks import rank_dirs
 from diagnose.errors import UserError
-from diagnose.model import Analysis, BudgetReport, Capture, Diagnosis, Experiment, Finding, Headline, Samples, StackSamples
+from diagnose.model import (Analysis, BudgetReport, Capture, Diagnosis, Experiment, Finding, Headline, Samples,
+                            StackSamples, Status)
 from diagnose.optimizations import REGISTRY
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
@@ -161,8 +162,7 @@ def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tupl
 
 
 def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> bool:
-    ok_status = ("completed", "script_finished", "timeout")
-    return capture is not None and capture.status in ok_status and analysis is not None and len(analysis.steps) > 0
+    return capture is not None and Status.is_ok(capture.status) and analysis is not None and len(analysis.steps) > 0
 
 
 def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analysis: Analysis, findings: list[Finding],

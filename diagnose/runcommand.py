@@ -10,7 +10,7 @@ from rich.console import Console
 
 from diagnose.capture.runner import check_script, run_capture
 from diagnose.errors import UserError
-from diagnose.model import RunConfig
+from diagnose.model import RunConfig, Status
 from diagnose.pipeline import (ExperimentResults, can_experiment, diagnose_capture, finish_run, load_capture,
                                load_rules, run_experiments_stage, write_outputs)
 from diagnose.report.terminal import print_summary
@@ -19,8 +19,6 @@ from diagnose.serial import dumps
 
 PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_once(", "STAGE:",
                   "ActivityProfilerController", "Memory block of unknown size")
-EXIT_FOR_STATUS = {"completed": 0, "script_finished": 0, "timeout": 0, "script_error": 1, "no_steps": 3,
-                   "interrupted": 130, "stopped": 143}
 
 
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
@@ -54,8 +52,8 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     result = write_outputs(run_dir, script, outcome.capture, analysis, findings, results, templates_dir)
     _finish_output(console, result, as_json, open_report)
     if outcome.interrupted or results.interrupted:
-        return 130
-    code = EXIT_FOR_STATUS.get(result.diagnosis.status, 1)
+        return Status.INTERRUPTED.exit_code
+    code = Status.exit_code_of(result.diagnosis.status)
     if baseline_side is not None:
         gate_code = _compare_baseline(console, baseline_side, result, rules_dirs, templates_dir, fail_if_slower)
         return code or gate_code
@@ -161,7 +159,7 @@ def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> i
     script = capture.script if capture else str(run_dir)
     result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
     _finish_output(Console(stderr=True), result, as_json, False)
-    return EXIT_FOR_STATUS.get(result.diagnosis.status, 1)  # as `diagnose run` exited for this run
+    return Status.exit_code_of(result.diagnosis.status)  # as `diagnose run` exited for this run
 
 
 def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warmup: int, steps: int,

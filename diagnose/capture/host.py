@@ -13,7 +13,7 @@ from typing import Optional
 
 from diagnose.capture.instrument import Instrumentation, StopCapture
 from diagnose.capture.sandbox import WriteSandbox
-from diagnose.model import RunConfig, ScriptError
+from diagnose.model import RunConfig, ScriptError, Status
 
 
 # A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
@@ -89,7 +89,7 @@ class ScriptHost:
             signal.signal(sig, signal.SIG_IGN)  # a late deadline or Ctrl-C must not cut the files short
         self.instr.uninstall()
         self.sandbox.uninstall()
-        if self.instr.clock.boundaries == 0 and status in ("timeout", "script_finished", "completed"):
+        if self.instr.clock.boundaries == 0 and Status.is_ok(status):
             status = "no_steps"
         return self.finish(status, error)
 

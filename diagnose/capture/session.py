@@ -18,13 +18,11 @@ from diagnose.capture.gpu import allocator_stats, device_facts, peak_memory, syn
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.host import ScriptHost, signals_held
-from diagnose.model import Capture, Environment, RunConfig, ScriptError, UnprofiledWindow
+from diagnose.model import Capture, Environment, RunConfig, ScriptError, Status, UnprofiledWindow
 from diagnose.serial import read_json, write_json
 
 # Ends of the script that leave a completed profiled window complete: the unprofiled window after it is extra.
 ENDS_AFTER_PROFILING = ("script_finished", "timeout")
-EXIT_CODES = {"completed": 0, "script_finished": 0, "timeout": 0, "no_steps": 3, "script_error": 1, "interrupted": 130,
-              "stopped": 143}
 
 
 class Session(ScriptHost):
@@ -154,7 +152,7 @@ class Session(ScriptHost):
         write_json(self.run_dir / "samples.json", self.system.finish(tuple(self.window) if len(self.window) == 2 else None))
         write_json(self.run_dir / "stacks.json", self.stacks.finish(self.sync_mark_ns))
         write_json(self.run_dir / "capture.json", capture)
-        return EXIT_CODES.get(status, 1)
+        return Status.exit_code_of(status)
 
     def _capture(self, status: str, error: Optional[ScriptError], last_complete: bool) -> Capture:
         instr = self.instr

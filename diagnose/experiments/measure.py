@@ -14,7 +14,7 @@ from diagnose.capture.host import ScriptHost
 from diagnose.capture.gpu import device_in_use, peak_memory, sync_device
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
-from diagnose.model import Measurement, ScriptError, Window
+from diagnose.model import Measurement, ScriptError, Status, Window
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.serial import write_json
 
@@ -227,4 +227,4 @@ class MeasureSession(ScriptHost):
             rewarm_steps=self.span_steps,
         )
         write_json(self.run_dir / "measure.json", measurement)
-        return 0 if status in ("completed", "script_finished", "timeout") else 1
+        return 0 if Status.is_ok(status) else 1

@@ -10,12 +10,11 @@ from typing import Optional
 import diagnose.report.charts as charts
 from diagnose import __version__
 from diagnose.formatting import fmt_ms
-from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples
+from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples, Status
 from diagnose.report.wording import (CATEGORY_NAMES, budget_sentence, headline_sentence, recovery_sentence, setting_text, speedup_text,
                                      status_sentence, verdict)
 
 SNIPPET_CONTEXT = 2
-OK_STATUSES = ("completed", "script_finished", "timeout")
 SUMMARY_FIRST = {"combined": 0, "ceiling": 1}  # the table opens with the combination and the ceiling
 
 
@@ -158,7 +157,7 @@ def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     top = diagnosis.findings[0].severity if diagnosis.findings else "low"
     if top in ("high", "medium"):
         return top
-    if diagnosis.status in OK_STATUSES:
+    if Status.is_ok(diagnosis.status):
         return "ok"
     return "error" if diagnosis.status == "script_error" else "neutral"
 
