@@ -14,6 +14,7 @@ from diagnose.pipeline import (ExperimentResults, analyze_traces, diagnose_analy
                                write_outputs)
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import verdict
+from diagnose.runfolder import RunFolder
 from diagnose.model import Status
 from diagnose.serial import dumps, write_json
 
@@ -26,7 +27,7 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces)
     run_dir = make_run_dir(out, f"analyze-{stem(path)}")
-    write_json(run_dir / "analysis.json", analysis)
+    write_json(RunFolder(run_dir).analysis, analysis)
     findings = diagnose_analysis(analysis, rules_dirs)
     result = write_outputs(run_dir, str(path), None, analysis, findings, ExperimentResults(), templates_dir,
                            trace_files=tuple(str(p.resolve()) for p in traces), tensorboard_dir=_tensorboard_dir(traces))

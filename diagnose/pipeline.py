@@ -16,6 +16,7 @@ from diagnose.errors import UserError
 from diagnose.model import (Analysis, BudgetReport, Capture, Diagnosis, Experiment, Finding, Headline, Samples,
                             StackSamples, Status)
 from diagnose.optimizations import REGISTRY
+from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
 
@@ -30,7 +31,7 @@ class RunResult:
 
 
 def trace_paths(run_dir: Path) -> list[Path]:
-    return sorted(p for p in (run_dir / "tb").glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
+    return sorted(p for p in RunFolder(run_dir).tb.glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
 
 
 def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]:
@@ -43,11 +44,11 @@ def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]
     if ranks:
         analysis = _analyze_ranks(run_dir, ranks, traces)
     else:
-        samples = _optional(run_dir / "samples.json", Samples)
-        stacks = _optional(run_dir / "stacks.json", StackSamples)
+        folder = RunFolder(run_dir)
+        samples, stacks = _optional(folder.samples, Samples), _optional(folder.stacks, StackSamples)
         analysis = analyze(Inputs(load_trace(traces[-1]), capture, samples, stacks))
     if analysis is not None:
-        write_json(run_dir / "analysis.json", analysis)
+        write_json(RunFolder(run_dir).analysis, analysis)
     return analysis
 
 
@@ -58,9 +59,9 @@ def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path]) ->
         mine = [p for p in traces if p.name.startswith(f"rank{rank}.")]
         if not mine:
             continue  # a rank that failed before its profiler stopped wrote no trace
-        capture = _optional(folder / "capture.json", Capture)
-        inputs = Inputs(load_trace(mine[-1]), capture, _optional(folder / "samples.json", Samples),
-                        _optional(folder / "stacks.json", StackSamples))
+        files = RunFolder(folder)
+        inputs = Inputs(load_trace(mine[-1]), _optional(files.capture, Capture), _optional(files.samples, Samples),
+                        _optional(files.stacks, StackSamples))
         analyses.append((rank, str(mine[-1].relative_to(run_dir)), analyze(inputs)))
     if not analyses:
         return None
@@ -77,8 +78,8 @@ def find_traces(path: Path) -> list[Path]:
         raise UserError(f"trace not found: {path}", "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
     if path.is_file():
         return [path]
-    if (path / "tb").is_dir() and not any(path.glob("*.pt.trace.json*")):
-        path = path / "tb"  # a run folder of `diagnose run`
+    if RunFolder(path).tb.is_dir() and not any(path.glob("*.pt.trace.json*")):
+        path = RunFolder(path).tb  # a run folder of `diagnose run`
     found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     profiler_named = [p for p in found if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
     found = profiler_named or found  # other .json files beside the profiler's (configs, notes) are not traces
@@ -171,7 +172,7 @@ def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analy
 
     outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)
     results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget)
-    write_json(run_dir / "experiments.json", results)
+    write_json(RunFolder(run_dir).experiments, results)
     return results
 
 
@@ -181,7 +182,7 @@ def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analys
     from diagnose.report.render import write_reports
 
     diagnosis = build_diagnosis(script, capture, analysis, findings, experiments)
-    write_json(run_dir / "diagnosis.json", diagnosis)
+    write_json(RunFolder(run_dir).diagnosis, diagnosis)
     report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir, trace_files, tensorboard_dir)
     return RunResult(run_dir, capture, analysis, diagnosis, report)
 
@@ -191,7 +192,7 @@ def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dir
     """Analysis, rules and report for a run folder whose capture is done (or partial); experiments already
     run for it (RUN/experiments.json) are kept."""
     analysis, findings = diagnose_capture(run_dir, capture, rules_dirs)
-    saved = run_dir / "experiments.json"
+    saved = RunFolder(run_dir).experiments
     experiments = read_json(saved, ExperimentResults) if saved.exists() else ExperimentResults()
     return write_outputs(run_dir, script, capture, analysis, findings, experiments, templates_dir)
 
@@ -199,5 +200,5 @@ def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dir
 def load_capture(run_dir: Path) -> Optional[Capture]:
     if not run_dir.is_dir():
         raise UserError(f"run folder not found: {run_dir}", "pass a folder written by `diagnose run`")
-    path = run_dir / "capture.json"
+    path = RunFolder(run_dir).capture
     return read_json(path, Capture) if path.exists() else None

@@ -166,16 +166,16 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
                     max_seconds: float, with_stack: bool) -> int:
     """This process is one rank of a job the user launched (torchrun, srun...): run the capture in it, writing
     into the shared folder OUT (RUN/ranks/rankN and RUN/tb/rankN.*); `diagnose report OUT` merges them."""
-    from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, rank_dir, run_child
-    from diagnose.runfolder import foreign_entries
+    from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, run_child
+    from diagnose.runfolder import RunFolder, foreign_entries
     from diagnose.serial import write_json
 
     check_script(script)
     os.environ[DISTRIBUTED_ENV] = "1"
     run_dir = Path(out).resolve()
     rank = current_rank()
-    mine = rank_dir(run_dir, rank) if rank is not None else run_dir
-    if (mine / "capture.json").exists():
+    mine = RunFolder(run_dir).rank(rank) if rank is not None else run_dir
+    if RunFolder(mine).capture.exists():
         raise UserError(f"{mine} already holds a capture", "pass a new --out folder for each job")
     foreign = foreign_entries(run_dir)  # ranks share OUT, so it may hold other ranks' files, but only ours
     if foreign:
@@ -184,8 +184,8 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
     run_dir.mkdir(parents=True, exist_ok=True)
     config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, with_stack=with_stack)
-    if not (run_dir / "config.json").exists() or rank in (None, 0):
-        write_json(run_dir / "config.json", config)  # every rank writes the same config; the write is atomic
+    if not RunFolder(run_dir).config.exists() or rank in (None, 0):
+        write_json(RunFolder(run_dir).config, config)  # every rank writes the same config; the write is atomic
     code = run_child(run_dir)
     if rank in (None, 0):
         print(f"diagnose: this rank's capture is in {mine}; once every rank has finished, analyse them all with: "

@@ -4,11 +4,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
+class _Entry:
+    """A name at the top of a run folder; read from a RunFolder, its path there."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, folder, owner=None):
+        return self if folder is None else folder.path / self.name
+
+
+class RunFolder:
+    """Where each file diagnose writes lies in a run folder. A rank's folder (ranks/rankN) and a timed run's
+    folder (experiments/NN-name) hold some of the same files, so they are RunFolders too."""
+    config = _Entry("config.json")  # the RunConfig: what to run and how
+    capture = _Entry("capture.json")
+    samples = _Entry("samples.json")
+    stacks = _Entry("stacks.json")
+    analysis = _Entry("analysis.json")
+    diagnosis = _Entry("diagnosis.json")
+    report = _Entry("report.html")
+    report_css = _Entry("report.css")
+    experiments = _Entry("experiments.json")
+    measure = _Entry("measure.json")  # a timed run's measurement
+    launcher = _Entry("launcher.json")  # which rank torchrun saw fail first
+    script_log = _Entry("script.log")
+    progress_fifo = _Entry("progress.fifo")  # rank 0's progress lines, under torchrun
+    tb = _Entry("tb")  # the traces
+    ranks = _Entry("ranks")
+    sandbox = _Entry("sandbox")  # files the script wrote in the user's folders
+    experiment_runs = _Entry("experiments")  # one folder per timed run
+    compare = _Entry("compare.json")  # `diagnose run --baseline`: this run against the baseline
+    compare_report = _Entry("compare.html")
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def rank(self, rank: int) -> Path:
+        return self.ranks / f"rank{rank}"
+
+
 # everything diagnose writes at the top of a run folder (temporary files of atomic writes end in .tmp)
-OWN_ENTRIES = frozenset({
-    "config.json", "capture.json", "samples.json", "stacks.json", "analysis.json", "diagnosis.json", "report.html",
-    "report.css", "experiments.json", "launcher.json", "script.log", "progress.fifo", "ranks", "tb", "sandbox",
-    "experiments", "measure.json", "compare.json", "compare.html"})
+OWN_ENTRIES = frozenset(e.name for e in vars(RunFolder).values() if isinstance(e, _Entry))
 
 
 def has_own_config(run_dir: Path) -> bool:
@@ -17,7 +55,7 @@ def has_own_config(run_dir: Path) -> bool:
     from diagnose.serial import read_json
 
     try:
-        read_json(run_dir / "config.json", RunConfig)
+        read_json(RunFolder(run_dir).config, RunConfig)
         return True
     except Exception:  # missing, unreadable, or another program's file: not ours either way
         return False
@@ -28,6 +66,6 @@ def foreign_entries(run_dir: Path) -> list[str]:
     if not run_dir.is_dir():
         return []
     names = sorted(p.name for p in run_dir.iterdir() if p.name not in OWN_ENTRIES and not p.name.endswith(".tmp"))
-    if (run_dir / "config.json").exists() and not has_own_config(run_dir):
-        names.insert(0, "config.json")
+    if RunFolder(run_dir).config.exists() and not has_own_config(run_dir):
+        names.insert(0, RunFolder.config.name)
     return names

@@ -45,3 +45,18 @@ def test_every_optimization_a_rule_names_is_registered():
     assert named <= REGISTRY.keys()
     advice_only = {i for i, o in REGISTRY.items() if isinstance(o, Recommendation)}
     assert advice_only <= named  # a recommendation that no rule names would never be shown
+
+
+def test_run_folder_names_are_spelled_only_in_runfolder():
+    # `path / "capture.json"` elsewhere would be a second place to keep a name: RunFolder names the paths
+    from diagnose.runfolder import OWN_ENTRIES
+
+    package = OPTIMIZATIONS_DIR.parent
+    spelled = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant)
+                    and node.right.value in OWN_ENTRIES):
+                spelled.append(f"{path.relative_to(package)}:{node.lineno} {node.right.value}")
+    assert spelled == []
+

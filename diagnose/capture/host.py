@@ -14,6 +14,7 @@ from typing import Optional
 from diagnose.capture.instrument import Instrumentation, StopCapture
 from diagnose.capture.sandbox import WriteSandbox
 from diagnose.model import RunConfig, ScriptError, Status
+from diagnose.runfolder import RunFolder
 
 
 # A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
@@ -79,7 +80,7 @@ class ScriptHost:
         sys.argv = [self.config.script, *self.config.script_args]
         sys.path.insert(0, os.path.dirname(script))
         self.instr.install()
-        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], self.run_dir / "sandbox", self.own_dirs())
+        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], RunFolder(self.run_dir).sandbox, self.own_dirs())
         self.sandbox.install()
         self.start_samplers()
         self._arm_deadline()

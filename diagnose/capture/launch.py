@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+
+from diagnose.runfolder import RunFolder
 
 
 def main(argv: list[str]) -> int:
@@ -17,7 +18,7 @@ def main(argv: list[str]) -> int:
         run(get_args_parser().parse_args(argv))
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
-        (Path(argv[-1]) / "launcher.json").write_text(json.dumps({"first_failed_rank": rank, "exitcode": failure.exitcode}))
+        RunFolder(argv[-1]).launcher.write_text(json.dumps({"first_failed_rank": rank, "exitcode": failure.exitcode}))
         print(f"diagnose: rank {rank} (local rank {failure.local_rank}) failed with exit code "
               f"{failure.exitcode}; torchrun stopped the other ranks", file=sys.stderr, flush=True)
         return 1

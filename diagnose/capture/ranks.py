@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from diagnose.model import Capture, Measurement
+from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 RANK_DIR = re.compile(r"^rank(\d+)$")
@@ -15,7 +16,7 @@ FAILED = ("script_error", "crashed")
 
 
 def rank_dirs(run_dir: Path) -> dict[int, Path]:
-    root = run_dir / "ranks"
+    root = RunFolder(run_dir).ranks
     if not root.is_dir():
         return {}
     found = {int(m.group(1)): p for p in root.iterdir() if (m := RANK_DIR.match(p.name)) and p.is_dir()}
@@ -25,8 +26,8 @@ def rank_dirs(run_dir: Path) -> dict[int, Path]:
 def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     """One capture for the run: the first failed rank's (its error names the rank), else rank 0's; a note for
     every rank that failed or wrote nothing. Written to RUN/capture.json so `diagnose report RUN` reads it."""
-    captures = {r: read_json(d / "capture.json", Capture) for r, d in rank_dirs(run_dir).items()
-                if (d / "capture.json").exists()}
+    captures = {r: read_json(RunFolder(d).capture, Capture) for r, d in rank_dirs(run_dir).items()
+                if RunFolder(d).capture.exists()}
     if not captures:
         return None
     silent = [r for r in rank_dirs(run_dir) if r not in captures]
@@ -39,22 +40,22 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     if capture.error is not None:
         capture = replace(capture, error=replace(capture.error, message=f"rank {chosen}: {capture.error.message}"))
     merged = replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures))
-    write_json(run_dir / "capture.json", merged)
+    write_json(RunFolder(run_dir).capture, merged)
     return merged
 
 
 def _first_failed(run_dir: Path) -> Optional[int]:
     """The rank torchrun saw fail first: the others may fail after it (a peer closed the connection)."""
     try:
-        return int(json.loads((run_dir / "launcher.json").read_text())["first_failed_rank"])
+        return int(json.loads(RunFolder(run_dir).launcher.read_text())["first_failed_rank"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def rank_measurement(folder: Path) -> Optional[Measurement]:
     """rank 0's timed run (ranks step in lockstep under DDP), or the first failed rank's when one failed."""
-    found = {r: read_json(d / "measure.json", Measurement) for r, d in rank_dirs(folder).items()
-             if (d / "measure.json").exists()}
+    found = {r: read_json(RunFolder(d).measure, Measurement) for r, d in rank_dirs(folder).items()
+             if RunFolder(d).measure.exists()}
     if not found:
         return None
     failed = [m for m in found.values() if m.status in FAILED]

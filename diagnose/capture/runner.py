@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import diagnose
 from diagnose.errors import UserError
 from diagnose.model import Capture, RunConfig
+from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 KILL_GRACE_S = 90.0  # the child needs time after its deadline to write the trace
@@ -74,7 +75,7 @@ def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool
     """Runs the script in a child process (`python -m ENTRY RUN_DIR`, one per rank under torchrun): the profiled
     capture, or a timed run when the experiments pass their own entry."""
     run_dir = run_dir.resolve()  # the script may chdir; the child must still find its run folder
-    write_json(run_dir / "config.json", config)
+    write_json(RunFolder(run_dir).config, config)
     if config.launcher:
         return _run_ranks(config, run_dir, on_output, on_progress, entry)
     read_fd, write_fd = os.pipe()
@@ -86,7 +87,7 @@ def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool
     interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S)
     for t in threads:
         t.join(timeout=5)
-    capture_file = run_dir / "capture.json"
+    capture_file = RunFolder(run_dir).capture
     capture = read_json(capture_file, Capture) if capture_file.exists() else None
     return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
 
@@ -98,7 +99,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     from diagnose.capture.ranks import merge_rank_captures
     from diagnose.capture.session import DISTRIBUTED_ENV
 
-    fifo = run_dir / "progress.fifo"
+    fifo = RunFolder(run_dir).progress_fifo
     os.mkfifo(fifo)
     env = {**child_env(-1), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
     env.pop("DIAGNOSE_PROGRESS_FD")
@@ -135,7 +136,7 @@ class _FifoLines:
 
 
 def _start_relays(proc, run_dir: Path, progress, on_output, on_progress) -> list[threading.Thread]:
-    log = open(run_dir / "script.log", "w", encoding="utf-8", errors="replace")
+    log = open(RunFolder(run_dir).script_log, "w", encoding="utf-8", errors="replace")
     threads = [
         threading.Thread(target=_relay, args=(proc.stdout, lambda s: on_output(s, False), log), daemon=True),
         threading.Thread(target=_relay, args=(proc.stderr, lambda s: on_output(s, True), log), daemon=True),

@@ -19,6 +19,7 @@ from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.model import Capture, Environment, RunConfig, ScriptError, Status, UnprofiledWindow
+from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 # Ends of the script that leave a completed profiled window complete: the unprofiled window after it is extra.
@@ -149,9 +150,10 @@ class Session(ScriptHost):
             status = "completed"  # the profiled window was complete; only the unprofiled timing was cut short
         self.progress("probing dataset")
         capture = self._capture(status, error, last_complete)
-        write_json(self.run_dir / "samples.json", self.system.finish(tuple(self.window) if len(self.window) == 2 else None))
-        write_json(self.run_dir / "stacks.json", self.stacks.finish(self.sync_mark_ns))
-        write_json(self.run_dir / "capture.json", capture)
+        files = RunFolder(self.run_dir)
+        write_json(files.samples, self.system.finish(tuple(self.window) if len(self.window) == 2 else None))
+        write_json(files.stacks, self.stacks.finish(self.sync_mark_ns))
+        write_json(files.capture, capture)
         return Status.exit_code_of(status)
 
     def _capture(self, status: str, error: Optional[ScriptError], last_complete: bool) -> Capture:
@@ -280,10 +282,6 @@ def current_rank() -> Optional[int]:
     return int(rank)
 
 
-def rank_dir(run_dir: Path, rank: int) -> Path:
-    return run_dir / "ranks" / f"rank{rank}"
-
-
 def progress_writer():
     """Progress lines for the parent: over an inherited pipe, or (ranks under torchrun, which closes inherited
     descriptors) through a named pipe that only rank 0 writes."""
@@ -310,11 +308,12 @@ def progress_writer():
 def child_paths(run_dir: Path) -> tuple[RunConfig, Path, Path, Optional[int]]:
     """The config, where this process writes its files and its trace, and its rank. A rank of several writes its
     files into RUN/ranks/rankN and its trace, named after its rank, into the shared RUN/tb."""
-    config = read_json(run_dir / "config.json", RunConfig)
+    folder = RunFolder(run_dir)
+    config = read_json(folder.config, RunConfig)
     rank = current_rank()
-    files_dir, trace_dir = run_dir, run_dir / "tb"
+    files_dir, trace_dir = run_dir, folder.tb
     if rank is not None:
-        files_dir = rank_dir(run_dir, rank)
+        files_dir = folder.rank(rank)
         files_dir.mkdir(parents=True, exist_ok=True)
     return config, files_dir, trace_dir, rank
 

@@ -11,7 +11,7 @@ from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig
 from diagnose.pipeline import analyze_traces, diagnose_analysis, find_traces, load_capture, trace_paths
-from diagnose.runfolder import has_own_config
+from diagnose.runfolder import RunFolder, has_own_config
 from diagnose.serial import read_json
 
 HINT = "pass a run folder (from `diagnose run` or `diagnose capture`), or a trace (.json, .json.gz) or folder of them"
@@ -44,7 +44,7 @@ def load_side(path: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide
 
 def _load_run(run_dir: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide:
     capture = _capture(run_dir)
-    saved = run_dir / "analysis.json"
+    saved = RunFolder(run_dir).analysis
     if not saved.exists() and capture is None:
         raise UserError(f"{label}: {run_dir} holds no capture or analysis yet",
                         f"if its ranks were captured with `diagnose capture`, run `diagnose report {run_dir}` first")
@@ -102,10 +102,10 @@ def _baseline_noise(run_dir: Path) -> Optional[tuple[float, int]]:
     """The spread of the run's own repeated baseline runs (RUN/experiments/NN-baseline): separate processes of
     the same script on the same machine, minutes apart: a measured floor for run-to-run variation."""
     speeds = []
-    for folder in sorted((run_dir / "experiments").glob("*-baseline")):
+    for folder in sorted(RunFolder(run_dir).experiment_runs.glob("*-baseline")):
         try:
-            config = read_json(folder / "config.json", RunConfig)
-            measured = read_json(folder / "measure.json", Measurement)
+            config = read_json(RunFolder(folder).config, RunConfig)
+            measured = read_json(RunFolder(folder).measure, Measurement)
         except (UserError, OSError):
             continue
         if config.measure is None or config.measure.changes:

@@ -16,6 +16,7 @@ from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.model import Measurement, ScriptError, Status, Window
 from diagnose.optimizations.runtime import build_change_set
+from diagnose.runfolder import RunFolder
 from diagnose.serial import write_json
 
 MAX_LOSSES = 20_000
@@ -226,5 +227,5 @@ class MeasureSession(ScriptHost):
             steps_per_epoch=self.steps_per_epoch,
             rewarm_steps=self.span_steps,
         )
-        write_json(self.run_dir / "measure.json", measurement)
+        write_json(RunFolder(self.run_dir).measure, measurement)
         return 0 if Status.is_ok(status) else 1

@@ -13,6 +13,7 @@ from diagnose.capture.runner import run_capture
 from diagnose.model import Change, Measurement, MeasurePlan, RunConfig
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
+from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json
 
 TIMED_ENTRY = "diagnose.experiments.child"  # the timed run's child process: no profiler, windows of steps
@@ -74,7 +75,7 @@ class Scheduler:
     def __init__(self, script: str, script_args: tuple[str, ...], run_dir: Path, ctx: Context, budget_s: float,
                  on_progress: Callable[[str], None]):
         self.script, self.script_args, self.ctx = script, script_args, ctx
-        self.root = run_dir / "experiments"
+        self.root = RunFolder(run_dir).experiment_runs
         self.budget_s, self.on_progress = budget_s, on_progress
         self.started = time.monotonic()
         self.count = 0
@@ -85,7 +86,7 @@ class Scheduler:
         loader = ctx.loader
         self.train_location = loader.location if loader else None
         self.script_workers = loader.num_workers if loader else 0
-        config = run_dir / "config.json"
+        config = RunFolder(run_dir).config
         # every rank gets the same change; windows then close on step counts alone, so all ranks stop at the
         # same step (a rank stopping earlier would leave the others waiting in a collective)
         self.launcher = read_json(config, RunConfig).launcher if config.exists() else ()
@@ -145,13 +146,13 @@ class Scheduler:
 def _read_measurement(folder: Path) -> Measurement:
     from diagnose.capture.ranks import rank_measurement
 
-    path = folder / "measure.json"
-    if path.exists():
-        return read_json(path, Measurement)
+    files = RunFolder(folder)
+    if files.measure.exists():
+        return read_json(files.measure, Measurement)
     ranked = rank_measurement(folder)
     if ranked is not None:
         return ranked
-    log = (folder / "script.log").read_text(errors="replace")[-2000:] if (folder / "script.log").exists() else ""
+    log = files.script_log.read_text(errors="replace")[-2000:] if files.script_log.exists() else ""
     return Measurement(status="crashed", windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
                        peak_memory_bytes=None, steps_seen=0, error=None if not log else _crash_error(log))
 

@@ -13,6 +13,7 @@ from diagnose import __version__
 from diagnose.formatting import fmt_ms
 from diagnose.model import AmountChange, Comparison, GateResult
 from diagnose.report.charts import LABELS, breakdown_pair_chart
+from diagnose.runfolder import RunFolder
 
 FINDING_WORDS = {"resolved": "resolved", "new": "new", "unchanged": "still there"}
 STATUS_STYLE = {"faster": "green", "removed": "green", "slower": "red", "added": "red", "resolved": "green",
@@ -119,8 +120,8 @@ def write_compare_html(out_dir: Path, c: Comparison, templates_dir: Optional[str
 
     html = template_environment(templates_dir).get_template("compare.html.j2").render(
         view=build_compare_view(c), labels=LABELS)
-    path = out_dir / "compare.html"
-    tmp = path.with_name("compare.html.tmp")
+    path = RunFolder(out_dir).compare_report
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(path)
     return path

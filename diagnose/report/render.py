@@ -12,6 +12,7 @@ from diagnose.formatting import NUMBER_FILTERS, display_location
 from diagnose.model import Analysis, Capture, Diagnosis, Samples
 from diagnose.report.view import build_view
 from diagnose.resources import bundled
+from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json
 
 TEMPLATE_EXTENSIONS = ("j2", "html", "css")
@@ -60,11 +61,11 @@ def render_html(view, templates_dir: Optional[str] = None) -> str:
 def write_reports(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
                   templates_dir: Optional[str] = None, trace_files: Optional[tuple[str, ...]] = None,
                   tensorboard_dir: str = "") -> Path:
-    samples_path = run_dir / "samples.json"
-    samples = read_json(samples_path, Samples) if samples_path.exists() else None
+    folder = RunFolder(run_dir)
+    samples = read_json(folder.samples, Samples) if folder.samples.exists() else None
     view = build_view(run_dir, capture, analysis, diagnosis, samples, trace_files, tensorboard_dir)
-    path = run_dir / "report.html"
-    tmp = path.with_name("report.html.tmp")
+    path = folder.report
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render_html(view, templates_dir), encoding="utf-8")
     tmp.replace(path)
     return path

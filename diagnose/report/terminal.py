@@ -14,6 +14,7 @@ from diagnose.formatting import fmt_ms
 from diagnose.model import Diagnosis
 from diagnose.report.view import step_time_view
 from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, speedup_text
+from diagnose.runfolder import RunFolder
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -38,11 +39,12 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
             console.print(f"               at {f.location}", highlight=False, soft_wrap=True, markup=False)
     if report:
         console.print(f"Report:  {report}", soft_wrap=True, markup=False)
-    if (run_dir / "tb").is_dir():
-        console.print(f"Traces:  tensorboard --logdir {run_dir / 'tb'}", soft_wrap=True, markup=False)
+    folder = RunFolder(run_dir)
+    if folder.tb.is_dir():
+        console.print(f"Traces:  tensorboard --logdir {folder.tb}", soft_wrap=True, markup=False)
     if redirected:
         console.print(f"Files:   the script wrote {redirected} file(s) in your folders; they are in "
-                      f"{run_dir / 'sandbox'}, yours are untouched", soft_wrap=True, markup=False, style="dim")
+                      f"{folder.sandbox}, yours are untouched", soft_wrap=True, markup=False, style="dim")
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim"}

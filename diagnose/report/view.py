@@ -11,6 +11,7 @@ import diagnose.report.charts as charts
 from diagnose import __version__
 from diagnose.formatting import fmt_ms
 from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples, Status
+from diagnose.runfolder import RunFolder
 from diagnose.report.wording import (CATEGORY_NAMES, budget_sentence, headline_sentence, recovery_sentence, setting_text, speedup_text,
                                      status_sentence, verdict)
 
@@ -120,6 +121,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
                samples: Optional[Samples], trace_files: Optional[tuple[str, ...]] = None,
                tensorboard_dir: str = "") -> ReportView:
     experiments = experiment_views(diagnosis.experiments)
+    tb = RunFolder(run_dir).tb
     return ReportView(
         title=f"diagnose: {Path(diagnosis.script).name}",
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
@@ -134,8 +136,8 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         findings=tuple(FindingView(f, CATEGORY_NAMES[f.category], snippet(f.location), _measured(f, experiments))
                        for f in diagnosis.findings),
         trace_files=trace_files if trace_files is not None else
-        tuple(str(p) for p in sorted((run_dir / "tb").glob("*.json*"))),
-        tensorboard_dir=tensorboard_dir or (str(run_dir / "tb") if (run_dir / "tb").is_dir() else ""),
+        tuple(str(p) for p in sorted(tb.glob("*.json*"))),
+        tensorboard_dir=tensorboard_dir or (str(tb) if tb.is_dir() else ""),
         charts={**_charts(analysis), **utilization_charts(samples), **_speedup_chart(experiments)},
         bucket_labels=charts.LABELS,
         verdict_style=verdict_style(diagnosis, analysis),
