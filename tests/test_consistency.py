@@ -60,3 +60,71 @@ def test_run_folder_names_are_spelled_only_in_runfolder():
                 spelled.append(f"{path.relative_to(package)}:{node.lineno} {node.right.value}")
     assert spelled == []
 
+
+# Metrics no stored input here computes (each is checked where its input exists); the test below fails when
+# this list is longer than it must be, so it only shrinks.
+NOT_COMPUTED_HERE = {
+    "straggler_rank": "ranks that wait unevenly in collectives (test_distributed's ddp_straggler run checks it)",
+    "gpu_util_mean_frac": "NVML samples of a GPU run (test_report_commands checks it on made-up samples)",
+}
+
+
+def _computed(metrics: dict) -> set[str]:
+    return {name for name, value in metrics.items() if value is not None}
+
+
+def _computed_from_traces() -> set[str]:
+    from conftest import TRACES
+    from diagnose.analysis import Inputs, analyze
+    from diagnose.analysis.trace import load_trace
+    from diagnose.pipeline import analyze_traces
+
+    computed = set()
+    for path in sorted(TRACES.rglob("*.json.gz")):
+        computed |= _computed(analyze(Inputs(load_trace(path))).metrics)
+    return computed | _computed(analyze_traces(sorted((TRACES / "two_ranks").glob("*.json.gz"))).metrics)
+
+
+def _computed_in_run_mode(run) -> set[str]:
+    """A real CPU run's capture, samples and stacks; then the same capture with the fields a GPU run fills in and
+    an optimizer built with foreach=False."""
+    from dataclasses import replace
+
+    from diagnose.analysis import Inputs, analyze
+    from diagnose.analysis.trace import load_trace
+    from diagnose.model import Capture, Samples, StackSamples
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import read_json
+
+    folder = RunFolder(run.run_dir)
+    capture = read_json(folder.capture, Capture)
+    on_gpu = replace(capture, memory_kind="cuda", peak_memory_bytes=75 << 30, memory_capacity_bytes=80 << 30,
+                     allocator={"alloc_retries": 9, "ooms": 0, "peak_allocated_bytes": 40 << 30,
+                                "peak_reserved_bytes": 75 << 30},
+                     optimizers=tuple(replace(o, foreach=False) for o in capture.optimizers))
+    [trace] = sorted(folder.tb.glob("*.pt.trace.json*"))
+    inputs = Inputs(load_trace(trace), on_gpu, read_json(folder.samples, Samples),
+                    read_json(folder.stacks, StackSamples))
+    return _computed(run.diagnosis["metrics"]) | _computed(analyze(inputs).metrics)
+
+
+def test_every_metric_is_computed_from_real_inputs(sample_run):
+    from diagnose.analysis.metrics import METRICS
+
+    computed = _computed_from_traces() | _computed_in_run_mode(sample_run("slow_loader.py"))
+    named = {name for rule in RULES for name in rule.condition.names | rule.cost.names}
+    assert named <= METRICS.keys()  # the rules' loader checks this too
+    assert named - computed <= NOT_COMPUTED_HERE.keys()
+    assert set(METRICS) - computed == NOT_COMPUTED_HERE.keys()
+
+
+def test_every_rule_file_is_named_after_its_id():
+    assert [r.path.name for r in RULES] == [f"{r.id}.toml" for r in RULES]
+
+
+def test_every_category_has_its_wording_and_every_rule_one_of_them():
+    from diagnose.model import CATEGORIES
+    from diagnose.report.wording import CATEGORY_NAMES
+
+    assert set(CATEGORY_NAMES) == set(CATEGORIES)  # a category without words is a KeyError while rendering
+    assert {r.category for r in RULES} <= set(CATEGORIES)
