@@ -2,7 +2,6 @@
 off, within a time budget (which runs, in what order: trials.py). A variant that crashes is `failed`."""
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -162,13 +161,6 @@ def _crash_error(log: str):
 
     last = [line for line in log.splitlines() if line.strip()][-1:] or ["the process died"]
     return ScriptError("Crash", last[0], log, None)
-
-
-def steps_in_epoch(ctx: Context) -> Optional[int]:
-    loader = ctx.loader
-    if loader is None or loader.dataset_len is None or not loader.batch_size:
-        return None
-    return math.ceil(loader.dataset_len / loader.batch_size)
 
 
 def arms_for(optimization_id: str, ctx: Context) -> list[Arm]:
