@@ -75,7 +75,7 @@ def _computed(metrics: dict) -> set[str]:
 
 def _computed_from_traces() -> set[str]:
     from conftest import TRACES
-    from diagnose.analysis import Inputs, analyze
+    from diagnose.analysis.analyze import Inputs, analyze
     from diagnose.analysis.trace import load_trace
     from diagnose.pipeline import analyze_traces
 
@@ -90,7 +90,7 @@ def _computed_in_run_mode(run) -> set[str]:
     an optimizer built with foreach=False."""
     from dataclasses import replace
 
-    from diagnose.analysis import Inputs, analyze
+    from diagnose.analysis.analyze import Inputs, analyze
     from diagnose.analysis.trace import load_trace
     from diagnose.model import Capture, Samples, StackSamples
     from diagnose.runfolder import RunFolder
