@@ -1,7 +1,6 @@
-"""Command line: `diagnose run`, `diagnose analyze`, `diagnose capture`, `diagnose report`, `diagnose rules`."""
+"""Command line: click options and their checks only; each command's work is in diagnose/commands/."""
 from __future__ import annotations
 
-import datetime as dt
 import difflib
 import os
 import sys
@@ -10,31 +9,10 @@ from typing import Optional
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from diagnose import __version__
 from diagnose.errors import UserError
 from diagnose.model import Status
-
-
-def _run_dir(out: Optional[str], script: str) -> Path:
-    if out:
-        path = Path(out)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise UserError(f"--out {out} already exists and is not empty", "choose a new folder; diagnose never overwrites files")
-    else:
-        stamp = dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
-        path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}"
-        suffix = 1
-        while path.exists():
-            suffix += 1
-            path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}-{suffix}"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the run folder {path}: {exc.strerror}",
-                        "pass --out a folder you can write to (it is made for you)") from None
-    return path
 
 
 def _experiments(value: str) -> str:
@@ -131,10 +109,10 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
 
     prefetch.start(path)  # decompress while the rest is imported
     _check_templates(templates_dir)
-    from diagnose.analyzecommand import analyze_command
+    from diagnose.commands.analyze import analyze_command
 
     sys.exit(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             open_report=open_report, make_run_dir=_run_dir))
+                             open_report=open_report))
 
 
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
@@ -155,10 +133,10 @@ def compare(a, b, out, fail_if_slower, force, rules_dirs, templates_dir, as_json
     A and B are run folders (from `diagnose run` or `diagnose capture`) or traces and folders of traces, as
     `diagnose analyze` takes them. Exit codes: 0 done, 2 bad input, 4 B slower than --fail-if-slower allows."""
     _check_templates(templates_dir)
-    from diagnose.comparecommand import compare_command
+    from diagnose.commands.compare import compare_command
 
     sys.exit(compare_command(a, b, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             force=force, fail_if_slower=fail_if_slower, make_run_dir=_run_dir))
+                             force=force, fail_if_slower=fail_if_slower))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -178,7 +156,7 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
     _check_script_is_not_an_option(script)
     if sys.path and sys.path[0] in ("", os.getcwd()):
         sys.path.pop(0)  # as `python SCRIPT` has it: the script's folder first, not the current one
-    from diagnose.runcommand import capture_command
+    from diagnose.commands.capture import capture_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
     code = capture_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
@@ -237,13 +215,13 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     if fail_if_slower is not None and baseline is None:
         raise UserError("--fail-if-slower needs --baseline", "pass the earlier run folder to compare with: "
                         "--baseline RUN_DIR")
-    from diagnose.runcommand import run_command
+    from diagnose.commands.run import run_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
     code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
                        experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
-                       make_run_dir=_run_dir, launcher=_torchrun_args(torchrun), baseline=baseline,
+                       launcher=_torchrun_args(torchrun), baseline=baseline,
                        fail_if_slower=fail_if_slower)
     sys.exit(code)
 
@@ -257,12 +235,12 @@ def report(run_dir, rules_dirs, templates_dir, as_json):
     """Analyse RUN_DIR again (new rules, new templates) and re-render its report. RUN_DIR is a folder made by
     `diagnose run` or `diagnose capture` (merging the ranks' captures); for an `analyze` folder or your own
     traces, run `diagnose analyze` again. Exits with the run's own exit code."""
-    from diagnose.pipeline import load_rules
+    from diagnose.commands.rules import load_rules
 
     _check_run_folder(Path(run_dir))
     _check_templates(templates_dir)
     load_rules(rules_dirs)  # a broken rule file fails before anything is written
-    from diagnose.runcommand import report_command
+    from diagnose.commands.report import report_command
 
     sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json))
 
@@ -273,7 +251,7 @@ def report(run_dir, rules_dirs, templates_dir, as_json):
 @click.option("--check", is_flag=True, help="Run each rule's own test cases and report failures.")
 def rules_command(rules_dirs, show_metrics, check):
     """List the rules (what each looks for, and its fix), or the metrics they are written against."""
-    from diagnose.runcommand import rules_listing
+    from diagnose.commands.rules import rules_listing
 
     sys.exit(rules_listing(rules_dirs, show_metrics, check))
 
@@ -292,8 +270,3 @@ def main() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(UserError.exit_code)  # bad input, as a UserError
-
-
-def progress_bar(console: Console) -> Progress:
-    return Progress(TextColumn("  {task.description:<12}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-                    TimeElapsedColumn(), console=console, transient=False)

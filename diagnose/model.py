@@ -399,6 +399,15 @@ class BudgetReport:
 
 
 @dataclass(frozen=True)
+class ExperimentResults:
+    """RUN/experiments.json: every setting tried and the headline."""
+    experiments: tuple[Experiment, ...] = ()
+    headline: Optional[Headline] = None
+    interrupted: bool = False  # Ctrl-C during the experiments: what was measured until then is kept
+    budget: Optional[BudgetReport] = None
+
+
+@dataclass(frozen=True)
 class CompareSide:
     """One side of `diagnose compare`: a run folder or traces, and the facts the comparison is made from."""
     path: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Iterable, Optional
 
@@ -268,3 +268,14 @@ def _in_framework_terms(rule: Rule, location: Optional[str], fix_code: str, metr
                    f"configured at {configured}\n{wording}")
         location = configured
     return location or configured, wording
+
+
+def findings_for(analysis: Optional[Analysis], rules: list[Rule]) -> list[Finding]:
+    """The findings of these rules on an analysis with steps; about one rank of several, they say which."""
+    if analysis is None or not analysis.steps:
+        return []
+    findings = evaluate(rules, analysis)
+    if len(analysis.ranks) > 1:
+        rank = int(analysis.metrics["rank"])
+        findings = [replace(f, message=f"rank {rank}: {f.message}") for f in findings]
+    return findings

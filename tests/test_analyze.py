@@ -158,7 +158,7 @@ def test_out_folder_is_never_overwritten(tmp_path):
 
 def test_analyze_does_not_import_torch():
     # a big trace should cost its parsing, not torch's start-up
-    code = "import sys, diagnose.analyzecommand; print('torch' in sys.modules)"
+    code = "import sys, diagnose.commands.analyze, diagnose.commands.compare; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.stdout.strip() == "False", result.stderr
 

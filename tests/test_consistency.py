@@ -77,7 +77,7 @@ def _computed_from_traces() -> set[str]:
     from conftest import TRACES
     from diagnose.analysis.analyze import Inputs, analyze
     from diagnose.analysis.trace import load_trace
-    from diagnose.pipeline import analyze_traces
+    from diagnose.analysis.sources import analyze_traces
 
     computed = set()
     for path in sorted(TRACES.rglob("*.json.gz")):

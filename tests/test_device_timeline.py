@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,8 @@ from conftest import REPO, TRACES, diagnose_cli
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.breakdown import step_windows
 from diagnose.analysis.trace import load_trace
-from diagnose.pipeline import analyze_traces, diagnose_analysis
+from diagnose.analysis.sources import analyze_traces
+from diagnose.commands.pipeline import diagnose_analysis
 
 H200 = TRACES / "h200"
 TRUTH = json.loads((H200 / "truth.json").read_text())

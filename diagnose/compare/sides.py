@@ -10,7 +10,8 @@ from typing import Optional
 from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig
-from diagnose.pipeline import analyze_traces, diagnose_analysis, find_traces, load_capture, trace_paths
+from diagnose.rules import Rule, findings_for
+from diagnose.analysis.sources import analyze_traces, find_traces, load_capture, trace_paths
 from diagnose.runfolder import RunFolder, has_own_config
 from diagnose.serial import read_json
 
@@ -26,11 +27,12 @@ class LoadedSide:
     capture: Optional[Capture] = None
 
 
-def load_side(path: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide:
+def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
+    """Both sides are judged by the same rules, loaded once by the command."""
     if not path.exists():
         raise UserError(f"{label}: {path} not found", HINT)
     if path.is_dir() and has_own_config(path):
-        return _load_run(path, label, rules_dirs)
+        return _load_run(path, label, rules)
     traces = find_traces(path)
     analysis = analyze_traces(traces)
     _require_steps(analysis, path, label)
@@ -39,10 +41,10 @@ def load_side(path: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide
     side = CompareSide(str(path), "traces", "", analysis.step_time_s["mean"] or 0.0, "profiled", len(analysis.steps),
                        _step_cv(analysis), analysis.step_time_s["mean"] or 0.0,
                        _environment(None, analysis, profile))
-    return LoadedSide(side, analysis, tuple(diagnose_analysis(analysis, rules_dirs)), profile)
+    return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile)
 
 
-def _load_run(run_dir: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedSide:
+def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
     capture = _capture(run_dir)
     saved = RunFolder(run_dir).analysis
     if not saved.exists() and capture is None:
@@ -62,7 +64,7 @@ def _load_run(run_dir: Path, label: str, rules_dirs: tuple[str, ...]) -> LoadedS
     side = CompareSide(str(run_dir), "run", capture.script if capture else "", step_s, basis, steps,
                        _step_cv(analysis), profiled, _environment(capture, analysis, profile),
                        noise[0] if noise else None, noise[1] if noise else 0)
-    return LoadedSide(side, analysis, tuple(diagnose_analysis(analysis, rules_dirs)), profile, capture)
+    return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile, capture)
 
 
 def _capture(run_dir: Path) -> Optional[Capture]:

@@ -6,27 +6,29 @@ import contextlib
 import gc
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from rich.console import Console
 
-from diagnose.pipeline import (ExperimentResults, analyze_traces, diagnose_analysis, find_traces, load_rules,
-                               write_outputs)
+from diagnose.analysis.sources import analyze_traces, find_traces
+from diagnose.commands.output import new_run_dir
+from diagnose.commands.pipeline import diagnose_analysis, write_outputs
+from diagnose.commands.rules import load_rules
+from diagnose.model import ExperimentResults, Status
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import verdict
 from diagnose.runfolder import RunFolder
-from diagnose.model import Status
 from diagnose.serial import dumps, write_json
 
 
 def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],
-                    as_json: bool, open_report: bool, make_run_dir: Callable[[Optional[str], str], Path]) -> int:
+                    as_json: bool, open_report: bool) -> int:
     traces = find_traces(path)
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
     console = Console(stderr=True)
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces)
-    run_dir = make_run_dir(out, f"analyze-{stem(path)}")
+    run_dir = new_run_dir(out, f"analyze-{stem(path)}")
     write_json(RunFolder(run_dir).analysis, analysis)
     findings = diagnose_analysis(analysis, rules_dirs)
     result = write_outputs(run_dir, str(path), None, analysis, findings, ExperimentResults(), templates_dir,

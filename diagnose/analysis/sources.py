@@ -1,0 +1,106 @@
+"""Where an analysis reads from: a run folder (its traces, capture, samples and stacks, one set per rank) or the
+trace files a user passes; each analysed, and several ranks combined."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.ranks import combine, rank_of
+from diagnose.analysis.trace import load_trace
+from diagnose.capture.ranks import rank_dirs
+from diagnose.errors import UserError
+from diagnose.model import Analysis, Capture, Samples, StackSamples
+from diagnose.runfolder import RunFolder
+from diagnose.serial import read_json, write_json
+from diagnose.tbcompat import adapt_trace_for_tensorboard
+
+
+def trace_paths(run_dir: Path) -> list[Path]:
+    return sorted(p for p in RunFolder(run_dir).tb.glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
+
+
+def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]:
+    traces = trace_paths(run_dir)
+    if not traces:
+        return None
+    for path in traces:
+        adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
+    ranks = rank_dirs(run_dir)
+    if ranks:
+        analysis = _analyze_ranks(run_dir, ranks, traces)
+    else:
+        folder = RunFolder(run_dir)
+        samples, stacks = _optional(folder.samples, Samples), _optional(folder.stacks, StackSamples)
+        analysis = analyze(Inputs(load_trace(traces[-1]), capture, samples, stacks))
+    if analysis is not None:
+        write_json(RunFolder(run_dir).analysis, analysis)
+    return analysis
+
+
+def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path]) -> Optional[Analysis]:
+    """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all."""
+    analyses = []
+    for rank, folder in ranks.items():
+        mine = [p for p in traces if p.name.startswith(f"rank{rank}.")]
+        if not mine:
+            continue  # a rank that failed before its profiler stopped wrote no trace
+        files = RunFolder(folder)
+        inputs = Inputs(load_trace(mine[-1]), _optional(files.capture, Capture), _optional(files.samples, Samples),
+                        _optional(files.stacks, StackSamples))
+        analyses.append((rank, str(mine[-1].relative_to(run_dir)), analyze(inputs)))
+    if not analyses:
+        return None
+    return analyses[0][2] if len(analyses) == 1 else combine(analyses)[1]
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def find_traces(path: Path) -> list[Path]:
+    """PATH is one trace file, or a folder of them (one per rank or worker, as tensorboard_trace_handler
+    writes them)."""
+    if not path.exists():
+        raise UserError(f"trace not found: {path}", "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
+    if path.is_file():
+        return [path]
+    if RunFolder(path).tb.is_dir() and not any(path.glob("*.pt.trace.json*")):
+        path = RunFolder(path).tb  # a run folder of `diagnose run`
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    profiler_named = [p for p in found if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+    found = profiler_named or found  # other .json files beside the profiler's (configs, notes) are not traces
+    if not found:
+        raise UserError(f"no trace files (.json, .json.gz) in {path}", "pass a trace file or the folder the profiler wrote")
+    return found
+
+
+def _source_roots(trace: Path) -> tuple[str, ...]:
+    """Where a trace's relative source paths may be found: the current folder, or near the trace (a log folder
+    beside the training script, as TensorBoard's handler is usually pointed at)."""
+    return (os.getcwd(), *(str(p) for p in trace.resolve().parents[:3]))
+
+
+def analyze_traces(paths: list[Path]) -> Analysis:
+    """Traces of one job: each analysed alone, then combined (per-rank table, the rank to diagnose)."""
+    analyses = []
+    for index, path in enumerate(paths):
+        trace = load_trace(path)
+        analyses.append((rank_of(trace, index), str(path), analyze(Inputs(trace, source_roots=_source_roots(path)))))
+    if len(analyses) == 1:
+        return analyses[0][2]
+    ranks = [r for r, _, _ in analyses]
+    if len(set(ranks)) < len(ranks):  # e.g. several traces of one process, not one per rank
+        analyses = [(i, p, a) for i, (_, p, a) in enumerate(analyses)]
+    return combine(analyses)[1]
+
+
+def _optional(path: Path, cls):
+    return read_json(path, cls) if path.exists() else None
+
+
+def load_capture(run_dir: Path) -> Optional[Capture]:
+    if not run_dir.is_dir():
+        raise UserError(f"run folder not found: {run_dir}", "pass a folder written by `diagnose run`")
+    path = RunFolder(run_dir).capture
+    return read_json(path, Capture) if path.exists() else None

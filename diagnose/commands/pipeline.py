@@ -1,0 +1,88 @@
+"""The pipeline: capture -> analysis -> rules -> report. Each stage reads what the previous one wrote into the
+run folder, so `diagnose report RUN` can re-run everything after the capture."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from diagnose import rules as rule_engine
+from diagnose.analysis.sources import analyze_run
+from diagnose.model import Analysis, Capture, Diagnosis, ExperimentResults, Finding, Status
+from diagnose.commands.rules import load_rules
+from diagnose.runfolder import RunFolder
+from diagnose.serial import read_json, write_json
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    capture: Optional[Capture]
+    analysis: Optional[Analysis]
+    diagnosis: Diagnosis
+    report_path: Optional[Path]
+
+
+def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...]) -> list[Finding]:
+    return rule_engine.findings_for(analysis, load_rules(rules_dirs))
+
+
+def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
+                    experiments: ExperimentResults) -> Diagnosis:
+    empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0, "unprofiled": None}
+    return Diagnosis(
+        schema=1,
+        script=script,
+        steps_profiled=len(analysis.steps) if analysis else 0,
+        step_time_s=analysis.step_time_s if analysis else empty,
+        breakdown=analysis.breakdown if analysis else {},
+        findings=tuple(findings),
+        experiments=experiments.experiments,
+        status=capture.status if capture else ("analyzed" if analysis is not None else "no_capture"),
+        metrics=analysis.metrics if analysis else {},
+        headline=experiments.headline,
+        ranks=analysis.ranks if analysis else (),
+        experiments_interrupted=experiments.interrupted,
+        phases=analysis.phases if analysis else (),
+        budget=experiments.budget,
+    )
+
+
+def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...]):
+    analysis = analyze_run(run_dir, capture)
+    return analysis, diagnose_analysis(analysis, rules_dirs)
+
+
+def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> bool:
+    return capture is not None and Status.is_ok(capture.status) and analysis is not None and len(analysis.steps) > 0
+
+
+def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analysis: Analysis, findings: list[Finding],
+                          budget_s: float, on_progress, on_message=lambda text: None) -> ExperimentResults:
+    from diagnose.experiments.stage import run_experiments
+
+    outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)
+    results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget)
+    write_json(RunFolder(run_dir).experiments, results)
+    return results
+
+
+def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analysis: Optional[Analysis],
+                  findings: list[Finding], experiments: ExperimentResults, templates_dir: Optional[str] = None,
+                  trace_files: Optional[tuple[str, ...]] = None, tensorboard_dir: str = "") -> RunResult:
+    from diagnose.report.render import write_reports
+
+    diagnosis = build_diagnosis(script, capture, analysis, findings, experiments)
+    write_json(RunFolder(run_dir).diagnosis, diagnosis)
+    report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir, trace_files, tensorboard_dir)
+    return RunResult(run_dir, capture, analysis, diagnosis, report)
+
+
+def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dirs: tuple[str, ...],
+               templates_dir: Optional[str] = None) -> RunResult:
+    """Analysis, rules and report for a run folder whose capture is done (or partial); experiments already
+    run for it (RUN/experiments.json) are kept."""
+    analysis, findings = diagnose_capture(run_dir, capture, rules_dirs)
+    saved = RunFolder(run_dir).experiments
+    experiments = read_json(saved, ExperimentResults) if saved.exists() else ExperimentResults()
+    return write_outputs(run_dir, script, capture, analysis, findings, experiments, templates_dir)

@@ -1,0 +1,22 @@
+"""`diagnose report RUN`: analyse a run folder again (new rules, new templates) and re-render its report."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from diagnose.commands.output import finish_output
+from diagnose.commands.pipeline import finish_run
+from diagnose.analysis.sources import load_capture
+from diagnose.model import Status
+
+
+def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> int:
+    from diagnose.capture.ranks import merge_rank_captures, rank_dirs
+
+    # ranks launched by the user's own launcher (`diagnose capture`) leave their captures unmerged
+    capture = merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
+    script = capture.script if capture else str(run_dir)
+    result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
+    finish_output(Console(stderr=True), result, as_json, False)
+    return Status.exit_code_of(result.diagnosis.status)  # as `diagnose run` exited for this run

@@ -1,0 +1,134 @@
+"""`diagnose run`: profile the script, diagnose it, run the experiments, write the report; with --baseline,
+compare this run with an earlier one."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from diagnose.capture.runner import check_script, run_capture
+from diagnose.commands.output import finish_output, new_run_dir, progress_bar
+from diagnose.commands.pipeline import can_experiment, diagnose_capture, run_experiments_stage, write_outputs
+from diagnose.commands.rules import load_rules
+from diagnose.errors import UserError
+from diagnose.model import ExperimentResults, RunConfig, Status
+from diagnose.report.wording import budget_sentence
+
+PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_once(", "STAGE:",
+                  "ActivityProfilerController", "Memory block of unknown size")
+
+
+def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
+                max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
+                as_json: bool, open_report: bool,                 launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
+                fail_if_slower: Optional[float] = None) -> int:
+    from diagnose import __version__
+    import torch
+
+    check_script(script)
+    load_rules(rules_dirs)  # a broken rule file fails now, not after the run
+    baseline_side = _load_baseline(baseline, script, rules_dirs)  # a baseline that cannot be compared fails now too
+    run_dir = new_run_dir(out, script)
+    console = Console(stderr=True)
+    console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim", highlight=False)
+    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup, with_stack=with_stack,
+                       profile_steps=steps, max_seconds=max_seconds, experiments=experiments, rules_dirs=tuple(rules_dirs),
+                       launcher=launcher)
+    out_stream = Console(stderr=True) if as_json else Console()
+    with progress_bar(console) as progress:
+        task = progress.add_task("profiling", total=warmup + steps, note="starting")
+        outcome = run_capture(config, run_dir, _printer(progress, out_stream), _progress_handler(progress, task, warmup))
+        progress.update(task, note="analysing")
+        analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
+        progress.update(task, note="done")
+        results = ExperimentResults()
+        if experiments != "none" and not outcome.interrupted and can_experiment(outcome.capture, analysis):
+            results = _experiments(progress, experiments, run_dir, outcome.capture, analysis, findings, budget_seconds)
+    result = write_outputs(run_dir, script, outcome.capture, analysis, findings, results, templates_dir)
+    finish_output(console, result, as_json, open_report)
+    if outcome.interrupted or results.interrupted:
+        return Status.INTERRUPTED.exit_code
+    code = Status.exit_code_of(result.diagnosis.status)
+    if baseline_side is not None:
+        gate_code = _compare_baseline(console, baseline_side, result, rules_dirs, templates_dir, fail_if_slower)
+        return code or gate_code
+    return code
+
+
+def _load_baseline(baseline: Optional[Path], script: str, rules_dirs):
+    if baseline is None:
+        return None
+    from diagnose.compare.sides import load_side
+
+    side = load_side(baseline, "--baseline", load_rules(rules_dirs))
+    if side.side.kind != "run":
+        raise UserError(f"--baseline {baseline} is not a run folder",
+                        "pass a folder written by `diagnose run`; for traces use `diagnose compare`")
+    if Path(side.side.script).name != Path(script).name:
+        raise UserError(f"--baseline {baseline} ran another script ({side.side.script})",
+                        "pass a run of the same script, or compare them later with `diagnose compare --force`")
+    return side
+
+
+def _compare_baseline(console: Console, baseline, result, rules_dirs, templates_dir, fail_if_slower) -> int:
+    from diagnose.commands.compare import compare_with_baseline
+
+    if result.analysis is None or not result.analysis.steps:
+        console.print("No comparison with the baseline: this run profiled no complete step.", style="yellow")
+        return 0
+    return compare_with_baseline(console, baseline, result.run_dir, tuple(rules_dirs), templates_dir, fail_if_slower)
+
+
+def _experiments(progress, selection, run_dir, capture, analysis, findings, budget_seconds) -> ExperimentResults:
+    task = progress.add_task("experiments", total=None, note="planning")
+    count = [0]
+
+    def update(label: str) -> None:
+        count[0] += 1
+        progress.update(task, completed=count[0], note=label)
+
+    def say(text: str) -> None:
+        progress.console.print(text, style="dim", soft_wrap=True, markup=False, highlight=False)
+
+    try:
+        results = run_experiments_stage(selection, run_dir, capture, analysis, findings, budget_seconds, update, say)
+        if budget_sentence(results.budget):
+            say(budget_sentence(results.budget))
+        return results
+    finally:
+        progress.update(task, note="done", total=count[0])
+
+
+def _device_line() -> str:
+
+    from diagnose.capture.gpu import device_facts
+
+    facts = device_facts()
+    if facts:
+        return f"cuda {facts['gpu_name']}"
+    return f"cpu ({len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores)"
+
+
+def _printer(progress, out_console: Console):
+    def show(line: str, is_err: bool) -> None:
+        if is_err and any(marker in line for marker in PROFILER_NOISE):
+            return  # torch.profiler's own chatter; it stays in script.log
+        target = progress.console if is_err else out_console
+        target.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    return show
+
+
+def _progress_handler(progress, task, warmup: int):
+    def update(line: str) -> None:
+        parts = line.split()
+        if parts[:1] == ["step"] and len(parts) == 3:
+            count = int(parts[1])
+            phase = "warm-up" if count <= warmup else "profiling"
+            progress.update(task, completed=min(count, int(parts[2])), note=phase)
+        elif line:
+            progress.update(task, note=line)
+
+    return update

@@ -1,0 +1,93 @@
+"""The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
+
+    model/serial/errors <- capture <- analysis <- rules <- experiments <- compare <- report <- commands <- cli
+
+Every import counts, those inside functions too (a lazy import is still a dependency). A new module must be given
+a layer here; a new import against the direction fails with the module, the line and the two layers named."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "diagnose"
+
+# lowest first; a module belongs to the layer of its longest listed prefix
+LAYERS = (
+    ("base", ("diagnose", "diagnose.model", "diagnose.serial", "diagnose.errors", "diagnose.resources",
+              "diagnose.formatting", "diagnose.runfolder")),
+    ("capture", ("diagnose.capture", "diagnose.frameworks")),
+    ("analysis", ("diagnose.analysis", "diagnose.tbcompat")),
+    ("rules", ("diagnose.rules", "diagnose.expr")),
+    ("experiments", ("diagnose.experiments", "diagnose.optimizations")),
+    ("compare", ("diagnose.compare",)),
+    ("report", ("diagnose.report",)),
+    ("commands", ("diagnose.commands",)),
+    ("cli", ("diagnose.cli", "diagnose.__main__")),
+)
+RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+
+
+def layer_of(module: str) -> str | None:
+    best, best_len = None, -1
+    for name, prefixes in LAYERS:
+        for prefix in prefixes:
+            exact_only = prefix == "diagnose"  # the package's own __init__, not everything under it
+            matches = module == prefix or (not exact_only and module.startswith(prefix + "."))
+            if matches and len(prefix) > best_len:
+                best, best_len = name, len(prefix)
+    return best
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(tree: ast.AST):
+    """(line, module) for every import of diagnose's own modules; `from diagnose.x import y` is diagnose.x.y when
+    y is a module. diagnose uses no relative imports (test_no_relative_imports)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "diagnose")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "diagnose":
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                yield node.lineno, candidate if _is_module(candidate) else node.module
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or path.is_dir()
+
+
+def modules():
+    return sorted(p for p in PACKAGE.rglob("*.py") if "_data" not in p.parts)
+
+
+def test_every_module_has_a_layer():
+    missing = [module_name(p) for p in modules() if layer_of(module_name(p)) is None]
+    assert missing == [], f"give these modules a layer in tests/test_layers.py: {missing}"
+
+
+def test_imports_follow_the_pipeline_direction():
+    wrong = []
+    for path in modules():
+        name = module_name(path)
+        mine = layer_of(name)
+        for line, target in imported_modules(ast.parse(path.read_text(), str(path))):
+            theirs = layer_of(target)
+            if mine and theirs and RANK[theirs] > RANK[mine]:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({mine}) imports {target} ({theirs})")
+    assert wrong == [], "imports against the pipeline's direction:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_a_lazy_import_against_the_direction():
+    tree = ast.parse("def f():\n    from diagnose.report.charts import breakdown_bar\n")
+    found = [target for _, target in imported_modules(tree)]
+    assert found == ["diagnose.report.charts"] and RANK[layer_of(found[0])] > RANK[layer_of("diagnose.analysis.x")]
+
+
+def test_no_relative_imports():
+    relative = [f"{p.relative_to(PACKAGE.parent)}:{n.lineno}" for p in modules()
+                for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ImportFrom) and n.level > 0]
+    assert relative == [], f"write these imports in full, as the layer check reads them: {relative}"
