@@ -138,8 +138,8 @@ class Model:
         self.gpu_bound = gpu_bound
         self.queued: list[int] = []  # end times of launched device work (a heap), for the launch queue's depth
         self.gpu_us = 0  # device time on the compute stream
-        self.pid, self.main_tid, self.bwd_tid = pid, pid, pid + 17
-        self.tid = self.main_tid
+        self.pid, self.main_thread, self.bwd_tid = pid, pid, pid + 17
+        self.tid = self.main_thread
         self.device, self.world_size = device, world_size
         self.t = t0
         self.gpu = {COMPUTE_STREAM: t0, NCCL_STREAM: t0}
@@ -328,7 +328,7 @@ def step(m: Model, number: int, layers: list[dict], batch: int) -> None:
                 m.span("user_annotation", "nccl:all_reduce", lambda: m.op(
                     "record_param_comms", lambda: m.launch("kernel", ALLREDUCE, 150, stream=NCCL_STREAM),
                     self_us=10, seq=False), self_us=4)
-        m.tid = m.main_tid
+        m.tid = m.main_thread
 
     def optimizer():
         for layer in layers:
@@ -402,7 +402,7 @@ def _metadata(pid: int, m: Model, device: int, t0: int) -> list[dict]:
     for stream in sorted(m.gpu):
         meta("thread_name", device, stream, {"name": f"stream {stream} "})
         meta("thread_sort_index", device, stream, {"sort_index": stream})
-    for tid in (m.main_tid, m.bwd_tid):
+    for tid in (m.main_thread, m.bwd_tid):
         meta("thread_name", pid, tid, {"name": f"thread {tid} (python3)"})
         meta("thread_sort_index", pid, tid, {"sort_index": tid})
     ev.append({"name": "process_sort_index", "ph": "M", "ts": t0, "pid": "Spans", "tid": 0,

@@ -66,7 +66,7 @@ def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path)
 
 
 def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
-    from diagnose.experiments.runner import Arm, Scheduler
+    from diagnose.experiments.scheduler import Arm, Scheduler
     from diagnose.experiments.stats import compare
     from diagnose.experiments.trials import Trials
     from diagnose.model import Analysis, Capture, Change

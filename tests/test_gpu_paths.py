@@ -12,7 +12,7 @@ import torch
 from diagnose import rules as rule_engine
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
-from diagnose.capture import gpu
+from diagnose.capture import device
 from diagnose.model import Capture
 from diagnose.optimizations import REGISTRY
 from diagnose.serial import read_json
@@ -21,19 +21,19 @@ from diagnose.serial import read_json
 def test_live_gpu_readings_degrade_to_unavailable_without_a_gpu(monkeypatch):
     # no GPU as torch sees it, on either kind of machine (on a GPU machine this hides the real one)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpu.device_facts() == {}
-    assert gpu.peak_memory() == (None, None)
-    assert gpu.allocator_stats() == {}
-    nvml = gpu.Nvml()
+    assert device.device_facts() == {}
+    assert device.peak_memory() == (None, None)
+    assert device.allocator_stats() == {}
+    nvml = device.Nvml()
     assert nvml.status.startswith("unavailable") and nvml.sample() == {} and nvml.facts() == {}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_live_gpu_readings_name_the_device_on_a_gpu():
     torch.zeros(1, device="cuda")  # the script has used CUDA: torch's view of the device is read
-    facts = gpu.device_facts()
+    facts = device.device_facts()
     assert facts["gpu_name"] and facts["gpu_memory_bytes"] > 0
-    reserved, capacity = gpu.peak_memory()
+    reserved, capacity = device.peak_memory()
     assert capacity > 0 and 0 < reserved <= capacity
 
 
@@ -44,7 +44,7 @@ def test_allocator_counters_are_read_from_memory_stats(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: stats)
-    assert gpu.allocator_stats() == {"alloc_retries": 7, "ooms": 0, "peak_allocated_bytes": 30 << 30,
+    assert device.allocator_stats() == {"alloc_retries": 7, "ooms": 0, "peak_allocated_bytes": 30 << 30,
                                      "peak_reserved_bytes": 60 << 30}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from diagnose.experiments.plan import Candidate
-from diagnose.experiments.runner import Arm
+from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.trials import Trials
 from diagnose.model import Change, Measurement, ScriptError, Window
 

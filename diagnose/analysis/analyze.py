@@ -46,7 +46,7 @@ def analyze(inputs: Inputs) -> Analysis:
     stats = step_stats(steps)
     steady = within_steps(trace, host_windows)
     self_t, top = op_stats.self_times(steady.cpu_ops, compute_threads(trace))
-    frames = innermost_segments(trace.python, trace.main_tid)
+    frames = innermost_segments(trace.python, trace.main_thread)
     if inputs.stacks is not None:
         host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
     else:

@@ -27,7 +27,7 @@ def compute_threads(trace: Trace) -> set:
     """Threads whose CPU ops are training work: the main thread and autograd threads, not pin-memory threads."""
     ops = trace.cpu_ops
     working = np.flatnonzero(~ops.mask(lambda n: n in PINNED_THREAD_OPS)).tolist()
-    return {ops.tids[i] for i in working} | ({trace.main_tid} & set(ops.tids))
+    return {ops.tids[i] for i in working} | ({trace.main_thread} & set(ops.tids))
 
 
 def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:

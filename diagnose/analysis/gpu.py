@@ -171,7 +171,7 @@ def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, frames: FrameSegme
     at = trace.runtime.start[picks]
     threads = [trace.runtime.tids[i] for i in picks]
     ops = _outermost_enclosing(trace.cpu_ops, top, at, threads)
-    lines = _user_location_at(frames, at, [t == trace.main_tid for t in threads])
+    lines = _user_location_at(frames, at, [t == trace.main_thread for t in threads])
     counts = Counter(zip((trace.runtime.names[i] for i in picks), ops, lines))
     return tuple(SyncSource(call, op or "", line or "", count / n_steps)
                  for (call, op, line), count in counts.most_common(limit))

@@ -67,10 +67,10 @@ def _backward_launches(trace: Trace) -> np.ndarray:
     """Calls made by autograd's engine: on a thread of its own (CUDA backward), or inside its evaluate_function."""
     ops = trace.cpu_ops
     engine = ops.mask(lambda n: n.startswith(BACKWARD_OP))
-    engine_threads = {ops.tids[i] for i in np.flatnonzero(engine).tolist()} - {trace.main_tid}
+    engine_threads = {ops.tids[i] for i in np.flatnonzero(engine).tolist()} - {trace.main_thread}
     runtime = trace.runtime
     on_engine_thread = np.fromiter((t in engine_threads for t in runtime.tids), dtype=bool, count=len(runtime))
-    main_engine = engine & np.fromiter((t == trace.main_tid for t in ops.tids), dtype=bool, count=len(ops))
+    main_engine = engine & np.fromiter((t == trace.main_thread for t in ops.tids), dtype=bool, count=len(ops))
     return on_engine_thread | iv.contains(iv.union(ops.intervals(main_engine)), runtime.start)
 
 

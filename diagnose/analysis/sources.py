@@ -9,7 +9,7 @@ from typing import Optional
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import load_trace
-from diagnose.capture.ranks import rank_dirs
+from diagnose.capture.rank_files import rank_dirs
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, Samples, StackSamples
 from diagnose.runfolder import RunFolder

@@ -30,7 +30,7 @@ class Trace:
     memset: Spans
     runtime: Spans
     python: Spans
-    main_tid: object
+    main_thread: object
     step_definition: str
 
     @property
@@ -72,7 +72,7 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
         annotations=on_main_pid(b["ann"]),
         kernels=b["kernel"], memcpy=b["memcpy"], memset=b["memset"],
         runtime=on_main_pid(b["rt"]), python=on_main_pid(b["py"]),
-        main_tid=main, step_definition=definition,
+        main_thread=main, step_definition=definition,
     )
 
 

@@ -70,7 +70,7 @@ def _relay(stream, sink: Callable[[str], None], log) -> None:
 PROFILED_ENTRY = "diagnose.capture.child"
 
 
-def run_capture(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool], None],
+def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, bool], None],
                 on_progress: Callable[[str], None], entry: str = PROFILED_ENTRY) -> CaptureOutcome:
     """Runs the script in a child process (`python -m ENTRY RUN_DIR`, one per rank under torchrun): the profiled
     capture, or a timed run when the experiments pass their own entry."""
@@ -96,7 +96,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     """One process per rank through torchrun, each running the capture child; rank 0 reports progress through
     a named pipe (torchrun does not pass inherited descriptors on). torchrun gets its own process group, so a
     deadline can stop it and every rank together."""
-    from diagnose.capture.ranks import merge_rank_captures
+    from diagnose.capture.rank_files import merge_rank_captures
     from diagnose.capture.session import DISTRIBUTED_ENV
 
     fifo = RunFolder(run_dir).progress_fifo

@@ -8,7 +8,7 @@ from typing import Optional
 
 import psutil
 
-from diagnose.capture.gpu import Nvml
+from diagnose.capture.device import Nvml
 from diagnose.capture.sites import is_framework_file, user_location
 from diagnose.model import Samples, StackSamples
 

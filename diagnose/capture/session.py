@@ -14,7 +14,7 @@ import psutil
 import torch
 
 from diagnose.capture import probe
-from diagnose.capture.gpu import allocator_stats, device_facts, peak_memory, sync_device
+from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.host import ScriptHost, signals_held
@@ -266,7 +266,7 @@ def environment() -> Environment:
 
 
 def _nvml_status() -> str:
-    from diagnose.capture.gpu import Nvml
+    from diagnose.capture.device import Nvml
 
     return Nvml().status
 

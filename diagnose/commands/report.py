@@ -12,7 +12,7 @@ from diagnose.model import Status
 
 
 def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> int:
-    from diagnose.capture.ranks import merge_rank_captures, rank_dirs
+    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
 
     # ranks launched by the user's own launcher (`diagnose capture`) leave their captures unmerged
     capture = merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)

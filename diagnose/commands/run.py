@@ -8,7 +8,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from diagnose.capture.runner import check_script, run_capture
+from diagnose.capture.runner import check_script, run_in_child
 from diagnose.commands.output import finish_output, new_run_dir, progress_bar
 from diagnose.commands.pipeline import can_experiment, diagnose_capture, run_experiments_stage, write_outputs
 from diagnose.commands.rules import load_rules
@@ -39,7 +39,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     out_stream = Console(stderr=True) if as_json else Console()
     with progress_bar(console) as progress:
         task = progress.add_task("profiling", total=warmup + steps, note="starting")
-        outcome = run_capture(config, run_dir, _printer(progress, out_stream), _progress_handler(progress, task, warmup))
+        outcome = run_in_child(config, run_dir, _printer(progress, out_stream), _progress_handler(progress, task, warmup))
         progress.update(task, note="analysing")
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")
@@ -103,7 +103,7 @@ def _experiments(progress, selection, run_dir, capture, analysis, findings, budg
 
 def _device_line() -> str:
 
-    from diagnose.capture.gpu import device_facts
+    from diagnose.capture.device import device_facts
 
     facts = device_facts()
     if facts:

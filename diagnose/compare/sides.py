@@ -68,7 +68,7 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
 
 
 def _capture(run_dir: Path) -> Optional[Capture]:
-    from diagnose.capture.ranks import merge_rank_captures, rank_dirs
+    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
 
     return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
 

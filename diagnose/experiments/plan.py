@@ -6,7 +6,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from diagnose.experiments.runner import Arm
+from diagnose.experiments.scheduler import Arm
 from diagnose.model import Analysis, Capture, Finding
 
 MIN_RUNS = 4  # two of the baseline and two of one setting: the fewest that give an interval

@@ -10,7 +10,7 @@ from diagnose import frameworks
 from diagnose.experiments.diffs import keyword_diff
 from diagnose.experiments.plan import (Candidate, covered, expected_gains, order_candidates, plan_sentence,
                                        rest_command, run_estimate_s)
-from diagnose.experiments.runner import Arm, ExperimentsInterrupted, Scheduler, arms_for
+from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
 from diagnose.formatting import display_location

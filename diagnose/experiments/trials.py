@@ -7,7 +7,7 @@ import math
 from typing import Optional
 
 from diagnose.experiments.plan import Candidate
-from diagnose.experiments.runner import Arm, Scheduler
+from diagnose.experiments.scheduler import Arm, Scheduler
 from diagnose.experiments.stats import Comparison, Noise, compare, pooled_noise
 from diagnose.optimizations import REGISTRY
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from diagnose.capture.runner import run_capture
+from diagnose.capture.runner import run_in_child
 from diagnose.model import Change, Measurement, MeasurePlan, RunConfig
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
@@ -126,7 +126,7 @@ class Scheduler:
         self.on_progress(arm.label)
         start = time.monotonic()
         try:
-            outcome = run_capture(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
+            outcome = run_in_child(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
         except KeyboardInterrupt:  # landed outside the wait for the child
             raise ExperimentsInterrupted() from None
         if outcome.interrupted:
@@ -143,7 +143,7 @@ class Scheduler:
 
 
 def _read_measurement(folder: Path) -> Measurement:
-    from diagnose.capture.ranks import rank_measurement
+    from diagnose.capture.rank_files import rank_measurement
 
     files = RunFolder(folder)
     if files.measure.exists():
