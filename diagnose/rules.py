@@ -3,20 +3,20 @@ conditions on an Analysis's metrics and renders their evidence and fix text into
 from __future__ import annotations
 
 import functools
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Iterable, Optional
 
 import jinja2
+import tomllib
 from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
+from diagnose import frameworks
 from diagnose.analysis.metrics import METRICS
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
 from diagnose.formatting import NUMBER_FILTERS, display_location, fmt_int
-from diagnose import frameworks
 from diagnose.model import CATEGORIES, Analysis, Finding, FrameworkSite
 from diagnose.resources import bundled
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO, SCRIPTS, TRACES, diagnose_cli, line_of
 
 

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FAST, SAMPLES, SCRIPTS, TRACES, diagnose_cli, run_script
 
 A100 = TRACES / "a100_ddp_rank3_of8.json.gz"

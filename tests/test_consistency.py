@@ -75,9 +75,10 @@ def _computed(metrics: dict) -> set[str]:
 
 def _computed_from_traces() -> set[str]:
     from conftest import TRACES
+
     from diagnose.analysis.analyze import Inputs, analyze
-    from diagnose.analysis.trace import load_trace
     from diagnose.analysis.sources import analyze_traces
+    from diagnose.analysis.trace import load_trace
 
     computed = set()
     for path in sorted(TRACES.rglob("*.json.gz")):

@@ -8,12 +8,12 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, TRACES, diagnose_cli
+
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.breakdown import step_windows
-from diagnose.analysis.trace import load_trace
 from diagnose.analysis.sources import analyze_traces
+from diagnose.analysis.trace import load_trace
 from diagnose.commands.pipeline import diagnose_analysis
 
 H200 = TRACES / "h200"

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from diagnose.experiments.scheduler import Arm
-from diagnose.experiments.stats import compare, loss_drift, pooled_noise
 from diagnose.experiments.stage import _headline
+from diagnose.experiments.stats import compare, loss_drift, pooled_noise
 from diagnose.model import Experiment, Measurement, Window
 
 

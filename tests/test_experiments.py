@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import SAMPLES, run_script
 
 

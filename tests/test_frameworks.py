@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import FAST, SCRIPTS, line_of, run_script
+
 from diagnose import frameworks
 from diagnose.model import Capture
 from diagnose.serial import from_jsonable

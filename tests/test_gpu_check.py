@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"

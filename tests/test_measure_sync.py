@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.experiments import measure
 from diagnose.capture.instrument import StopCapture
+from diagnose.experiments import measure
 from diagnose.model import MeasurePlan, RunConfig
 
 

@@ -5,6 +5,7 @@ import json
 import shutil
 
 from conftest import SAMPLES, TRACES, diagnose_cli, run_script
+
 from diagnose.analysis.metric_values import sample_metrics
 from diagnose.model import Samples
 

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import diagnose_cli
+
 from diagnose import rules as rule_engine
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-
 from conftest import REPO, SAMPLES, SCRIPTS, TRACES, diagnose_cli, run_script
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import TRACES
+
 import diagnose.analysis.intervals as iv
 from diagnose import rules as rule_engine
 from diagnose.analysis.analyze import Inputs, analyze

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
+
 from diagnose.capture.session import UnprofiledTimer
 from diagnose.model import Capture
 from diagnose.serial import from_jsonable, to_jsonable

@@ -10,12 +10,25 @@ import numpy as np
 import diagnose.analysis.gpu as gpu
 import diagnose.analysis.intervals as iv
 import diagnose.analysis.ops as op_stats
-from diagnose.analysis.breakdown import (breakdown_fractions, compute_threads, exclusive_buckets, per_step, step_stats,
-                                         step_windows)
+from diagnose.analysis.breakdown import (
+    breakdown_fractions,
+    compute_threads,
+    exclusive_buckets,
+    per_step,
+    step_stats,
+    step_windows,
+)
 from diagnose.analysis.frames import innermost_segments
 from diagnose.analysis.host_lines import attribute_host_lines, lines_from_frames
-from diagnose.analysis.metric_values import (capture_metrics, device_metrics, host_split, trace_loader_metrics,
-                                             training_loader, unprofiled_metrics, unprofiled_step_s)
+from diagnose.analysis.metric_values import (
+    capture_metrics,
+    device_metrics,
+    host_split,
+    trace_loader_metrics,
+    training_loader,
+    unprofiled_metrics,
+    unprofiled_step_s,
+)
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_metrics, phase_stats

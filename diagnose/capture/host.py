@@ -16,7 +16,6 @@ from diagnose.capture.sandbox import WriteSandbox
 from diagnose.model import RunConfig, ScriptError, Status
 from diagnose.runfolder import RunFolder
 
-
 # A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
 DEADLINE_SIGNAL = getattr(signal, "SIGRTMIN", signal.SIGUSR1) + (2 if hasattr(signal, "SIGRTMIN") else 0)
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, DEADLINE_SIGNAL}

@@ -21,9 +21,9 @@ import torch.utils.data.dataloader as dl_module
 
 import diagnose
 from diagnose.capture import frameworks
+from diagnose.capture.changes import ChangeSet
 from diagnose.capture.sites import class_location, user_location
 from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
-from diagnose.capture.changes import ChangeSet
 
 PRIORITY = {"optimizer": 0, "backward": 1, "dataloader": 2, "manual": 3}
 

@@ -15,9 +15,9 @@ import torch
 
 from diagnose.capture import probe
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
+from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.sampler import StackSampler, SystemSampler
-from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.model import Capture, Environment, RunConfig, ScriptError, Status, UnprofiledWindow
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json

@@ -8,8 +8,8 @@ from typing import Optional
 
 from diagnose import rules as rule_engine
 from diagnose.analysis.sources import analyze_run
-from diagnose.model import Analysis, Capture, Diagnosis, ExperimentResults, Finding, Status
 from diagnose.commands.rules import load_rules
+from diagnose.model import Analysis, Capture, Diagnosis, ExperimentResults, Finding, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from diagnose.analysis.sources import load_capture
 from diagnose.commands.output import finish_output
 from diagnose.commands.pipeline import finish_run
-from diagnose.analysis.sources import load_capture
 from diagnose.model import Status
 
 

@@ -24,8 +24,9 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
                 max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                 as_json: bool, open_report: bool,                 launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
                 fail_if_slower: Optional[float] = None) -> int:
-    from diagnose import __version__
     import torch
+
+    from diagnose import __version__
 
     check_script(script)
     load_rules(rules_dirs)  # a broken rule file fails now, not after the run

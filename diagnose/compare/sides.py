@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from diagnose.analysis.sources import analyze_traces, find_traces, load_capture, trace_paths
 from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig
 from diagnose.rules import Rule, findings_for
-from diagnose.analysis.sources import analyze_traces, find_traces, load_capture, trace_paths
 from diagnose.runfolder import RunFolder, has_own_config
 from diagnose.serial import read_json
 

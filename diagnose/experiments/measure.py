@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 import torch
 
-from diagnose.capture.host import ScriptHost
 from diagnose.capture.device import device_in_use, peak_memory, sync_device
+from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.model import Measurement, ScriptError, Status, Window

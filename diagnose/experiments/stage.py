@@ -8,8 +8,15 @@ from typing import Callable, Optional
 
 from diagnose import frameworks
 from diagnose.experiments.diffs import keyword_diff
-from diagnose.experiments.plan import (Candidate, covered, expected_gains, order_candidates, plan_sentence,
-                                       rest_command, run_estimate_s)
+from diagnose.experiments.plan import (
+    Candidate,
+    covered,
+    expected_gains,
+    order_candidates,
+    plan_sentence,
+    rest_command,
+    run_estimate_s,
+)
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, loss_drift
 from diagnose.experiments.trials import Trials, metric_of

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from diagnose.model import Analysis, Capture
 from diagnose.capture.changes import ChangeSet
+from diagnose.model import Analysis, Capture
 
 IDENTICAL, APPROXIMATE, DYNAMICS = "identical", "approximate", "changes-dynamics"
 

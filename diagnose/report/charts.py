@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
 from html import escape
+from typing import Optional, Sequence
 
 COLORS = {"data_wait": "#e4572e", "h2d": "#f3a712", "compute": "#29335c", "communication": "#669bbc",
           "host_overhead": "#a8c686", "other": "#b5b5b5"}

@@ -11,9 +11,17 @@ import diagnose.report.charts as charts
 from diagnose import __version__
 from diagnose.formatting import fmt_ms
 from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples, Status
+from diagnose.report.wording import (
+    CATEGORY_NAMES,
+    budget_sentence,
+    headline_sentence,
+    recovery_sentence,
+    setting_text,
+    speedup_text,
+    status_sentence,
+    verdict,
+)
 from diagnose.runfolder import RunFolder
-from diagnose.report.wording import (CATEGORY_NAMES, budget_sentence, headline_sentence, recovery_sentence, setting_text, speedup_text,
-                                     status_sentence, verdict)
 
 SNIPPET_CONTEXT = 2
 SUMMARY_FIRST = {"combined": 0, "ceiling": 1}  # the table opens with the combination and the ceiling

@@ -15,10 +15,9 @@ status 2.
 import argparse
 
 import torch
+from model_def import Net
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-from model_def import Net
 
 
 def make_data(n_items, n_features=32, n_classes=4, seed=0):

@@ -3,6 +3,7 @@ The profiler, still running, records the evaluation too; per-step figures must c
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
 torch.manual_seed(0)
 loader = DataLoader(TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,))), batch_size=32)
 model = nn.Linear(16, 4)
