@@ -307,7 +307,8 @@ def main(argv=None) -> int:
                     if tool == "diagnose" and diagnose_cli and result["rc"] == 0:
                         result["stdout"] = diagnosis_summary(Path(argv_[-1]))
                     samples[tool].append(result)
-                    state = "ok" if result["rc"] == 0 else ("timed out" if result["timed_out"] else f"rc {result['rc']}")
+                    state = "ok" if result["rc"] == 0 else ("timed out" if result["timed_out"]
+                                                            else f"rc {result['rc']}")
                     print(f"  [{trace.name}] {tool} run {rep + 1}/{args.repeat}: {result['seconds']:.2f} s, "
                           f"{result['peak_rss_mib']:.0f} MiB, {state}", file=sys.stderr)
                     if result["rc"] != 0:
@@ -317,7 +318,8 @@ def main(argv=None) -> int:
                 results[tool] = {"status": "skipped", "reason": reason.splitlines()[0]}
             for r in results.values():
                 if r["status"] == "failed":
-                    r["reason"] = "every run failed: " + (r["samples"][-1]["stderr_tail"].strip().splitlines() or ["?"])[-1]
+                    r["reason"] = "every run failed: " + (r["samples"][-1]["stderr_tail"].strip().splitlines()
+                                                          or ["?"])[-1]
             entry = {"trace": str(trace), "events": count_events(trace), "tools": results, "ratios": ratios(results)}
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -85,8 +85,8 @@ COMPUTE_STREAM, COPY_STREAM, NCCL_STREAM = 7, 7, 20
 LAUNCH_LATENCY_US = 6  # from the end of a launch call to the earliest start of its kernel
 LAUNCH_QUEUE_DEPTH = 1024  # launches CUDA queues before a launch call blocks (--gpu-bound)
 GPU_BOUND_SCALE = 30.0  # kernel time multiplier of --gpu-bound
-# Events one layer adds to a step (forward 13, backward 33, optimizer 5, DDP all-reduce 6 per 16 layers: 52.4 measured) and
-# those a step has besides its layers (annotations, data loading, copies, loss, item): sizes the model for --events.
+# Events one layer adds to a step (forward 13, backward 33, optimizer 5, DDP all-reduce 6 per 16 layers: 52.4 measured)
+# and those a step has besides its layers (annotations, data loading, copies, loss, item): sizes the model for --events.
 EVENTS_PER_LAYER = 52.4
 EVENTS_PER_STEP = 62
 

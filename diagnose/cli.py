@@ -181,13 +181,16 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
 @click.option("--with-stack", is_flag=True,
               help="Record Python stacks in the trace (python_function events); slows Python-heavy steps.")
-@click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout (the script's output goes to stderr).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print diagnosis.json to stdout (the script's output goes to stderr).")
 @click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
 @click.option("--baseline", metavar="RUN_DIR", type=click.Path(path_type=Path),
               help="An earlier run folder to compare this run with (writes compare.html into the run folder).")
 @click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
-              help="With --baseline: exit with code 4 when this run is slower by more than PCT percent, beyond the noise.")
-@click.option("--nproc-per-node", metavar="N", help="Launch N processes (ranks) through torchrun (torch.distributed.run).")
+              help="With --baseline: exit with code 4 when this run is slower by more than PCT percent, "
+                   "beyond the noise.")
+@click.option("--nproc-per-node", metavar="N",
+              help="Launch N processes (ranks) through torchrun (torch.distributed.run).")
 @click.option("--nnodes", metavar="N[:M]", help="torchrun: number of nodes.")
 @click.option("--node-rank", metavar="R", help="torchrun: rank of this node.")
 @click.option("--rdzv-backend", metavar="NAME", help="torchrun: rendezvous backend.")

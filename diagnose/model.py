@@ -416,7 +416,8 @@ class CompareSide:
     step_s: float  # the step time compared: unprofiled window (runs) or profiled mean (traces)
     step_basis: str  # unprofiled | profiled
     steps: int  # steps behind step_s
-    step_cv: float  # spread of step times (std / mean of the profiled steps): the window's mean varies by cv/sqrt(steps)
+    # spread of step times (std / mean of the profiled steps): the window's mean varies by cv/sqrt(steps)
+    step_cv: float
     profiled_step_s: float
     environment: dict[str, str] = field(default_factory=dict)
     run_noise_sd: Optional[float] = None  # run-to-run spread measured by the run's repeated baseline runs

@@ -34,7 +34,8 @@ class CliRun:
         return self.diagnosis["findings"]
 
 
-def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240,
+                 env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 

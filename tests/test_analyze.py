@@ -38,7 +38,8 @@ def test_host_sync_trace_names_its_syncs_per_step_and_their_source_and_low_utili
     # 215 ms step), each followed by a cudaStreamSynchronize (one sync, as .item() makes them), and 9 more
     # cudaStreamSynchronize; the device sync after the last step is not a step's
     assert d["metrics"]["syncs_per_step"] == pytest.approx(15.0)
-    assert "synchronises host and GPU 15 time(s)" in syncs["message"] and "6 of them blocking copies" in syncs["message"]
+    assert ("synchronises host and GPU 15 time(s)" in syncs["message"]
+            and "6 of them blocking copies" in syncs["message"])
     assert "cudaStreamSynchronize in aten::to (9.0/step); cudaMemcpyAsync in aten::to (6.0/step)" in syncs["message"]
     assert d["findings"][0] == syncs and syncs["severity"] == "high"
     assert d["metrics"]["gpu_idle_sync_frac"] > 0.4 and d["metrics"]["gpu_idle_runtime_frac"] < 0.1
@@ -257,7 +258,8 @@ def test_time_in_other_libraries_belongs_to_the_users_function_not_to_torch():
 
     tid = (1, 1)
     python = Spans.of([(0, 100, "train.py(10): train", tid), (10, 40, "train.py(30): log_metrics", tid),  # ts, dur
-                       (12, 36, "wandb/sdk/wandb_run.py(1700): log", tid), (20, 20, "json/encoder.py(183): encode", tid),
+                       (12, 36, "wandb/sdk/wandb_run.py(1700): log", tid),
+                       (20, 20, "json/encoder.py(183): encode", tid),
                        (60, 30, "torch/optim/sgd.py(80): step", tid)])
     frames = innermost_segments(python, tid)
     busy = np.array([[0.0, 100.0]])

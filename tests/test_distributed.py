@@ -86,7 +86,8 @@ def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
         trials.run(workers)
     for folder in [*baseline.run_dirs, *workers.run_dirs]:
         assert sorted(p.name for p in (folder / "ranks").iterdir()) == ["rank0", "rank1"]
-        applied = [json.loads((folder / "ranks" / r / "measure.json").read_text())["applied"] for r in ("rank0", "rank1")]
+        applied = [json.loads((folder / "ranks" / r / "measure.json").read_text())["applied"]
+                   for r in ("rank0", "rank1")]
         assert applied[0] == applied[1]  # every rank ran the same configuration
     assert workers.runs[0].applied == ("DataLoader(num_workers=4)",)
     # the slow rank gets 4 workers too, so the job (lockstep under DDP) speeds up

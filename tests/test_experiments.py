@@ -58,8 +58,9 @@ def test_slow_loader_on_a_60_s_budget_verifies_more_workers_and_the_claim_holds_
     measured = _plain_script_steps_per_s(best["setting"]["num_workers"]) / plain
     assert abs(best["speedup"] / measured - 1) <= 0.2, (best["speedup"], measured)
     # the headline too: the combination adds persistent workers (skipped alone: they need workers)
-    assert combined["setting"]["changes"] == [best_label := f"dataloader.num_workers(num_workers={best['setting']['num_workers']})",
-                                              "dataloader.persistent_workers(persistent_workers=True)"], best_label
+    assert combined["setting"]["changes"] == [
+        best_label := f"dataloader.num_workers(num_workers={best['setting']['num_workers']})",
+        "dataloader.persistent_workers(persistent_workers=True)"], best_label
     both = _plain_script_steps_per_s(best["setting"]["num_workers"], "--persistent-workers") / plain
     assert abs(combined["speedup"] / both - 1) <= 0.2, (combined["speedup"], both)
     assert combined["ci"][0] > best["speedup"] * 0.7  # an interval that says something, from two or three runs
@@ -87,7 +88,8 @@ def test_a_budget_too_small_for_two_runs_is_said_before_any_run_and_claims_nothi
     assert not (run.run_dir / "experiments").exists()
     assert {e["verdict"] for e in d["experiments"]} == {"skipped"}
     assert "diagnose run --experiments dataloader.num_workers --budget-seconds" in d["budget"]["rest_command"]
-    assert "No experiment ran" in run.stderr and "verified" not in run.stderr.lower().replace("no change was verified", "")
+    assert ("No experiment ran" in run.stderr
+            and "verified" not in run.stderr.lower().replace("no change was verified", ""))
 
 
 @pytest.mark.slow

@@ -43,7 +43,8 @@ def _line(location: str | None) -> int | None:
 
 @pytest.mark.slow
 def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(tmp_path):
-    pytest.importorskip("transformers", reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    pytest.importorskip("transformers",
+                        reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
     # the Trainer's first steps are slow (lazy set-up): warm up past them
     script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "10", "--steps", "10", "--experiments", "none"))
     arguments = line_of(script, "args = TrainingArguments(")
@@ -60,7 +61,8 @@ def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(t
 
 @pytest.mark.slow
 def test_hf_trainer_mixed_precision_reaches_the_trainers_model_and_is_said_as_its_setting(tmp_path):
-    pytest.importorskip("transformers", reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    pytest.importorskip("transformers",
+                        reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
     script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "3", "--steps", "8", "--experiments", "amp",
                                                            "--budget-seconds", "60"))
     [amp] = [e for e in run.diagnosis["experiments"] if e["optimization"] == "amp"]
@@ -71,7 +73,8 @@ def test_hf_trainer_mixed_precision_reaches_the_trainers_model_and_is_said_as_it
 
 @pytest.mark.slow
 def test_hf_trainer_batch_size_is_measured_in_samples_per_second_and_shown_as_its_setting(tmp_path):
-    pytest.importorskip("transformers", reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    pytest.importorskip("transformers",
+                        reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
     script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "3", "--steps", "8", "--experiments",
                                                            "batch_size", "--budget-seconds", "90"))
     tried = [e for e in run.diagnosis["experiments"] if e["optimization"] == "batch_size"]
@@ -79,8 +82,8 @@ def test_hf_trainer_batch_size_is_measured_in_samples_per_second_and_shown_as_it
     assert decided, [(e["setting"], e["verdict"], e["reason"]) for e in tried]
     best = decided[0]
     assert best["metric"] == "samples/s" and best["speedup"] is not None
-    assert f"+args = TrainingArguments(output_dir=\"hf_out\", per_device_train_batch_size={best['setting']['batch_size']}," \
-        in best["change"], best["change"]
+    assert (f"+args = TrainingArguments(output_dir=\"hf_out\", "
+            f"per_device_train_batch_size={best['setting']['batch_size']},") in best["change"], best["change"]
 
 
 @pytest.mark.slow
@@ -126,8 +129,8 @@ def test_capture_written_before_frameworks_were_recorded_still_loads():
 
 
 def test_a_finding_under_the_hf_trainer_is_written_as_training_arguments():
-    code = frameworks.fix_code("huggingface", "train.py:12", ("dataloader.num_workers", "dataloader.persistent_workers"),
-                               {"cpu_count": 4})
+    code = frameworks.fix_code("huggingface", "train.py:12",
+                               ("dataloader.num_workers", "dataloader.persistent_workers"), {"cpu_count": 4})
     assert code.splitlines() == [
         "# at train.py:12: keep your other arguments, add or change these",
         "TrainingArguments(..., dataloader_num_workers=4, dataloader_persistent_workers=True)"]

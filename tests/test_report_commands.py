@@ -36,7 +36,8 @@ def test_report_command_on_a_missing_folder_is_a_clear_error(tmp_path):
 
 
 def test_json_flag_prints_only_the_diagnosis_on_stdout(tmp_path):
-    run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run", options=("--warmup", "1", "--steps", "3", "--json", "--experiments", "none"))
+    run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run",
+                     options=("--warmup", "1", "--steps", "3", "--json", "--experiments", "none"))
     assert run.returncode == 0, run.stderr
     diagnosis = json.loads(run.stdout)
     assert diagnosis["schema"] == 1 and diagnosis["steps_profiled"] == 3
@@ -44,7 +45,8 @@ def test_json_flag_prints_only_the_diagnosis_on_stdout(tmp_path):
 
 
 def test_unknown_experiment_id_is_rejected_before_running(tmp_path):
-    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--experiments", "turbo", str(SAMPLES / "slow_loader.py"))
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--experiments", "turbo",
+                        str(SAMPLES / "slow_loader.py"))
     assert proc.returncode == 2 and "unknown optimization id(s) turbo" in proc.stderr
 
 
@@ -79,7 +81,8 @@ def test_template_syntax_error_is_reported_before_the_run(tmp_path):
     templates = tmp_path / "templates"
     templates.mkdir()
     (templates / "report.html.j2").write_text("<h1>{{ view.title }}</h1>\n{% if view.findings %}\n<p>unclosed\n")
-    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--templates", str(templates), str(SAMPLES / "slow_loader.py"))
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--templates", str(templates),
+                        str(SAMPLES / "slow_loader.py"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "report.html.j2" in proc.stderr and "endif" in proc.stderr
     assert not (tmp_path / "run").exists()

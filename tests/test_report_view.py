@@ -43,7 +43,8 @@ HEADLINE = Headline(changes=("dataloader.num_workers(num_workers=4)",), speedup=
 
 
 def _analysis() -> Analysis:
-    buckets = {"data_wait": 0.06, "h2d": 0.0, "compute": 0.03, "communication": 0.0, "host_overhead": 0.01, "other": 0.0}
+    buckets = {"data_wait": 0.06, "h2d": 0.0, "compute": 0.03, "communication": 0.0, "host_overhead": 0.01,
+               "other": 0.0}
     return Analysis(steps=(StepBreakdown(0, 0.0, 0.1, buckets),), step_time_s={"mean": 0.1, "p50": 0.1, "p95": 0.1},
                     breakdown={k: v / 0.1 for k, v in buckets.items()}, top_ops=(), host_lines=(), metrics={},
                     locations={}, step_definition="test")
@@ -81,7 +82,8 @@ def test_experiments_section_shows_headline_recovery_table_chart_and_diffs(tmp_p
     assert "<svg" in section and "speedup over the baseline" in section
     escaped = "+loader = DataLoader(ds, batch_size=32, num_workers=4)  # &lt;workers&gt; &amp; more"
     assert section.count(escaped) == 2 and "<workers>" not in section  # num_workers and combined, escaped
-    assert "reached its first step 1.25 s after starting (start-up, workers, compilation) vs 0.50 s for the baseline" in section
+    assert ("reached its first step 1.25 s after starting (start-up, workers, compilation) "
+            "vs 0.50 s for the baseline") in section
 
 
 def test_chart_has_only_the_measured_entries(tmp_path):
@@ -124,7 +126,8 @@ def _finding(severity: str) -> Finding:
 
 def test_verdict_box_is_green_only_for_a_measured_run_that_ended_normally(tmp_path):
     def style(analysis, **kwargs):
-        return build_view(tmp_path, None, analysis, _diagnosis(experiments=(), headline=None, **kwargs), None).verdict_style
+        return build_view(tmp_path, None, analysis, _diagnosis(experiments=(), headline=None, **kwargs),
+                          None).verdict_style
 
     assert style(_analysis()) == "ok"
     assert style(_analysis(), findings=(_finding("low"),), status="timeout") == "ok"
@@ -133,13 +136,15 @@ def test_verdict_box_is_green_only_for_a_measured_run_that_ended_normally(tmp_pa
     assert style(None, status="no_steps") == "neutral"
     assert style(None, status="completed") == "neutral"  # nothing measured
     assert style(_analysis(), findings=(_finding("high"),), status="script_error") == "high"
-    html = render_html(build_view(tmp_path, None, None, _diagnosis(experiments=(), headline=None, status="no_steps"), None))
+    html = render_html(build_view(tmp_path, None, None, _diagnosis(experiments=(), headline=None, status="no_steps"),
+                                  None))
     assert 'class="verdict neutral"' in html
 
 
 def test_sub_millisecond_values_show_microseconds():
     assert fmt_ms(0.000034) == "34 us" and fmt_ms(0.00004) == "40 us"
-    assert fmt_ms(0.0123) == "12.3 ms" and fmt_ms(0.0001) == "0.1 ms" and fmt_ms(0) == "0.0 ms" and fmt_ms(None) == "n/a"
+    assert (fmt_ms(0.0123) == "12.3 ms" and fmt_ms(0.0001) == "0.1 ms" and fmt_ms(0) == "0.0 ms"
+            and fmt_ms(None) == "n/a")
     assert template_environment().filters["ms"](0.000034) == "34 us"
 
 
@@ -147,7 +152,8 @@ def test_terminal_does_not_break_findings_mid_phrase(tmp_path):
     out = io.StringIO()
     console = Console(file=out, width=80, force_terminal=False)
     diagnosis = _diagnosis(findings=(_finding("medium"),))
-    print_summary(console, diagnosis, "Bottleneck: low utilization, 3% of step time.", "Profiled 1 step.", tmp_path, None)
+    print_summary(console, diagnosis, "Bottleneck: low utilization, 3% of step time.", "Profiled 1 step.", tmp_path,
+                  None)
     text = out.getvalue()
     assert "Batch too small: per-op overhead dominates each step (low utilization)" in text
     assert "Verified: 1 change, 2.5x faster [2.2-2.8], steps/s" in text

@@ -103,7 +103,8 @@ def test_a_loader_wait_is_either_per_batch_overhead_or_a_slow_loader_never_both(
 
 
 def test_severity_follows_the_share_of_step_time():
-    assert [rule_engine.severity_for(c) for c in (0.5, 0.2, 0.1, 0.05, 0.01)] == ["high", "high", "medium", "medium", "low"]
+    assert [rule_engine.severity_for(c) for c in (0.5, 0.2, 0.1, 0.05, 0.01)] == ["high", "high", "medium", "medium",
+                                                                                   "low"]
 
 
 def _write_rule(folder: Path, body: str, name: str = "my.rule.toml") -> Path:
@@ -128,7 +129,8 @@ docs = "https://example.org"
 @pytest.mark.parametrize("body,message", [
     (GOOD_RULE.replace("step_time_mean_s > 0.05", "no_such_metric > 1"), "unknown metric(s) no_such_metric"),
     (GOOD_RULE.replace("step_time_mean_s > 0.05", "step_time_mean_s >"), "bad syntax"),
-    (GOOD_RULE.replace("step_time_mean_s > 0.05", "__import__('os').system('true')"), "only min(), max(), known() and first()"),
+    (GOOD_RULE.replace("step_time_mean_s > 0.05", "__import__('os').system('true')"),
+     "only min(), max(), known() and first()"),
     (GOOD_RULE.replace('category = "host-overhead"', 'category = "speed"'), "is not one of"),
     (GOOD_RULE.replace("{{ step_time_mean_s|ms }}", "{{ step_time_mean_s|ms "), "template syntax error"),
     (GOOD_RULE + "\noptimizations = ['turbo']", "unknown optimization id(s) turbo"),
@@ -137,7 +139,8 @@ docs = "https://example.org"
     # wrong types: an error naming the file, never an AttributeError from deep inside
     (GOOD_RULE.replace('"step_time_mean_s > 0.05"', "1"), "condition must be a string"),
     (GOOD_RULE.replace('cost = "0.3"', "cost = [0.3]"), "cost must be a string (an expression) or a number"),
-    (GOOD_RULE.replace('evidence = "Mean step {{ step_time_mean_s|ms }}."', "evidence = 3"), "evidence must be a string"),
+    (GOOD_RULE.replace('evidence = "Mean step {{ step_time_mean_s|ms }}."', "evidence = 3"),
+     "evidence must be a string"),
     (GOOD_RULE.replace('fix = "Make it faster."', "fix = ['a']"), "fix must be a string"),
     (GOOD_RULE + "\nfix_code = 42", "fix_code must be a string"),
     (GOOD_RULE.replace('title = "Steps are slow"', "title = true"), "title must be a string"),
@@ -148,8 +151,10 @@ docs = "https://example.org"
     (GOOD_RULE + "\n[tests]\nfires = true", "tests must be [[tests]] tables"),
     (GOOD_RULE + "\ntests = [1, 2]", "tests must be [[tests]] tables"),
     (GOOD_RULE + "\n[[tests]]\nfires = true", "test case 1: metrics must be a table"),
-    (GOOD_RULE + '\n[[tests]]\nmetrics = { step_time_mean_s = "slow" }\nfires = true', "test case 1: metrics must be a table of numbers"),
-    (GOOD_RULE + "\n[[tests]]\nmetrics = { step_time_mean_s = 0.1 }\nfires = 1", "test case 1: fires must be true or false"),
+    (GOOD_RULE + '\n[[tests]]\nmetrics = { step_time_mean_s = "slow" }\nfires = true',
+     "test case 1: metrics must be a table of numbers"),
+    (GOOD_RULE + "\n[[tests]]\nmetrics = { step_time_mean_s = 0.1 }\nfires = 1",
+     "test case 1: fires must be true or false"),
     (GOOD_RULE + "\n[[tests]]\nmetrics = { step_time_mean_s = 0.1 }", "test case 1: fires must be true or false"),
 ])
 def test_bad_rule_files_are_errors_that_name_the_file(tmp_path, body, message):
@@ -169,7 +174,8 @@ def test_user_rules_folder_adds_rules(tmp_path):
     _write_rule(tmp_path / "rules", GOOD_RULE)
     rules = rule_engine.load_rules([tmp_path / "rules"], optimization_ids=REGISTRY)
     assert "custom.slow-steps" in {r.id for r in rules}
-    [finding] = rule_engine.evaluate([r for r in rules if r.id == "custom.slow-steps"], _analysis({"step_time_mean_s": 0.1}))
+    [finding] = rule_engine.evaluate([r for r in rules if r.id == "custom.slow-steps"],
+                                     _analysis({"step_time_mean_s": 0.1}))
     assert finding.message == "Mean step 100.0 ms." and finding.severity == "high"
 
 

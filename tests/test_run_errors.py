@@ -95,8 +95,9 @@ def _ctrl_c_as_in_a_terminal():
 
 def test_ctrl_c_writes_a_partial_report(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2", "--steps", "500",
-                             str(SAMPLES / "slow_loader.py")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2",
+                             "--steps", "500", str(SAMPLES / "slow_loader.py")],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not _profiling_started(out):
@@ -113,8 +114,8 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
 
 def test_ctrl_c_during_the_experiments_stops_them_and_keeps_what_was_measured(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2", "--steps", "5",
-                             "--budget-seconds", "300", str(SAMPLES / "slow_loader.py")], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2",
+                             "--steps", "5", "--budget-seconds", "300", str(SAMPLES / "slow_loader.py")], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_ctrl_c_as_in_a_terminal)
     deadline = time.monotonic() + 150

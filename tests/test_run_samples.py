@@ -107,7 +107,8 @@ def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
     script = tmp_path / "train.py"
     shutil.copy(SAMPLES / "slow_loader.py", script)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    run = run_script(script, out=tmp_path.parent / f"{tmp_path.name}-run", options=("--warmup", "1", "--steps", "3", "--experiments", "none"), cwd=tmp_path)
+    run = run_script(script, out=tmp_path.parent / f"{tmp_path.name}-run",
+                     options=("--warmup", "1", "--steps", "3", "--experiments", "none"), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
@@ -117,7 +118,8 @@ def test_deterministic_cpu_heavy_preprocessing_is_diagnosed_as_cacheable(sample_
     top = d["findings"][0]
     assert top["rule"] == "data-loading.repeated-preprocessing", d["findings"]
     assert top["optimizations"] == ["dataset.cache"]
-    assert top["location"].endswith(f"cpu_preprocessing.py:{line_of(SAMPLES / 'cpu_preprocessing.py', 'DataLoader(dataset')}")
+    assert top["location"].endswith(
+        f"cpu_preprocessing.py:{line_of(SAMPLES / 'cpu_preprocessing.py', 'DataLoader(dataset')}")
     assert d["metrics"]["dataset_deterministic"] == 1.0 and d["metrics"]["dataset_item_cpu_frac"] >= 0.5
 
 

@@ -39,7 +39,8 @@ def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_
     assert d["metrics"]["step_time_unprofiled_s"] == plain
     window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
     assert window["steps"] >= 3 and window["device_synced"] is False  # a CPU run: no device queue
-    assert f"step {plain * 1e3:.1f} ms:" in run.stderr and f"timed {window['steps']} more without the profiler" in run.stderr
+    assert (f"step {plain * 1e3:.1f} ms:" in run.stderr
+            and f"timed {window['steps']} more without the profiler" in run.stderr)
     assert f"profiler overhead {factor:.1f}x (profiled step {d['step_time_s']['mean'] * 1e3:.1f} ms)" in run.stderr
     html = (run.run_dir / "report.html").read_text()
     assert f"Step {plain * 1e3:.1f} ms, timed without the profiler" in html and "Profiler overhead" in html

@@ -38,8 +38,8 @@ def test_wheel_installed_in_a_fresh_venv_renders_a_report(tmp_path):
     where = subprocess.run([str(env_python), "-c", "import diagnose; print(diagnose.__file__)"], cwd=work,
                            check=True, capture_output=True, text=True).stdout
     assert where.startswith(site), where
-    proc = subprocess.run([str(env_dir / "bin" / "diagnose"), "run", "--out", "run", "--warmup", "1", "--steps", "3", "--experiments", "none",
-                           "train.py"], cwd=work, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([str(env_dir / "bin" / "diagnose"), "run", "--out", "run", "--warmup", "1", "--steps", "3",
+                           "--experiments", "none", "train.py"], cwd=work, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     html = (work / "run" / "report.html").read_text()
     assert "Training waits for the DataLoader" in html

@@ -40,7 +40,8 @@ def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
     sources = [
         ("compute", trace.kernels.intervals(~kernel_comm)),
         ("h2d", trace.memcpy.intervals(memcpy_h2d)),
-        ("communication", np.vstack([trace.kernels.intervals(kernel_comm), trace.cpu_ops.intervals(cpu_mask & cpu_comm)])),
+        ("communication", np.vstack([trace.kernels.intervals(kernel_comm),
+                                     trace.cpu_ops.intervals(cpu_mask & cpu_comm)])),
         ("other", np.vstack([trace.memcpy.intervals(~memcpy_h2d), trace.memset.intervals()])),
         ("data_wait", trace.dataloader.intervals()),
     ]

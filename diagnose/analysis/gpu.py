@@ -125,7 +125,8 @@ def copy_metrics(trace: Trace, within: np.ndarray, host_within: np.ndarray, tota
     }
 
 
-def launch_metrics(trace: Trace, within: np.ndarray, host_within: np.ndarray, n_steps: int) -> dict[str, Optional[float]]:
+def launch_metrics(trace: Trace, within: np.ndarray, host_within: np.ndarray,
+                   n_steps: int) -> dict[str, Optional[float]]:
     """How many kernels a step launches, how long they run, and how long launching one takes on the host
     (medians: one 30 s cudaLaunchKernel that waited on lazy module loading says nothing about the others)."""
     in_steps = iv.contains(within, trace.kernels.start)
@@ -137,7 +138,8 @@ def launch_metrics(trace: Trace, within: np.ndarray, host_within: np.ndarray, n_
     return {
         "kernels_per_step": float(in_steps.sum()) / n_steps,
         "kernel_mean_us": float(durations.mean()),
-        "launch_to_kernel_ratio": float(np.median(launch_us) / max(np.median(durations), 1e-3)) if len(launch_us) else None,
+        "launch_to_kernel_ratio": (float(np.median(launch_us) / max(np.median(durations), 1e-3))
+                                   if len(launch_us) else None),
     }
 
 
@@ -147,7 +149,8 @@ def communication_metrics(trace: Trace, within: np.ndarray, total_us: float) -> 
     comm_mask = trace.kernels.mask(is_communication)
     comm_ops = trace.cpu_ops.mask(is_communication)
     comm_annotations = trace.annotations.mask(is_communication)  # gloo:all_reduce on the backend's threads
-    result: dict[str, Optional[float]] = {"comm_kernel_frac": None, "comm_overlap_frac": None, "collective_wait_frac": None}
+    result: dict[str, Optional[float]] = {"comm_kernel_frac": None, "comm_overlap_frac": None,
+                                          "collective_wait_frac": None}
     if comm_ops.any() or comm_mask.any() or comm_annotations.any():
         every = np.vstack([trace.kernels.intervals(comm_mask), trace.cpu_ops.intervals(comm_ops),
                            trace.annotations.intervals(comm_annotations)])

@@ -26,10 +26,12 @@ METRICS: dict[str, str] = {
     "gpu_util_mean_frac": "mean NVML GPU utilization during the profiled window (not the same as gpu_busy_frac)",
     "gpu_idle_frac": "share of step time with no kernel, copy or memset running on the GPU",
     "gpu_idle_data_wait_frac": "share of step time the GPU idles while the host waits for the DataLoader",
-    "gpu_idle_sync_frac": "share of step time the GPU idles while the host is in a sync (.item(), synchronize, cudaMemcpy)",
-    "gpu_idle_after_sync_frac": "share of step time in GPU idle gaps that a sync opened (from its return until the host "
-                                "launches again)",
-    "gpu_idle_runtime_frac": "share of step time the GPU idles while the host is in other CUDA/HIP runtime calls (launches, event queries)",
+    "gpu_idle_sync_frac": "share of step time the GPU idles while the host is in a sync (.item(), synchronize, "
+                          "cudaMemcpy)",
+    "gpu_idle_after_sync_frac": "share of step time in GPU idle gaps that a sync opened (from its return until the "
+                                "host launches again)",
+    "gpu_idle_runtime_frac": "share of step time the GPU idles while the host is in other CUDA/HIP runtime calls "
+                             "(launches, event queries)",
     "gpu_idle_cpu_ops_frac": "share of step time the GPU idles while the host runs torch ops on the CPU",
     "gpu_idle_python_frac": "share of step time the GPU idles while the host is outside torch (Python, logging, I/O)",
     "kernels_per_step": "GPU kernels launched per step",

@@ -11,7 +11,8 @@ from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat
 
 GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop|implicit_convolve", re.I)
-TENSOR_CORE_KERNEL = re.compile(r"h884|h1688|h16816|s1688|s16816|i8816|hmma|tensorop|16816|1688|884|bf16|f16|tf32|wmma|_tc_", re.I)
+TENSOR_CORE_KERNEL = re.compile(r"h884|h1688|h16816|s1688|s16816|i8816|hmma|tensorop|"
+                                r"16816|1688|884|bf16|f16|tf32|wmma|_tc_", re.I)
 
 
 def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:

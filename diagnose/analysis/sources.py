@@ -62,7 +62,8 @@ def find_traces(path: Path) -> list[Path]:
     """PATH is one trace file, or a folder of them (one per rank or worker, as tensorboard_trace_handler
     writes them)."""
     if not path.exists():
-        raise UserError(f"trace not found: {path}", "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
+        raise UserError(f"trace not found: {path}",
+                        "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
     if path.is_file():
         return [path]
     if RunFolder(path).tb.is_dir() and not any(path.glob("*.pt.trace.json*")):
@@ -71,7 +72,8 @@ def find_traces(path: Path) -> list[Path]:
     profiler_named = [p for p in found if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
     found = profiler_named or found  # other .json files beside the profiler's (configs, notes) are not traces
     if not found:
-        raise UserError(f"no trace files (.json, .json.gz) in {path}", "pass a trace file or the folder the profiler wrote")
+        raise UserError(f"no trace files (.json, .json.gz) in {path}",
+                        "pass a trace file or the folder the profiler wrote")
     return found
 
 

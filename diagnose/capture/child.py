@@ -1,4 +1,5 @@
-"""Entry point of the profiled child process: `python -m diagnose.capture.child RUN_DIR`; main() also serves\nthe timed runs' entry (diagnose.experiments.child)."""
+"""Entry point of the profiled child process: `python -m diagnose.capture.child RUN_DIR`; main() also serves
+the timed runs' entry (diagnose.experiments.child)."""
 from __future__ import annotations
 
 import os

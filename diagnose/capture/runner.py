@@ -42,7 +42,8 @@ def check_script(path: str) -> None:
         compile(source, str(script), "exec")
     except SyntaxError as exc:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
-        raise UserError(f"the script has a syntax error, so it cannot run:\n{detail}", "fix the line above and run again")
+        raise UserError(f"the script has a syntax error, so it cannot run:\n{detail}",
+                        "fix the line above and run again")
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}")
 
@@ -89,7 +90,8 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
         t.join(timeout=5)
     capture_file = RunFolder(run_dir).capture
     capture = read_json(capture_file, Capture) if capture_file.exists() else None
-    return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
+    return CaptureOutcome(capture, proc.returncode,
+                          interrupted or (capture is not None and capture.status == "interrupted"))
 
 
 def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str) -> CaptureOutcome:
@@ -113,7 +115,8 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
         t.join(timeout=5)
     fifo.unlink(missing_ok=True)
     capture = merge_rank_captures(run_dir)
-    return CaptureOutcome(capture, proc.returncode, interrupted or (capture is not None and capture.status == "interrupted"))
+    return CaptureOutcome(capture, proc.returncode,
+                          interrupted or (capture is not None and capture.status == "interrupted"))
 
 
 class _FifoLines:

@@ -3,7 +3,8 @@
 Writes the script makes inside the user's folders (the current folder and the script's folder) go to
 RUN/sandbox/<same relative path> instead: open() and io.open() in a writing mode, torch.save, safetensors, os.replace,
 os.rename; removals there (os.remove, os.unlink, os.rmdir, shutil.rmtree) are skipped, and re-making a folder
-whose removal was skipped succeeds. Folders the script made there are removed at the end when empty. Reads of a file the script wrote earlier in the same run come back
+whose removal was skipped succeeds. Folders the script made there are removed at the end when empty.
+Reads of a file the script wrote earlier in the same run come back
 from the sandbox, so a script that saves a checkpoint and loads it again still works. The run folder itself
 and everything outside the user's folders (e.g. /tmp, caches) are left alone. Low-level os.open and writes
 from C extensions that open files themselves (other than safetensors) are not redirected.
@@ -98,7 +99,8 @@ class WriteSandbox:
             return
         import safetensors.torch as st
 
-        self._wrap(st, "save_file", lambda save, tensors, filename, *a, **k: save(tensors, self.for_write(filename), *a, **k))
+        self._wrap(st, "save_file",
+                   lambda save, tensors, filename, *a, **k: save(tensors, self.for_write(filename), *a, **k))
         self._wrap(st, "load_file", lambda load, filename, *a, **k: load(self.for_read(filename), *a, **k))
 
     def _guarded_move(self, original, src, dst, *args, **kwargs):

@@ -32,7 +32,8 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
     write_json(RunFolder(run_dir).analysis, analysis)
     findings = diagnose_analysis(analysis, rules_dirs)
     result = write_outputs(run_dir, str(path), None, analysis, findings, ExperimentResults(), templates_dir,
-                           trace_files=tuple(str(p.resolve()) for p in traces), tensorboard_dir=_tensorboard_dir(traces))
+                           trace_files=tuple(str(p.resolve()) for p in traces),
+                           tensorboard_dir=_tensorboard_dir(traces))
     status = f"Analysed {len(analysis.steps)} step(s) from {len(traces)} trace(s): {analysis.step_definition}."
     print_summary(console, result.diagnosis, verdict(result.diagnosis, analysis), status, run_dir, result.report_path)
     if as_json:

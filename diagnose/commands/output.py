@@ -20,7 +20,8 @@ def new_run_dir(out: Optional[str], script: str) -> Path:
     if out:
         path = Path(out)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise UserError(f"--out {out} already exists and is not empty", "choose a new folder; diagnose never overwrites files")
+            raise UserError(f"--out {out} already exists and is not empty",
+                            "choose a new folder; diagnose never overwrites files")
     else:
         stamp = dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
         path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}"
@@ -37,8 +38,8 @@ def new_run_dir(out: Optional[str], script: str) -> Path:
 
 
 def progress_bar(console: Console) -> Progress:
-    return Progress(TextColumn("  {task.description:<12}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-                    TimeElapsedColumn(), console=console, transient=False)
+    return Progress(TextColumn("  {task.description:<12}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console, transient=False)
 
 
 def finish_output(console: Console, result, as_json: bool, open_report: bool) -> None:

@@ -21,8 +21,9 @@ PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_
 
 
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
-                max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool, rules_dirs: tuple[str, ...], templates_dir: Optional[str],
-                as_json: bool, open_report: bool,                 launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
+                max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool,
+                rules_dirs: tuple[str, ...], templates_dir: Optional[str], as_json: bool, open_report: bool,
+                launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
                 fail_if_slower: Optional[float] = None) -> int:
     import torch
 
@@ -33,14 +34,16 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
     baseline_side = _load_baseline(baseline, script, rules_dirs)  # a baseline that cannot be compared fails now too
     run_dir = new_run_dir(out, script)
     console = Console(stderr=True)
-    console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim", highlight=False)
-    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup, with_stack=with_stack,
-                       profile_steps=steps, max_seconds=max_seconds, experiments=experiments, rules_dirs=tuple(rules_dirs),
-                       launcher=launcher)
+    console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim",
+                  highlight=False)
+    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
+                       with_stack=with_stack, profile_steps=steps, max_seconds=max_seconds, experiments=experiments,
+                       rules_dirs=tuple(rules_dirs), launcher=launcher)
     out_stream = Console(stderr=True) if as_json else Console()
     with progress_bar(console) as progress:
         task = progress.add_task("profiling", total=warmup + steps, note="starting")
-        outcome = run_in_child(config, run_dir, _printer(progress, out_stream), _progress_handler(progress, task, warmup))
+        outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
+                               _progress_handler(progress, task, warmup))
         progress.update(task, note="analysing")
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")

@@ -1,7 +1,8 @@
 """A timed run for an experiment: the script with one set of changes, no profiler. Warms up past worker
 start-up, prefetch buffers and compilation, then times windows of steps (throughput = steps / wall time,
-not a median step: steps with workers are bursty). Records the loss passed to backward() without a sync. On a GPU the device is synchronised at the edges of
-each timed window, never inside one, so a window times the GPU's work, not the host's enqueueing."""
+not a median step: steps with workers are bursty). Records the loss passed to backward() without a sync.
+On a GPU the device is synchronised at the edges of each timed window, never inside one, so a window times
+the GPU's work, not the host's enqueueing."""
 from __future__ import annotations
 
 import random

@@ -137,8 +137,9 @@ def _mean(values: list[float]) -> float:
 
 
 def _skipped(optimization: str, reason: str) -> Experiment:
-    return Experiment(optimization=optimization, setting={}, metric=REGISTRY[optimization].metric if optimization in REGISTRY else "steps/s", speedup=None, ci=None,
-                      verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
+    return Experiment(optimization=optimization, setting={},
+                      metric=REGISTRY[optimization].metric if optimization in REGISTRY else "steps/s", speedup=None,
+                      ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
                       fidelity=REGISTRY[optimization].fidelity if optimization in REGISTRY else "")
 
 

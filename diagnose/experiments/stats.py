@@ -73,7 +73,8 @@ def compare(baseline: Sequence[float], variant: Sequence[float], noise: Noise | 
         return Comparison(math.exp(diff), (math.exp(diff), math.exp(diff)), _verdict(diff, diff))
     df = se2 ** 2 / ((vb / len(lb)) ** 2 / max(len(lb) - 1, 1) + (vv / len(lv)) ** 2 / max(len(lv) - 1, 1))
     half = t_quantile(df) * math.sqrt(se2)
-    return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)), _verdict(diff - half, diff + half))
+    return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)),
+                      _verdict(diff - half, diff + half))
 
 
 def _pooled(baseline: Sequence[float], variant: Sequence[float], noise: Noise) -> Comparison:
@@ -82,7 +83,8 @@ def _pooled(baseline: Sequence[float], variant: Sequence[float], noise: Noise) -
     se = math.sqrt(max(noise.variance, vb) / len(lb) + max(noise.variance, vv) / len(lv))
     diff = mv - mb
     half = t_quantile(noise.df) * se
-    return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)), _verdict(diff - half, diff + half))
+    return Comparison(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)),
+                      _verdict(diff - half, diff + half))
 
 
 def _verdict(lo: float, hi: float) -> str:

@@ -24,7 +24,8 @@ class Context:
 
     @property
     def cuda(self) -> bool:
-        return self.capture.memory_kind == "cuda" or bool(self.capture.model and self.capture.model.device.startswith("cuda"))
+        return self.capture.memory_kind == "cuda" or bool(self.capture.model
+                                                           and self.capture.model.device.startswith("cuda"))
 
     @property
     def cpu_count(self) -> int:

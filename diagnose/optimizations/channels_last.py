@@ -33,4 +33,5 @@ class ChannelsLast(Optimization):
         changes.applied.append("model and 4-D inputs in channels_last")
 
     def snippet(self, setting, ctx):
-        return "model = model.to(memory_format=torch.channels_last)\nx = x.contiguous(memory_format=torch.channels_last)"
+        return ("model = model.to(memory_format=torch.channels_last)\n"
+                "x = x.contiguous(memory_format=torch.channels_last)")

@@ -45,7 +45,8 @@ class DatasetCache(Optimization):
         if probe is None or probe.deterministic is None:
             return f"could not check the dataset: {probe.reason if probe else 'no probe'}"
         if not probe.deterministic:
-            return "the dataset is random (the same index gave different items, e.g. augmentation): caching would change training"
+            return ("the dataset is random (the same index gave different items, e.g. augmentation): "
+                    "caching would change training")
         size = (probe.item_bytes or 0) * loader.dataset_len
         if size > MEMORY_SHARE * ctx.capture.environment.total_memory_bytes:
             return f"too large to cache: about {size / 2**30:.1f} GiB for {loader.dataset_len} items"

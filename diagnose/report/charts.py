@@ -20,7 +20,8 @@ FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 class Canvas:
     """An SVG drawing with a plot area [left, right] x [top, bottom] in pixels."""
 
-    def __init__(self, height: int, left: int = 50, right: int = WIDTH - 15, top: int = 10, bottom: Optional[int] = None):
+    def __init__(self, height: int, left: int = 50, right: int = WIDTH - 15, top: int = 10,
+                 bottom: Optional[int] = None):
         self.height, self.left, self.right, self.top = height, left, right, top
         self.bottom = bottom if bottom is not None else height - 45
         self.parts: list[str] = []
@@ -55,7 +56,8 @@ class Canvas:
 
     def svg(self, label: str) -> str:
         return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {self.height}" width="{WIDTH}" '
-                f'height="{self.height}" style="max-width:100%;height:auto" role="img" aria-label="{escape(label)}" {FONT}>' + "".join(self.parts)
+                f'height="{self.height}" style="max-width:100%;height:auto" role="img" '
+                f'aria-label="{escape(label)}" {FONT}>' + "".join(self.parts)
                 + "</svg>")
 
 

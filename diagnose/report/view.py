@@ -237,13 +237,15 @@ def utilization_charts(samples: Optional[Samples]) -> dict[str, str]:
         return {}
     pct = lambda values: [None if v is None else 100 * v for v in values]  # noqa: E731
     result = {"cpu": charts.utilization_chart(
-        samples.t_s, {"this training (process + workers)": pct(samples.process_cpu_frac), "whole machine": pct(samples.cpu_frac)},
+        samples.t_s, {"this training (process + workers)": pct(samples.process_cpu_frac),
+                      "whole machine": pct(samples.cpu_frac)},
         samples.window_s, "CPU %")}
     if samples.gpu_util_frac and any(v is not None for v in samples.gpu_util_frac):
         total = samples.gpu_mem_total_bytes or 1
         result["gpu"] = charts.utilization_chart(
             samples.t_s, {"GPU utilization (NVML)": pct(samples.gpu_util_frac),
-                          "GPU memory used": [None if v is None else 100 * v / total for v in samples.gpu_mem_used_bytes]},
+                          "GPU memory used": [None if v is None else 100 * v / total
+                                              for v in samples.gpu_mem_used_bytes]},
             samples.window_s, "%")
     return result
 

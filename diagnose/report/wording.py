@@ -19,7 +19,8 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     if not ranked:
         compute = diagnosis.breakdown.get("compute", 0.0)
         plain = diagnosis.step_time_s.get("unprofiled")
-        step = f"step {plain * 1e3:.1f} ms" if plain else f"mean profiled step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms"
+        step = (f"step {plain * 1e3:.1f} ms" if plain
+                else f"mean profiled step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms")
         return f"No bottleneck found: {compute:.0%} of each step is compute in torch ops ({step})."
     top = ranked[0]
     where = f" ({top.location})" if top.location else ""
@@ -75,8 +76,8 @@ def headline_sentence(diagnosis: Diagnosis) -> str:
     if head is not None and head.verdict == "faster" and head.speedup:
         count = len(head.changes)
         speedup, _, interval = speedup_text(head.speedup, head.ci).partition(" ")
-        return (f"Verified: {count} change{'' if count == 1 else 's'}, {speedup} faster{' ' + interval if interval else ''}, "
-                f"{head.metric}: {', '.join(head.changes)}")
+        return (f"Verified: {count} change{'' if count == 1 else 's'}, {speedup} faster"
+                f"{' ' + interval if interval else ''}, {head.metric}: {', '.join(head.changes)}")
     budget = diagnosis.budget
     if budget is not None and budget.too_small:
         return (f"No experiment ran: the budget of {budget.budget_s:.0f} s fits fewer than the 4 timed runs a verdict "
