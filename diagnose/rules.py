@@ -12,7 +12,7 @@ import tomllib
 from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
-from diagnose import frameworks
+import diagnose.frameworks.catalog as frameworks
 from diagnose.analysis.metrics import METRICS
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST, SCRIPTS, line_of, run_script
 
-from diagnose import frameworks
+import diagnose.frameworks.catalog as frameworks
 from diagnose.model import Capture
 from diagnose.serial import from_jsonable
 

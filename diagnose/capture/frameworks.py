@@ -10,7 +10,7 @@ import sys
 from types import FrameType
 from typing import Any, Optional
 
-from diagnose import frameworks
+import diagnose.frameworks.catalog as frameworks
 from diagnose.capture.sites import is_framework_file, is_user_file, user_location
 from diagnose.model import FrameworkSite
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from diagnose import frameworks
+import diagnose.frameworks.catalog as frameworks
 from diagnose.experiments.diffs import keyword_diff
 from diagnose.experiments.plan import (
     Candidate,

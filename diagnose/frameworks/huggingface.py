@@ -2,7 +2,7 @@
 is the user's TrainingArguments(...) call and each change is one of its fields."""
 from __future__ import annotations
 
-from diagnose.frameworks import Framework
+from diagnose.frameworks.catalog import Framework
 
 
 def _batch(metrics: dict) -> dict:
