@@ -91,3 +91,14 @@ def test_no_relative_imports():
     relative = [f"{p.relative_to(PACKAGE.parent)}:{n.lineno}" for p in modules()
                 for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ImportFrom) and n.level > 0]
     assert relative == [], f"write these imports in full, as the layer check reads them: {relative}"
+
+
+def test_package_inits_are_thin():
+    """A package's __init__ defines nothing, so its submodules never import back from it (diagnose/__init__.py
+    holds the public diagnose.step() only)."""
+    heavy = []
+    for path in PACKAGE.rglob("__init__.py"):
+        defined = [n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        if defined and path.parent != PACKAGE:
+            heavy.append(f"{path.relative_to(PACKAGE.parent)}: {', '.join(defined)}")
+    assert heavy == [], f"move these into a module of their package: {heavy}"
