@@ -122,11 +122,14 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
               "(default: diagnose_runs/<timestamp>-compare-<A>-vs-<B>).")
 @click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
               help="Exit with code 4 when B is slower than A by more than PCT percent, beyond the noise (a CI gate).")
+@click.option("--run-noise", "run_noise", type=click.FloatRange(min=0, min_open=True), metavar="PCT",
+              help="Run-to-run variation of step time you measured on this machine, in percent (default: the runs' "
+                   "own repeats, at least 5%).")
 @click.option("--force", is_flag=True, help="Compare runs of different scripts.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
 @click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print compare.json to stdout.")
-def compare(a, b, out, fail_if_slower, force, rules_dirs, templates_dir, as_json):
+def compare(a, b, out, fail_if_slower, run_noise, force, rules_dirs, templates_dir, as_json):
     """Compare B against A: step time with an interval honest about two separate runs, the breakdown and phases
     side by side, the ops and kernels that moved, findings resolved and new, what differs in the setup.
 
@@ -136,7 +139,7 @@ def compare(a, b, out, fail_if_slower, force, rules_dirs, templates_dir, as_json
     from diagnose.commands.compare import compare_command
 
     sys.exit(compare_command(a, b, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             force=force, fail_if_slower=fail_if_slower))
+                             force=force, fail_if_slower=fail_if_slower, run_noise=run_noise))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -189,6 +192,8 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
               help="With --baseline: exit with code 4 when this run is slower by more than PCT percent, "
                    "beyond the noise.")
+@click.option("--run-noise", "run_noise", type=click.FloatRange(min=0, min_open=True), metavar="PCT",
+              help="With --baseline: run-to-run variation of step time you measured on this machine, in percent.")
 @click.option("--nproc-per-node", metavar="N",
               help="Launch N processes (ranks) through torchrun (torch.distributed.run).")
 @click.option("--nnodes", metavar="N[:M]", help="torchrun: number of nodes.")
@@ -202,7 +207,7 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
-        open_report, baseline, fail_if_slower, script, script_args, **torchrun):
+        open_report, baseline, fail_if_slower, run_noise, script, script_args, **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
 
@@ -215,9 +220,10 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     """
     _check_script_is_not_an_option(script)
     _check_templates(templates_dir)
-    if fail_if_slower is not None and baseline is None:
-        raise UserError("--fail-if-slower needs --baseline", "pass the earlier run folder to compare with: "
-                        "--baseline RUN_DIR")
+    for option, value in (("--fail-if-slower", fail_if_slower), ("--run-noise", run_noise)):
+        if value is not None and baseline is None:
+            raise UserError(f"{option} needs --baseline", "pass the earlier run folder to compare with: "
+                            "--baseline RUN_DIR")
     from diagnose.commands.run import run_command
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
@@ -225,7 +231,7 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
                        experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
                        launcher=_torchrun_args(torchrun), baseline=baseline,
-                       fail_if_slower=fail_if_slower)
+                       fail_if_slower=fail_if_slower, run_noise=run_noise)
     sys.exit(code)
 
 

@@ -432,7 +432,7 @@ class StepChange:
     verdict: str  # faster | slower | no-change (B against A)
     basis: str  # unprofiled | profiled (both sides measured alike)
     run_noise_sd: float  # run-to-run spread assumed per run (log scale)
-    run_noise_source: str  # measured | assumed
+    run_noise_source: str  # measured | assumed | stated (--run-noise)
     confidence: float = 0.99
 
 
@@ -464,6 +464,7 @@ class GateResult:
     allowed_slowdown_pct: float
     failed: bool
     slowdown_low_pct: float  # the interval's lower end of B's slowdown, in percent (negative: faster)
+    fails_above_pct: float = 0.0  # the smallest measured slowdown that fails, given this comparison's noise
 
 
 @dataclass(frozen=True)

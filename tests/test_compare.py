@@ -3,6 +3,7 @@ in step time is beyond the noise, and a gate for CI. Real runs of the bundled sa
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -53,7 +54,55 @@ def test_an_a100_trace_against_a_v100_trace_says_what_moved_and_the_gate_fires(t
     assert any(k["status"] == "added" for k in result["kernels"])
     assert [p["name"] for p in result["phases"]][:4] == ["data", "forward", "backward", "optimizer"]
     assert "Gate failed: B is at least" in proc.stderr
+    # the noise the gate allows for is said: the smallest measured slowdown that fails with it
+    assert 10 < result["gate"]["fails_above_pct"] < 40 and "fails once it measures more than" in proc.stderr
     print(f"compare of the 109k-event A100/V100 trace pair: {seconds:.1f} s including start-up")
+
+
+def test_op_and_kernel_times_per_step_add_up_to_the_device_time_of_the_step():
+    """Newer traces mark each step on the host and on the GPU: the steps must be counted once, and the kernels of
+    a GPU-bound step counted by launch, not by where their time falls."""
+    from diagnose.analysis.sources import analyze_traces
+    from diagnose.compare.optable import trace_profile
+
+    trace = TRACES / "h200" / "transformer_fp32.pt.trace.json.gz"
+    analysis = analyze_traces([trace])
+    profile = trace_profile(trace, len(analysis.steps))
+    kernels_s = sum(k.seconds for k in profile.kernels.values())
+    busy_s = analysis.metrics["gpu_busy_frac"] * analysis.step_time_s["mean"]  # one stream: no overlap
+    assert profile.steps == len(analysis.steps) == 5
+    assert kernels_s == pytest.approx(busy_s, rel=0.05), (kernels_s, busy_s)  # 123 ms of a 124 ms step
+    assert profile.ops[next(k for k in profile.ops if k[0] == "aten::_foreach_addcdiv_")].calls >= 1
+
+
+def _trace_file(path: Path, durations_us: list[int]) -> Path:
+    events, ts = [], 1000
+    for index, dur in enumerate(durations_us):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{index}", "pid": 1, "tid": 1,
+                       "ts": ts, "dur": dur})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+        ts += dur + 5
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+def test_steps_that_last_no_time_are_refused_and_a_single_step_is_said_to_have_no_spread(tmp_path):
+    zero = _trace_file(tmp_path / "zero.json", [0, 0])
+    proc, result = _compare(zero, zero, out=tmp_path / "cmp")
+    assert proc.returncode == 2 and "last no time at all" in proc.stderr and "Traceback" not in proc.stderr
+    one = _trace_file(tmp_path / "one.json", [5000])
+    proc, result = _compare(one, one, out=tmp_path / "cmp2")
+    assert proc.returncode == 0, proc.stderr
+    assert any("has one profiled step" in note for note in result["notes"])
+
+
+def test_run_noise_stated_by_the_user_sets_the_interval_and_the_gate(tmp_path):
+    proc, result = _compare(A100, A100, "--run-noise", "1", "--fail-if-slower", "3", out=tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    step = result["step"]
+    assert step["run_noise_source"] == "stated" and step["run_noise_sd"] == pytest.approx(0.01)
+    assert result["gate"]["fails_above_pct"] < 12  # 28% with the assumed 5% per run
+    assert "as stated by --run-noise" in proc.stderr
 
 
 @pytest.mark.parametrize("a, b, message", [
@@ -66,12 +115,26 @@ def test_inputs_that_cannot_be_compared_are_refused_clearly(tmp_path, a, b, mess
     assert result is None and not (tmp_path / "cmp").exists()
 
 
+def test_a_used_out_folder_is_refused_before_anything_is_read(tmp_path):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    proc, _ = _compare(TRACES / "missing.json", V100, out=used)  # A would be refused too, once read
+    assert proc.returncode == 2 and "already exists and is not empty" in proc.stderr and "missing" not in proc.stderr
+    assert [p.name for p in used.iterdir()] == ["notes.txt"]
+
+
 def test_a_run_without_steps_and_runs_of_other_scripts_are_refused(tmp_path, sample_run):
     empty = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "empty", options=("--max-seconds", "4"))
     assert empty.returncode == 3
     slow = sample_run("slow_loader.py").run_dir
     proc, _ = _compare(empty.run_dir, slow, out=tmp_path / "cmp")
     assert proc.returncode == 2 and "has no complete training step" in proc.stderr, proc.stderr
+    unanalysed = tmp_path / "unanalysed"
+    shutil.copytree(slow, unanalysed)
+    (unanalysed / "analysis.json").unlink()
+    proc, _ = _compare(unanalysed, slow, out=tmp_path / "cmp1")
+    assert proc.returncode == 2 and "holds no analysis.json" in proc.stderr and "diagnose report" in proc.stderr
     other = sample_run("healthy.py").run_dir
     proc, _ = _compare(slow, other, out=tmp_path / "cmp2")
     assert proc.returncode == 2 and "different scripts" in proc.stderr and "--force" in proc.stderr

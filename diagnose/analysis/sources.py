@@ -106,3 +106,11 @@ def load_capture(run_dir: Path) -> Optional[Capture]:
         raise UserError(f"run folder not found: {run_dir}", "pass a folder written by `diagnose run`")
     path = RunFolder(run_dir).capture
     return read_json(path, Capture) if path.exists() else None
+
+
+def load_run_capture(run_dir: Path) -> Optional[Capture]:
+    """A run folder's capture; ranks launched by the user's own launcher (`diagnose capture`) leave theirs
+    unmerged, and are merged here."""
+    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
+
+    return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)

@@ -16,19 +16,27 @@ from diagnose.report.wording import status_sentence, verdict
 from diagnose.serial import dumps
 
 
-def new_run_dir(out: Optional[str], script: str) -> Path:
+def check_out_dir(out: Optional[str]) -> None:
+    """--out must be new or empty: checked before any long work, so a refusal costs nothing."""
     if out:
         path = Path(out)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise UserError(f"--out {out} already exists and is not empty",
                             "choose a new folder; diagnose never overwrites files")
+
+
+def new_run_dir(out: Optional[str], name: str) -> Path:
+    """--out, or diagnose_runs/<timestamp>-<name>[-N]; made now."""
+    check_out_dir(out)
+    if out:
+        path = Path(out)
     else:
         stamp = dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
-        path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}"
+        path = Path("diagnose_runs") / f"{stamp}-{name}"
         suffix = 1
         while path.exists():
             suffix += 1
-            path = Path("diagnose_runs") / f"{stamp}-{Path(script).stem}-{suffix}"
+            path = Path("diagnose_runs") / f"{stamp}-{name}-{suffix}"
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -5,17 +5,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from diagnose.analysis.sources import load_capture
+from diagnose.analysis.sources import load_run_capture
 from diagnose.commands.output import finish_output
 from diagnose.commands.pipeline import finish_run
 from diagnose.model import Status
 
 
 def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> int:
-    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
-
-    # ranks launched by the user's own launcher (`diagnose capture`) leave their captures unmerged
-    capture = merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
+    capture = load_run_capture(run_dir)
     script = capture.script if capture else str(run_dir)
     result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
     finish_output(Console(stderr=True), result, as_json, False)

@@ -9,7 +9,7 @@ from typing import Optional
 from rich.console import Console
 
 from diagnose.capture.runner import check_script, run_in_child
-from diagnose.commands.output import finish_output, new_run_dir, progress_bar
+from diagnose.commands.output import check_out_dir, finish_output, new_run_dir, progress_bar
 from diagnose.commands.pipeline import can_experiment, diagnose_capture, run_experiments_stage, write_outputs
 from diagnose.commands.rules import load_rules
 from diagnose.errors import UserError
@@ -24,15 +24,16 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
                 max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool,
                 rules_dirs: tuple[str, ...], templates_dir: Optional[str], as_json: bool, open_report: bool,
                 launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
-                fail_if_slower: Optional[float] = None) -> int:
+                fail_if_slower: Optional[float] = None, run_noise: Optional[float] = None) -> int:
     import torch
 
     from diagnose import __version__
 
     check_script(script)
-    load_rules(rules_dirs)  # a broken rule file fails now, not after the run
-    baseline_side = _load_baseline(baseline, script, rules_dirs)  # a baseline that cannot be compared fails now too
-    run_dir = new_run_dir(out, script)
+    check_out_dir(out)
+    rules = load_rules(rules_dirs)  # a broken rule file fails now, not after the run
+    baseline_side = _load_baseline(baseline, script, rules)  # so does a baseline that cannot be compared
+    run_dir = new_run_dir(out, Path(script).stem)
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim",
                   highlight=False)
@@ -56,33 +57,34 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
         return Status.INTERRUPTED.exit_code
     code = Status.exit_code_of(result.diagnosis.status)
     if baseline_side is not None:
-        gate_code = _compare_baseline(console, baseline_side, result, rules_dirs, templates_dir, fail_if_slower)
+        gate_code = _compare_baseline(console, baseline_side, result, rules, templates_dir, (fail_if_slower, run_noise))
         return code or gate_code
     return code
 
 
-def _load_baseline(baseline: Optional[Path], script: str, rules_dirs):
+def _load_baseline(baseline: Optional[Path], script: str, rules):
     if baseline is None:
         return None
-    from diagnose.compare.sides import load_side
+    from diagnose.compare.sides import load_side, same_script
 
-    side = load_side(baseline, "--baseline", load_rules(rules_dirs))
+    side = load_side(baseline, "--baseline", rules)
     if side.side.kind != "run":
         raise UserError(f"--baseline {baseline} is not a run folder",
                         "pass a folder written by `diagnose run`; for traces use `diagnose compare`")
-    if Path(side.side.script).name != Path(script).name:
+    if not same_script(side.side.script, script):
         raise UserError(f"--baseline {baseline} ran another script ({side.side.script})",
                         "pass a run of the same script, or compare them later with `diagnose compare --force`")
     return side
 
 
-def _compare_baseline(console: Console, baseline, result, rules_dirs, templates_dir, fail_if_slower) -> int:
+def _compare_baseline(console: Console, baseline, result, rules, templates_dir, gate: tuple) -> int:
+    """gate: (--fail-if-slower, --run-noise)."""
     from diagnose.commands.compare import compare_with_baseline
 
     if result.analysis is None or not result.analysis.steps:
         console.print("No comparison with the baseline: this run profiled no complete step.", style="yellow")
         return 0
-    return compare_with_baseline(console, baseline, result.run_dir, tuple(rules_dirs), templates_dir, fail_if_slower)
+    return compare_with_baseline(console, baseline, result.run_dir, rules, templates_dir, *gate)
 
 
 def _experiments(progress, selection, run_dir, capture, analysis, findings, budget_seconds) -> ExperimentResults:

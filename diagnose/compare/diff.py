@@ -6,19 +6,20 @@ from typing import Optional
 
 from diagnose.compare.interval import gate, step_change
 from diagnose.compare.optable import Amount
-from diagnose.compare.sides import LoadedSide
+from diagnose.compare.sides import LoadedSide, same_script
 from diagnose.errors import UserError
+from diagnose.formatting import fmt_ms
 from diagnose.model import BUCKETS, PHASES, AmountChange, Comparison, FindingChange
 
 TOP_CHANGES = 12  # ops and kernels listed, most changed first
 MIN_CHANGE_FRAC = 0.002  # of the slower side's step time: smaller moves are not listed
 
 
-def compare_sides(a: LoadedSide, b: LoadedSide, *, force: bool = False,
-                  fail_if_slower_pct: Optional[float] = None) -> Comparison:
+def compare_sides(a: LoadedSide, b: LoadedSide, *, force: bool = False, fail_if_slower_pct: Optional[float] = None,
+                  run_noise_pct: Optional[float] = None) -> Comparison:
     _check_comparable(a, b, force)
     a, b, same_basis = _same_basis(a, b)
-    step = step_change(a.side, b.side)
+    step = step_change(a.side, b.side, run_noise_pct / 100 if run_noise_pct is not None else None)
     scale = max(a.side.profiled_step_s, b.side.profiled_step_s)
     return Comparison(
         schema=1, a=a.side, b=b.side, step=step, buckets=_buckets(a, b), phases=_phases(a, b),
@@ -30,8 +31,7 @@ def compare_sides(a: LoadedSide, b: LoadedSide, *, force: bool = False,
 
 
 def _check_comparable(a: LoadedSide, b: LoadedSide, force: bool) -> None:
-    names = [s.side.script.replace("\\", "/").rsplit("/", 1)[-1] for s in (a, b)]
-    if not force and all(names) and names[0] != names[1]:
+    if not force and not same_script(a.side.script, b.side.script):
         raise UserError(f"A and B ran different scripts ({a.side.script} and {b.side.script})",
                         "compare runs of one script; pass --force to compare them anyway")
 
@@ -84,8 +84,11 @@ def _match_ops(a: dict[tuple[str, str], Amount], b: dict[tuple[str, str], Amount
     lone_a = _by_name({k: v for k, v in a.items() if k not in b})
     lone_b = _by_name({k: v for k, v in b.items() if k not in a})
     none = Amount(0.0, 0.0)
+    matched_names = {name for name, _ in pairs}
     for name in {*lone_a, *lone_b}:
-        detail = "input shapes changed" if name in lone_a and name in lone_b else ""
+        both = name in lone_a and name in lone_b
+        # "" would collide with an op that records no shapes; an op kept under other shapes is not "removed"
+        detail = "input shapes changed" if both else "other input shapes" if name in matched_names else "(no match)"
         pairs[(name, detail)] = (lone_a.get(name, none), lone_b.get(name, none))
     return pairs
 
@@ -127,16 +130,20 @@ def _findings(a: LoadedSide, b: LoadedSide) -> tuple[FindingChange, ...]:
 def _environment_changes(a: LoadedSide, b: LoadedSide) -> tuple[tuple[str, str, str], ...]:
     ea, eb = a.side.environment, b.side.environment
     keys = [*ea, *(k for k in eb if k not in ea)]
-    return tuple((k, ea.get(k, "unknown"), eb.get(k, "unknown")) for k in keys
-                 if ea.get(k) != eb.get(k) and k in ea and k in eb)
+    return tuple((k, ea.get(k, "not recorded"), eb.get(k, "not recorded")) for k in keys if ea.get(k) != eb.get(k))
 
 
 def _notes(a: LoadedSide, b: LoadedSide, same_basis: bool) -> tuple[str, ...]:
     notes = []
+    side_of = {"A": a, "B": b}
     for label, side in (("A", a.side), ("B", b.side)):
-        if side.steps < 2 or side.step_cv == 0.0 and side.steps < 3:
-            notes.append(f"{label} has too few steps to measure its own spread: the interval counts only "
-                         "run-to-run variation for it")
+        if len(side_of[label].analysis.steps) < 2:
+            notes.append(f"{label} has one profiled step: its spread between steps is unknown, and the interval "
+                         "counts only run-to-run variation for it")
+        if side.step_basis == "unprofiled" and side.step_s < side.profiled_step_s / 2:
+            notes.append(f"{label}'s steps timed without the profiler ({fmt_ms(side.step_s)}) are less than "
+                         f"half its profiled ones ({fmt_ms(side.profiled_step_s)}): with loader workers, a short "
+                         "window can draw batches prefetched while the profiler ran, and overstate the speed")
     if not same_basis:
         notes.append("only one side has a step time measured without the profiler: both are compared on their "
                      "profiled steps")

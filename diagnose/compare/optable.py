@@ -9,10 +9,11 @@ from typing import Optional
 
 import orjson
 
-from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET
+from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from diagnose.analysis.trace_file import read_events
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
+HOST_MARK_KINDS = CPU_OP | {"user_annotation"}  # where ProfilerStep# sits on the host, old traces and new
 
 
 @dataclass(frozen=True)
@@ -31,24 +32,44 @@ class TraceProfile:
 
 
 def trace_profile(path: Path, steps_analysed: int) -> TraceProfile:
-    """Times inside the ProfilerStep window (per ProfilerStep), else over the whole trace per analysed step."""
+    """Per ProfilerStep when the trace has them: host ops inside the steps, device work from the first step's start
+    on (the device runs a GPU-bound step's kernels after the host has marked its end); else over the whole trace
+    per analysed step."""
     data = read_events(path)
     events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
-    window = _step_window(events)
-    steps = window[2] if window else max(steps_analysed, 1)
-    if window:
-        events = [e for e in events if window[0] <= e.get("ts", 0) < window[1]]
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for event in events:
         by_kind[str(event.get("cat", "")).lower()].append(event)
     cpu = [e for kind in CPU_OP for e in by_kind.get(kind, ()) if not _is_step_mark(e)]
     device = [e for kind in DEVICE_KINDS for e in by_kind.get(kind, ())]
+    window = _step_window([e for kind in HOST_MARK_KINDS for e in by_kind.get(kind, ())])
+    steps = max(steps_analysed, 1)
+    if window:
+        start, end, steps = window
+        cpu = [e for e in cpu if start <= e["ts"] < end]
+        runtime = [e for kind in RUNTIME for e in by_kind.get(kind, ())]
+        device = _launched_within(device, runtime, start, end)
     return TraceProfile(_per_step(_self_times(cpu), steps), _per_step(_totals(device), steps), _device_name(data),
                         _world_size(data), steps)
 
 
-def _step_window(events: list[dict]) -> Optional[tuple[float, float, int]]:
-    marks = [e for e in events if _is_step_mark(e)]
+def _launched_within(device: list[dict], runtime: list[dict], start: float, end: float) -> list[dict]:
+    """Device work the host launched inside the steps (by correlation id): a GPU-bound step's kernels run after
+    the host marked its end, and those of the step after the window must not count. Without correlation ids,
+    the device work that starts inside the steps' span."""
+    launched = {_correlation(e) for e in runtime if start <= e["ts"] < end} - {None}
+    if not launched:
+        return [e for e in device if start <= e["ts"] < end]
+    return [e for e in device if _correlation(e) in launched]
+
+
+def _correlation(event: dict) -> Optional[int]:
+    return (event.get("args") or {}).get("correlation")
+
+
+def _step_window(host_events: list[dict]) -> Optional[tuple[float, float, int]]:
+    """The host's ProfilerStep marks (newer traces mark each step on the GPU too: gpu_user_annotation)."""
+    marks = [e for e in host_events if _is_step_mark(e)]
     if not marks:
         return None
     return (min(e["ts"] for e in marks), max(e["ts"] + e["dur"] for e in marks), len(marks))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from diagnose.analysis.sources import analyze_traces, find_traces, load_capture, trace_paths
+from diagnose.analysis.sources import analyze_traces, find_traces, load_run_capture, trace_paths
 from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig
@@ -36,6 +36,7 @@ def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
     traces = find_traces(path)
     analysis = analyze_traces(traces)
     _require_steps(analysis, path, label)
+    _require_time(analysis.step_time_s["mean"], path, label)
     trace = _diagnosed_trace(analysis, traces, Path("."))
     profile = trace_profile(trace, len(analysis.steps))
     side = CompareSide(str(path), "traces", "", analysis.step_time_s["mean"] or 0.0, "profiled", len(analysis.steps),
@@ -45,11 +46,12 @@ def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
 
 
 def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
-    capture = _capture(run_dir)
+    capture = load_run_capture(run_dir)
     saved = RunFolder(run_dir).analysis
-    if not saved.exists() and capture is None:
-        raise UserError(f"{label}: {run_dir} holds no capture or analysis yet",
-                        f"if its ranks were captured with `diagnose capture`, run `diagnose report {run_dir}` first")
+    if not saved.exists() and (capture is None or capture.steps_profiled > 0):
+        raise UserError(f"{label}: {run_dir} holds no analysis.json",
+                        f"run `diagnose report {run_dir}` to analyse what it captured (ranks captured with "
+                        "`diagnose capture` need it too)")
     analysis = read_json(saved, Analysis) if saved.exists() else None
     _require_steps(analysis, run_dir, label, capture)
     traces = trace_paths(run_dir)
@@ -60,6 +62,7 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
     profiled = analysis.step_time_s["mean"] or 0.0
     step_s, basis, steps = (window.step_s, "unprofiled", window.steps) if window else (profiled, "profiled",
                                                                                          len(analysis.steps))
+    _require_time(min(step_s, profiled), run_dir, label)
     noise = _baseline_noise(run_dir)
     side = CompareSide(str(run_dir), "run", capture.script if capture else "", step_s, basis, steps,
                        _step_cv(analysis), profiled, _environment(capture, analysis, profile),
@@ -67,17 +70,23 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile, capture)
 
 
-def _capture(run_dir: Path) -> Optional[Capture]:
-    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
-
-    return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
-
-
 def _require_steps(analysis: Optional[Analysis], path: Path, label: str, capture: Optional[Capture] = None) -> None:
     if analysis is None or not analysis.steps:
         ended = f" (its capture ended: {capture.status})" if capture is not None else ""
         raise UserError(f"{label}: {path} has no complete training step to compare{ended}",
                         "compare runs or traces that profiled at least one step (its report says what happened)")
+
+
+def _require_time(step_s: Optional[float], path: Path, label: str) -> None:
+    if not step_s or step_s <= 0:
+        raise UserError(f"{label}: the steps in {path} last no time at all", "pass a trace whose steps have durations")
+
+
+def same_script(a: str, b: str) -> bool:
+    """Scripts are the same when their file names are (the folders differ between clones and machines); a side
+    without a script (traces) matches any."""
+    names = [s.replace("\\", "/").rsplit("/", 1)[-1] for s in (a, b)]
+    return not all(names) or names[0] == names[1]
 
 
 def _diagnosed_trace(analysis: Analysis, traces: list[Path], root: Path) -> Path:

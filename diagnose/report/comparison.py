@@ -43,8 +43,9 @@ def basis_sentence(c: Comparison) -> str:
     step = c.step
     what = ("step times timed without the profiler, after each run's profiled window" if step.basis == "unprofiled"
             else "profiled step times (the profiler slows steps; both sides alike)")
-    noise = (f"measured {step.run_noise_sd:.1%} by the runs' repeated baseline runs" if step.run_noise_source ==
-             "measured" else f"assumed {step.run_noise_sd:.0%}: no repeated runs measured it")
+    noise = {"measured": f"measured {step.run_noise_sd:.1%} by the runs' repeated baseline runs",
+             "stated": f"{step.run_noise_sd:.1%} as stated by --run-noise",
+             "assumed": f"assumed {step.run_noise_sd:.0%}: no repeated runs measured it"}[step.run_noise_source]
     return (f"Compared: {what}. A and B are separate processes, possibly hours apart: the interval counts each "
             f"side's spread between steps and a run-to-run variation per run ({noise}).")
 
@@ -54,9 +55,11 @@ def gate_sentence(gate: Optional[GateResult]) -> str:
         return ""
     low = gate.slowdown_low_pct
     beyond = f"at least {low:.1f}% slower" if low > 0 else "not slower beyond the noise"
+    reach = (f"With this noise, B fails once it measures more than {gate.fails_above_pct:.0f}% slower; repeated "
+             "runs (experiments) or --run-noise from your own machine narrow that.")
     if gate.failed:
-        return f"Gate failed: B is {beyond}, more than the {gate.allowed_slowdown_pct:g}% allowed."
-    return f"Gate passed: B is {beyond} (allowed: {gate.allowed_slowdown_pct:g}% slower)."
+        return f"Gate failed: B is {beyond}, more than the {gate.allowed_slowdown_pct:g}% allowed. {reach}"
+    return f"Gate passed: B is {beyond} (allowed: {gate.allowed_slowdown_pct:g}% slower). {reach}"
 
 
 def change_text(row: AmountChange) -> str:
@@ -77,7 +80,7 @@ def print_comparison(console: Console, c: Comparison, html: Optional[Path]) -> N
         rules = [f"{f.rule} ({f.title})" for f in c.findings if f.status == status]
         if rules:
             say(f"  findings {FINDING_WORDS[status]}: {'; '.join(rules)}", STATUS_STYLE[status])
-    for label, rows in (("ops", c.ops), ("kernels", c.kernels)):
+    for label, rows in (("CPU ops (host self time)", c.ops), ("GPU kernels", c.kernels)):
         if rows:
             shown = "; ".join(f"{_short(r.name)} {change_text(r)} {r.status}" for r in rows[:3])
             say(f"  {label} that moved most: {shown}")
