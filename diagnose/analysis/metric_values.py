@@ -55,7 +55,7 @@ def device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], time
         return metrics
     kernels = iv.intersect(iv.union(trace.kernels.intervals()), within)
     fp32_gemm = op_stats.fp32_gemm_time_us(trace, within) / total_us
-    rates = tensor_core_metrics(capability, capture.environment.gpu_name if capture else _trace_gpu_name(trace))
+    rates = tensor_core_metrics(capability, capture.environment.gpu_name if capture else trace_gpu_name(trace.metadata))
     speedup = rates["tensor_core_speedup"] or DEFAULT_TENSOR_SPEEDUP  # unknown GPU: the conservative default
     return {
         **metrics,
@@ -80,9 +80,10 @@ def trace_loader_metrics(trace: Trace) -> dict:
     return {"loader_multiprocess": float(multi), **({} if multi else {"loader_num_workers": 0.0})}
 
 
-def _trace_gpu_name(trace: Trace) -> Optional[str]:
-    props = trace.metadata.get("deviceProperties") or []
-    return props[0].get("name") if props and isinstance(props[0], dict) else None
+def trace_gpu_name(metadata: dict) -> Optional[str]:
+    """The first device's name in a trace's deviceProperties, None when the trace has none."""
+    props = metadata.get("deviceProperties")
+    return props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
 
 
 def _trace_capability(trace: Trace) -> Optional[str]:

@@ -10,6 +10,7 @@ from typing import Optional
 import orjson
 
 from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
+from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.trace_file import read_events
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
@@ -49,8 +50,8 @@ def trace_profile(path: Path, steps_analysed: int) -> TraceProfile:
         cpu = [e for e in cpu if start <= e["ts"] < end]
         runtime = [e for kind in RUNTIME for e in by_kind.get(kind, ())]
         device = _launched_within(device, runtime, start, end)
-    return TraceProfile(_per_step(_self_times(cpu), steps), _per_step(_totals(device), steps), _device_name(data),
-                        _world_size(data), steps)
+    return TraceProfile(_per_step(_self_times(cpu), steps), _per_step(_totals(device), steps),
+                        trace_gpu_name(data) or "", _world_size(data), steps)
 
 
 def _launched_within(device: list[dict], runtime: list[dict], start: float, end: float) -> list[dict]:
@@ -118,13 +119,6 @@ def _totals(events: list[dict]) -> dict[str, list[float]]:
 
 def _per_step(totals: dict, steps: int) -> dict:
     return {key: Amount(seconds / steps, calls / steps) for key, (seconds, calls) in totals.items()}
-
-
-def _device_name(data: dict) -> str:
-    devices = data.get("deviceProperties")
-    if isinstance(devices, list) and devices and isinstance(devices[0], dict):
-        return str(devices[0].get("name", ""))
-    return ""
 
 
 def _world_size(data: dict) -> Optional[int]:
