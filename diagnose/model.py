@@ -91,6 +91,18 @@ class Window:
     samples: Optional[int]
     wall_steps: Optional[int] = None  # everything from the window's start to its end, epoch starts included
     wall_seconds: Optional[float] = None
+    unique_samples: Optional[int] = None  # samples not fed before in their epoch (None: not fingerprinted)
+
+
+@dataclass(frozen=True)
+class FedRecord:
+    """What a timed run fed the model: one fingerprint per sample, in order (measure.py, capture/fingerprint.py)."""
+    fingerprints: tuple[int, ...] = ()
+    epoch_starts: tuple[int, ...] = ()  # indices into fingerprints where the loader's epochs began
+    hash_s: float = 0.0  # time the training thread spent fingerprinting
+    batches: int = 0
+    unhashable: int = 0  # batches with no tensor, array or column of one row per sample: not fingerprinted
+    ragged: bool = False  # rows changed shape between batches (padding to the longest sample of each batch)
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,7 @@ class Measurement:
     restart_steps_s: tuple[float, ...] = ()  # durations of the epoch start-ups after the first (rewarm_steps each)
     rewarm_steps: int = 1  # steps in each epoch start-up: the one that made the iterator, then the refill
     steps_per_epoch: Optional[int] = None  # len() of the training loader, when it has one
+    fed: FedRecord = FedRecord()
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,7 @@ class LoaderInfo:
     batches_drawn: int = 0
     wait_s: float = 0.0  # time spent in next() on this loader during the profiled window
     framework: Optional[str] = None  # built inside this framework: `location` is the line that configures it
+    dataset_kind: str = "map"  # map | iterable (an IterableDataset: a stream, no len, no index)
 
 
 @dataclass(frozen=True)
@@ -162,6 +176,9 @@ class DatasetProbe:
     item_cpu_frac: Optional[float]
     reason: str = ""
     item_bytes: Optional[int] = None  # tensor bytes in one item
+    # IterableDataset: does each DataLoader worker get its own part of the stream? None: could not tell
+    stream_sharded: Optional[bool] = None
+    stream_note: str = ""  # how that was found, or why it could not be
 
 
 @dataclass(frozen=True)
@@ -370,6 +387,11 @@ class Experiment:
     change: str = ""  # unified diff against the user's script, or a snippet
     baseline_peak_memory_bytes: Optional[int] = None  # to report memory saved (checkpointing, accumulation)
     fidelity_warning: str = ""
+    # what the variant fed against the baseline (experiments/same_data.py): same-sequence | same-samples |
+    # different | unchecked, and in words
+    data_check: str = ""
+    data_check_detail: str = ""
+    fingerprint_step_s: Optional[float] = None  # training-thread time per step spent fingerprinting the batch
 
 
 @dataclass(frozen=True)

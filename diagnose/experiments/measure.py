@@ -12,15 +12,18 @@ from typing import Any, Optional
 import torch
 
 from diagnose.capture.device import device_in_use, peak_memory, sync_device
+from diagnose.capture.fingerprint import row_shapes, sample_fingerprints
 from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
-from diagnose.model import Measurement, ScriptError, Status, Window
+from diagnose.model import FedRecord, Measurement, ScriptError, Status, Window
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.runfolder import RunFolder
 from diagnose.serial import write_json
 
 MAX_LOSSES = 20_000
+MAX_FINGERPRINTS = 50_000  # samples recorded: enough to compare runs of a few thousand steps (about 1 MB of JSON)
+MAX_EPOCH_SET = 2_000_000  # samples remembered per epoch to count the new ones (~150 MB of Python ints at most)
 
 
 def batch_samples(batch: Any) -> Optional[int]:
@@ -37,6 +40,69 @@ def batch_samples(batch: Any) -> Optional[int]:
     return None
 
 
+class FedSamples:
+    """The fingerprints of every sample the training loader fed, in order, with where each epoch began; and how
+    many of them were new in their epoch (an IterableDataset replayed by every worker feeds each sample N times).
+    Hashing runs on the training thread (a batch may be changed in place once the script has it), timed."""
+
+    def __init__(self):
+        self.fingerprints: list[int] = []
+        self.on_device: list[torch.Tensor] = []  # batches the loader put on a GPU: read back at the end, no sync
+        self.epoch_starts: list[int] = []
+        self.seen_this_epoch: set[int] = set()
+        self.unique = 0
+        self.counts_unique = True  # False once a batch could not be fingerprinted on the host
+        self.hash_s = 0.0
+        self.batches = 0
+        self.unhashable = 0  # batches with no part that has a row per sample
+        self.shapes: Optional[tuple] = None  # the last batch's row shapes
+        self.ragged = False
+
+    def add(self, batch: Any, samples: Optional[int]) -> None:
+        start = time.perf_counter()
+        try:
+            found = sample_fingerprints(batch, samples)
+            shapes = row_shapes(batch)
+            self.ragged = self.ragged or (self.shapes is not None and shapes != self.shapes)
+            self.shapes = shapes
+        except Exception:  # an exotic tensor must never break the run it measures: this batch is not fingerprinted
+            found = None
+        self.batches += 1
+        if found is None:
+            self.unhashable += 1
+            self.counts_unique = False
+        elif found.device.type != "cpu" or self.on_device:
+            self.on_device.append(found)
+            self.counts_unique = False
+        else:
+            values = found.tolist()
+            if len(self.fingerprints) < MAX_FINGERPRINTS:
+                self.fingerprints.extend(values)
+            self._count_unique(values)
+        self.hash_s += time.perf_counter() - start
+
+    def _count_unique(self, values: list[int]) -> None:
+        if len(self.seen_this_epoch) > MAX_EPOCH_SET:
+            self.counts_unique = False  # an endless stream: stop counting rather than hold every fingerprint
+            return
+        new = set(values) - self.seen_this_epoch
+        self.unique += len(new)
+        self.seen_this_epoch |= new
+
+    def new_epoch(self) -> None:
+        self.epoch_starts.append(len(self.fingerprints) + sum(len(t) for t in self.on_device))
+        self.seen_this_epoch = set()
+
+    def record(self) -> FedRecord:
+        values = list(self.fingerprints)
+        if self.on_device:
+            values += torch.cat([t.to("cpu") for t in self.on_device]).tolist()
+        values = values[:MAX_FINGERPRINTS]
+        return FedRecord(fingerprints=tuple(values),
+                         epoch_starts=tuple(s for s in self.epoch_starts if s < len(values)),
+                         hash_s=self.hash_s, batches=self.batches, unhashable=self.unhashable, ragged=self.ragged)
+
+
 class MeasureSession(ScriptHost):
     def __init__(self, config, run_dir, progress):
         self.plan = config.measure
@@ -46,6 +112,8 @@ class MeasureSession(ScriptHost):
         super().__init__(config, run_dir, progress, instr)
         self.boundaries: list[float] = []  # the end of each step (the first: the end of step 0's set-up)
         self.samples_at: list[int] = []  # samples fetched by then
+        self.unique_at: list[int] = []  # samples not fed before in the same epoch, by then
+        self.fed = FedSamples()
         self.windows: list[Window] = []
         self.samples = 0
         self.samples_known = True
@@ -74,6 +142,7 @@ class MeasureSession(ScriptHost):
             self.samples_known = False
         else:
             self.samples += n
+        self.fed.add(batch, n)
 
     def on_loss(self, loss: torch.Tensor) -> None:
         if len(self.losses) < MAX_LOSSES:
@@ -83,10 +152,15 @@ class MeasureSession(ScriptHost):
         if self.window_start is not None and sync_device():
             self._close_at_epoch_end()
         self.epoch_started = True
+        self.fed.new_epoch()
         try:
             self.steps_per_epoch = len(iterator)
-        except TypeError:
-            pass
+        except TypeError:  # a stream has no length: its epochs are as long as they were seen to be
+            if self.epoch_began_at is not None:
+                self.steps_per_epoch = len(self.boundaries) - self.epoch_began_at
+        self.epoch_began_at = len(self.boundaries)
+
+    epoch_began_at: Optional[int] = None  # boundaries seen when the last epoch's iterator was made
 
     def on_boundary(self, count: int) -> None:
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
@@ -99,6 +173,7 @@ class MeasureSession(ScriptHost):
         self.closed_here = False
         self.boundaries.append(time.monotonic())
         self.samples_at.append(self.samples)
+        self.unique_at.append(self.fed.unique)
         kind = self._classify_last_step()
         if kind == "warmup":
             return
@@ -135,9 +210,16 @@ class MeasureSession(ScriptHost):
         end = start + steps
         b, samples = self.boundaries, self.samples_at
         enough = self._record(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known
-                                     else None, end - self.wall_start, b[end] - b[self.wall_start]), end)
+                                     else None, end - self.wall_start, b[end] - b[self.wall_start],
+                                     self._unique_between(start, end)), end)
         if enough and not self.finishing:
             self.stop("completed")
+
+    def _unique_between(self, start: int, end: Optional[int]) -> Optional[int]:
+        """Samples first fed in this epoch between two boundaries (end None: until now); None when unknown."""
+        if not self.fed.counts_unique:
+            return None
+        return (self.fed.unique if end is None else self.unique_at[end]) - self.unique_at[start]
 
     def _too_short(self, steps: int) -> bool:
         return steps < max(self.plan.burst_steps, self.plan.min_window_steps // 2, 2)
@@ -168,7 +250,7 @@ class MeasureSession(ScriptHost):
         now = time.monotonic()
         samples = self.samples - self.samples_at[start] if self.samples_known else None
         window = Window(steps, now - self.boundaries[start], samples, len(self.boundaries) - self.wall_start,
-                        now - self.boundaries[self.wall_start])
+                        now - self.boundaries[self.wall_start], self._unique_between(start, None))
         # the wall time restarts at the next boundary: the epoch's start-up is timed on its own
         self.stop_due = self._record(window, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True
@@ -227,6 +309,7 @@ class MeasureSession(ScriptHost):
             restart_steps_s=tuple(self.restart_steps),
             steps_per_epoch=self.steps_per_epoch,
             rewarm_steps=self.span_steps,
+            fed=self.fed.record(),
         )
         write_json(RunFolder(self.run_dir).measure, measurement)
         return 0 if Status.is_ok(status) else 1
