@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.capture.runner import run_in_child
-from diagnose.model import Change, Measurement, MeasurePlan, RunConfig
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Window
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json
 
 TIMED_ENTRY = "diagnose.experiments.child"  # the timed run's child process: no profiler, windows of steps
+# a stream's throughput: samples fed for the first time in their epoch, per second (duplicates do not count)
+UNIQUE_SAMPLES = "unique samples/s"
 
 
 
@@ -27,6 +29,7 @@ class Arm:
     changes: tuple[Change, ...]
     extra_warmup: int = 0
     burst_steps: Optional[int] = None  # loader workers when this arm sets them (None: the script's own)
+    unique_data: bool = False  # an IterableDataset feeds training: count samples new in their epoch, not steps
     runs: list[Measurement] = field(default_factory=list)
     run_dirs: list[Path] = field(default_factory=list)
 
@@ -46,12 +49,12 @@ class Arm:
         extra = self.epoch_start_extra_s()
         values = []
         for m in self.ok_runs():
-            amounts = [w.samples if metric == "samples/s" else w.steps for w in m.windows]
+            amounts = [_amount(w, metric) for w in m.windows]
             if any(a is None for a in amounts):
                 continue
             seconds = sum(w.seconds + (w.steps / m.steps_per_epoch * extra if extra and m.steps_per_epoch else 0.0)
                           for w in m.windows)
-            if seconds > 0:
+            if seconds > 0 and sum(amounts) > 0:  # none unique (a stream repeating one item): no rate to compare
                 values.append(sum(amounts) / seconds)
         return values
 
@@ -64,6 +67,12 @@ class Arm:
         steady_step_s = sum(w.seconds for m in self.ok_runs() for w in m.windows) / steps
         span = max((m.rewarm_steps for m in self.runs), default=1)
         return max(0.0, starts[len(starts) // 2] - span * steady_step_s)
+
+
+def _amount(window: Window, metric: str) -> Optional[int]:
+    if metric == UNIQUE_SAMPLES:
+        return window.unique_samples
+    return window.samples if metric == "samples/s" else window.steps
 
 
 class ExperimentsInterrupted(Exception):
@@ -165,6 +174,8 @@ def _crash_error(log: str):
 
 def arms_for(optimization_id: str, ctx: Context) -> list[Arm]:
     optimization = REGISTRY[optimization_id]
+    stream = ctx.loader is not None and ctx.loader.dataset_kind == "iterable"
     return [Arm(optimization_id, setting, (Change(optimization_id, setting),),
-                optimization.extra_warmup_steps(setting, ctx), optimization.burst_steps(setting, ctx))
+                optimization.extra_warmup_steps(setting, ctx), optimization.burst_steps(setting, ctx),
+                unique_data=stream)
             for setting in optimization.settings(ctx)]

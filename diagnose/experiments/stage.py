@@ -17,6 +17,7 @@ from diagnose.experiments.plan import (
     rest_command,
     run_estimate_s,
 )
+from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENCE, DataCheck, check_variant
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
@@ -26,6 +27,7 @@ from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
 
 IDENTICAL_TOLERANCE = 1e-3
+FLAGGED = "flagged"  # measured, but on other data than the baseline's: no verified speedup, never the headline
 BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"
 INTERRUPTED_REASON = "not run: the experiments were interrupted (Ctrl-C)"
 TOO_SMALL_REASON = "not run: the budget (--budget-seconds) fits fewer than two runs of the baseline and of a setting"
@@ -123,7 +125,7 @@ def _results(candidates: list[Candidate], trials: Trials, ctx: Context,
 def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate], results: list[Experiment],
             scheduler: Scheduler) -> BudgetReport:
     # a setting that failed has its verdict too: more budget would not help it
-    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change", "failed")}
+    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change", "failed", FLAGGED)}
     untried = [c for c in candidates if c.optimization not in decided]
     run_s = scheduler.estimate_s(Arm("baseline", {}, ()))  # one run, as measured by now
     return BudgetReport(budget_s, run_s, tuple(c.optimization for c in chosen),
@@ -172,11 +174,52 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                           reason=_too_few_windows(arm, metric))
     comparison = compare(base_values, values, noise)
     drift = _drift(baseline, arm)
-    return Experiment(**common, speedup=comparison.speedup, ci=comparison.ci, verdict=comparison.verdict,
-                      loss_drift=drift, peak_memory_bytes=peak, reason=_reason(comparison.verdict, arm),
+    data = _data_check(baseline, arm, ctx)
+    common["fidelity"] = _checked_fidelity(fidelity, data)
+    verdict, reason = comparison.verdict, _reason(comparison.verdict, arm)
+    # the same samples in another order give another loss per step: the data check stands in for the loss's
+    warning = _fidelity_warning(fidelity, drift if data.verdict != SAME_SAMPLES else None)
+    if data.verdict == DIFFERENT:
+        verdict, warning = FLAGGED, f"fed other data than the baseline: {data.detail}"
+        reason = (f"measured {comparison.speedup:.2f}x {metric}, but not a speedup: the variant trained on other "
+                  "data than the baseline (see fidelity)")
+    return Experiment(**common, speedup=comparison.speedup, ci=comparison.ci, verdict=verdict,
+                      loss_drift=drift, peak_memory_bytes=peak, reason=reason,
                       first_step_s=ok[0].startup_s,  # to the first step: start-up, worker start, compilation
                       baseline_first_step_s=baseline.ok_runs()[0].startup_s if baseline.ok_runs() else None,
-                      change=_change(arm, ctx), fidelity_warning=_fidelity_warning(fidelity, drift))
+                      change=_change(arm, ctx), fidelity_warning=warning, data_check=data.verdict,
+                      data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm))
+
+
+def _data_check(baseline: Arm, arm: Arm, ctx: Context) -> DataCheck:
+    if arm.optimization == "ceiling":
+        return DataCheck("", "")  # replays the first batch by design: the time without data loading
+    loader = ctx.loader
+    epoch_samples = loader.dataset_len if loader is not None and loader.dataset_kind == "map" else None
+    return check_variant([m.fed for m in baseline.ok_runs()], [m.fed for m in arm.ok_runs()], _random_items(ctx),
+                         epoch_samples)
+
+
+def _random_items(ctx: Context) -> Optional[str]:
+    probe = ctx.capture.dataset_probe
+    if probe is not None and probe.deterministic is False:
+        return "the dataset returns random items (the same item fetched twice differed: augmentation?)"
+    return None
+
+
+def _checked_fidelity(declared: str, data: DataCheck) -> str:
+    """`identical` only when the variant fed what the baseline fed; other data is `different-data` whatever the
+    optimization promised."""
+    if data.verdict == DIFFERENT:
+        return "different-data"
+    if declared == IDENTICAL and data.verdict not in (SAME_SEQUENCE, SAME_SAMPLES):
+        return "unverified"
+    return declared
+
+
+def _fingerprint_step_s(arm: Arm) -> Optional[float]:
+    runs = [m.fed for m in arm.ok_runs() if m.fed.batches]
+    return sum(f.hash_s / f.batches for f in runs) / len(runs) if runs else None
 
 
 def _drift(baseline: Arm, arm: Arm) -> Optional[float]:
@@ -321,7 +364,7 @@ def _combined_arm(winners: list[Arm], riders: list[str], ctx: Context) -> Option
     changes = tuple(c for arm in winners for c in arm.changes) + tuple(Change(r, s) for r, s in joining)
     labels = [a.label for a in winners] + [_label(r, s) for r, s in joining]
     return Arm("combined", {"changes": labels}, changes, max(a.extra_warmup for a in winners),
-               _combined_burst(winners))
+               _combined_burst(winners), unique_data=any(a.unique_data for a in winners))
 
 
 def _label(optimization: str, setting: dict) -> str:

@@ -7,7 +7,7 @@ import math
 from typing import Optional
 
 from diagnose.experiments.plan import Candidate
-from diagnose.experiments.scheduler import Arm, Scheduler
+from diagnose.experiments.scheduler import UNIQUE_SAMPLES, Arm, Scheduler
 from diagnose.experiments.stats import Comparison, Noise, compare, pooled_noise
 from diagnose.optimizations import REGISTRY
 
@@ -17,7 +17,11 @@ VARIANTS_PER_BASELINE = 2
 
 
 def metric_of(arm: Arm) -> str:
-    """samples/s for settings that change the batch (and a combination holding one), else steps/s."""
+    """unique samples/s when an IterableDataset feeds training (what a stream delivers is new samples, and a
+    worker replaying it delivers none); samples/s for settings that change the batch (and a combination holding
+    one); else steps/s."""
+    if arm.unique_data:
+        return UNIQUE_SAMPLES
     ids = [c.id for c in arm.changes] if arm.optimization == "combined" else [arm.optimization]
     return "samples/s" if any(REGISTRY[i].metric == "samples/s" for i in ids if i in REGISTRY) else "steps/s"
 
