@@ -116,6 +116,8 @@ def capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: i
         "loader_pin_memory": _flag(loader.pin_memory if loader else None),
         "loader_persistent_workers": _flag(loader.persistent_workers if loader else None),
         "dataset_deterministic": _flag(probe.deterministic if probe else None),
+        "dataset_iterable": _flag(loader.dataset_kind == "iterable" if loader else None),
+        "dataset_stream_sharded": _flag(probe.stream_sharded if probe else None),
         "dataset_item_s": probe.item_s if probe else None,
         "dataset_item_cpu_frac": probe.item_cpu_frac if probe else None,
         **sample_metrics(samples),

@@ -88,6 +88,9 @@ METRICS: dict[str, str] = {
     "loader_pin_memory": "1 when that DataLoader pins memory",
     "loader_persistent_workers": "1 when that DataLoader keeps its workers between epochs",
     "dataset_deterministic": "1 when fetching the same index twice gave equal items, 0 when not",
+    "dataset_iterable": "1 when the training loader reads an IterableDataset (a stream), 0 for a map-style dataset",
+    "dataset_stream_sharded": "IterableDataset: 1 when DataLoader workers get different parts of the stream, 0 when "
+                              "each worker replays the whole stream (every sample fed once per worker)",
     "dataset_item_s": "seconds to fetch one item from the dataset (measured after profiling)",
     "dataset_item_cpu_frac": "share of the item fetch time spent on CPU (1 = CPU-bound, 0 = waiting on I/O or sleep)",
     # host work

@@ -91,6 +91,7 @@ def _loader_info(loader, location: Optional[str], framework: Optional[str]) -> L
         dataset_type=type(loader.dataset).__name__,
         dataset_len=dataset_len,
         framework=framework,
+        dataset_kind="iterable" if isinstance(loader.dataset, torch.utils.data.IterableDataset) else "map",
     )
 
 

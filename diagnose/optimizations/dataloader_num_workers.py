@@ -1,8 +1,27 @@
 """More DataLoader worker processes: a sweep, past the core count when items wait on I/O rather than CPU."""
 from __future__ import annotations
 
+from typing import Optional
+
 from diagnose.optimizations.base import Context, Optimization
 from diagnose.optimizations.registry import register
+
+
+def unsharded_stream_reason(ctx: Context) -> Optional[str]:
+    """Why workers must not be added to this loader: an IterableDataset they would each replay (or one whose split
+    could not be checked). None for map-style datasets and sharded streams."""
+    loader, probe = ctx.loader, ctx.capture.dataset_probe
+    if loader is None or loader.dataset_kind != "iterable":
+        return None
+    if probe is not None and probe.stream_sharded:
+        return None
+    if probe is not None and probe.stream_sharded is False:
+        return (f"not run: the IterableDataset ({loader.dataset_type}) does not split its stream across workers, so "
+                "each worker would replay it and feed every sample once per worker (steps/s would rise on duplicated "
+                "data); shard it with get_worker_info() first (see the finding's fix)")
+    note = probe.stream_note if probe is not None else "the stream was not probed"
+    return (f"not run: whether the IterableDataset ({loader.dataset_type}) splits its stream across workers is "
+            f"unknown ({note}); workers that replay it would feed duplicated samples")
 
 
 @register
@@ -14,7 +33,7 @@ class NumWorkers(Optimization):
     def skip_reason(self, ctx: Context):
         if ctx.loader is None:
             return "the script builds no DataLoader"
-        return None
+        return unsharded_stream_reason(ctx)
 
     def settings(self, ctx: Context):
         current = ctx.loader.num_workers
