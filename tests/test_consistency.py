@@ -113,6 +113,7 @@ def test_every_metric_is_computed_from_real_inputs(sample_run):
     from diagnose.analysis.metrics import METRICS
 
     computed = _computed_from_traces() | _computed_in_run_mode(sample_run("slow_loader.py"))
+    computed |= _computed(sample_run("streaming_loader.py").diagnosis["metrics"])  # an IterableDataset's
     named = {name for rule in RULES for name in rule.condition.names | rule.cost.names}
     assert named <= METRICS.keys()  # the rules' loader checks this too
     assert named - computed <= NOT_COMPUTED_HERE.keys()

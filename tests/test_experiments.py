@@ -48,6 +48,8 @@ def test_slow_loader_on_a_60_s_budget_verifies_more_workers_and_the_claim_holds_
     best = max(workers, key=lambda e: e["speedup"])
     assert best["speedup"] >= 3 and best["ci"][0] > 1
     assert best["metric"] == "steps/s" and best["loss_drift"] == 0.0  # same seeds, same data order
+    # a shuffled map-style loader under workers feeds the baseline's samples in the baseline's order: identical
+    assert best["data_check"] == "same-sequence" and best["fidelity"] == "identical", best
     assert "+" in best["change"] and "num_workers=" in best["change"]  # a unified diff of the script
     assert best["change"].startswith("--- a/sample_runs/slow_loader.py\n+++ b/sample_runs/slow_loader.py")  # git apply
     [combined] = _by(d["experiments"], "combined")

@@ -47,7 +47,9 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
                       f"{folder.sandbox}, yours are untouched", soft_wrap=True, markup=False, style="dim")
 
 
-VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim"}
+VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim",
+                 "flagged": "bold red"}
+DATA_WORDS = {"same-sequence": "same data", "same-samples": "same samples, reordered", "unchecked": "data unchecked"}
 
 
 def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
@@ -63,5 +65,8 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
         setting = ", ".join(f"{k}={v}" for k, v in e.setting.items() if k != "changes")
         label = f"{e.optimization}({setting})" if setting else e.optimization
         speedup = escape(speedup_text(e.speedup, e.ci))
-        console.print(f"  [{VERDICT_STYLE.get(e.verdict, '')}]{e.verdict:<9}[/] {speedup:<20} {escape(label)}",
+        data = f"  ({DATA_WORDS[e.data_check]})" if e.data_check in DATA_WORDS else ""
+        console.print(f"  [{VERDICT_STYLE.get(e.verdict, '')}]{e.verdict:<9}[/] {speedup:<20} {escape(label)}{data}",
                       highlight=False, soft_wrap=True)
+        if e.verdict == "flagged":
+            console.print(f"            {escape(e.fidelity_warning)}", style="red", highlight=False, soft_wrap=True)

@@ -14,6 +14,7 @@ from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Fi
 from diagnose.report.wording import (
     CATEGORY_NAMES,
     budget_sentence,
+    fed_data_sentence,
     headline_sentence,
     recovery_sentence,
     setting_text,
@@ -110,6 +111,7 @@ class ReportView:
     headline_verified: bool = False
     recovery: str = ""
     budget: str = ""  # what the experiment budget covered and bought
+    fed_data: str = ""  # how the runs' data were compared, and the fingerprints' cost
     step_time: Optional[StepTimeView] = None
 
 
@@ -156,6 +158,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict == "faster",
         recovery=recovery_sentence(diagnosis.headline),
         budget=budget_sentence(diagnosis.budget),
+        fed_data=fed_data_sentence(diagnosis.experiments),
         step_time=step_time_view(diagnosis),
     )
 

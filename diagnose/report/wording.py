@@ -96,14 +96,28 @@ def _unverified_sentence(diagnosis: Diagnosis) -> str:
     """No verified combination; settings that were faster on their own still deserve a mention."""
     alone = [e for e in diagnosis.experiments if e.verdict == "faster" and e.speedup
              and e.optimization not in ("combined", "ceiling")]
+    flagged = _flagged_sentence(diagnosis)
+    if not any(e.verdict != "skipped" for e in diagnosis.experiments):
+        reasons = "; ".join(f"{e.optimization}: {e.reason.removeprefix('not run: ')}"
+                            for e in diagnosis.experiments[:2])
+        return f"No experiment ran. {reasons}."
     if not alone:
-        return "No change was verified faster on this machine."
+        return ("No change was verified faster on this machine." + flagged).strip()
     best = max(alone, key=lambda e: e.speedup)
     speedup, _, interval = speedup_text(best.speedup, best.ci).partition(" ")
     detail = ", ".join(f"{k}={v}" for k, v in best.setting.items())
     label = f"{best.optimization}({detail})" if detail else best.optimization
     return (f"No combination of changes was verified faster; on its own, {label} was {speedup} faster"
-            f"{' ' + interval if interval else ''}, {best.metric}.")
+            f"{' ' + interval if interval else ''}, {best.metric}.{flagged}")
+
+
+def _flagged_sentence(diagnosis: Diagnosis) -> str:
+    """Settings measured on other data than the baseline's: said, never counted as a speedup."""
+    flagged = [e for e in diagnosis.experiments if e.verdict == "flagged"]
+    if not flagged:
+        return ""
+    names = ", ".join(dict.fromkeys(e.optimization for e in flagged))
+    return f" Flagged, not a speedup: {names} fed other data than the baseline ({flagged[0].data_check_detail})."
 
 
 def budget_sentence(budget) -> str:
@@ -135,3 +149,13 @@ def setting_text(setting: dict) -> str:
     if "changes" in setting:
         return ", ".join(str(c) for c in setting["changes"])
     return ", ".join(f"{k}={v}" for k, v in setting.items())
+
+
+def fed_data_sentence(experiments) -> str:
+    """How what the runs fed was checked, and what fingerprinting cost the training thread per step."""
+    costs = sorted(e.fingerprint_step_s for e in experiments if e.fingerprint_step_s is not None)
+    if not costs:
+        return ""
+    return ("Each timed run recorded a fingerprint of every sample it fed (hashed on the training thread, "
+            f"{costs[len(costs) // 2] * 1e6:.0f} us per step); a setting that fed other samples than the baseline "
+            "is flagged, not counted as a speedup.")
