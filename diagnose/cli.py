@@ -27,6 +27,28 @@ def _experiments(value: str) -> str:
     return value
 
 
+SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+              "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def _memory_size(value: Optional[str]) -> Optional[int]:
+    """'24GB', '1.5GiB', '800M', '1000000' -> bytes."""
+    if value is None:
+        return None
+    import re
+
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", value)
+    unit = match.group(2).lower() if match else ""
+    try:
+        size = float(match.group(1)) * SIZE_UNITS[unit] if match else 0
+    except (KeyError, ValueError):
+        size = 0
+    if size < 2**20:
+        raise UserError(f"--memory-limit {value}: not a memory size of at least 1 MiB",
+                        "give a number with a unit, e.g. --memory-limit 24GB or --memory-limit 1.5GiB")
+    return int(size)
+
+
 def _check_script_is_not_an_option(script: str) -> None:
     """SCRIPT swallows unknown options (ignore_unknown_options): `run --step 5 train.py` would otherwise say
     "script not found: --step"."""
@@ -194,6 +216,9 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
                    "beyond the noise.")
 @click.option("--run-noise", "run_noise", type=click.FloatRange(min=0, min_open=True), metavar="PCT",
               help="With --baseline: run-to-run variation of step time you measured on this machine, in percent.")
+@click.option("--memory-limit", "memory_limit", metavar="SIZE",
+              help="Run as if the device had SIZE of memory (e.g. 24GB): CUDA's per-process fraction, on the host an "
+                   "address-space limit; the experiments run under it too.")
 @click.option("--nproc-per-node", metavar="N",
               help="Launch N processes (ranks) through torchrun (torch.distributed.run).")
 @click.option("--nnodes", metavar="N[:M]", help="torchrun: number of nodes.")
@@ -207,7 +232,7 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
-        open_report, baseline, fail_if_slower, run_noise, script, script_args, **torchrun):
+        open_report, baseline, fail_if_slower, run_noise, memory_limit, script, script_args, **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
 
@@ -216,10 +241,12 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
     `diagnose rules` or the README.
 
     Exit codes: 0 done, 1 the script raised, 2 bad input, 3 no training step found, 4 slower than the baseline
-    by more than --fail-if-slower allows, 130 Ctrl-C, 143 stopped by SIGTERM.
+    by more than --fail-if-slower allows, 5 the script ran out of memory (diagnosed), 130 Ctrl-C, 143 stopped by
+    SIGTERM.
     """
     _check_script_is_not_an_option(script)
     _check_templates(templates_dir)
+    limit_bytes = _memory_size(memory_limit)
     for option, value in (("--fail-if-slower", fail_if_slower), ("--run-noise", run_noise)):
         if value is not None and baseline is None:
             raise UserError(f"{option} needs --baseline", "pass the earlier run folder to compare with: "
@@ -231,7 +258,7 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
                        experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
                        launcher=_torchrun_args(torchrun), baseline=baseline,
-                       fail_if_slower=fail_if_slower, run_noise=run_noise)
+                       fail_if_slower=fail_if_slower, run_noise=run_noise, memory_limit_bytes=limit_bytes)
     sys.exit(code)
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 from diagnose.capture.instrument import Instrumentation, StopCapture
+from diagnose.capture.memory import MemoryLimit, apply_memory_limit, is_out_of_memory, out_of_memory
 from diagnose.capture.sandbox import WriteSandbox
-from diagnose.model import RunConfig, ScriptError, Status
+from diagnose.model import OutOfMemory, RunConfig, ScriptError, Status
 from diagnose.runfolder import RunFolder
 
 # A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
@@ -40,6 +41,8 @@ class ScriptHost:
         self.t0 = time.monotonic()
         self.stop_reason: Optional[str] = None
         self.script_running = False  # stop signals raise only while the script runs, never in our own handling
+        self.memory = MemoryLimit(None, "cpu")
+        self.oom: Optional[OutOfMemory] = None  # set when the script ran out of memory
 
     def boundary(self, count: int) -> None:
         """Called by the hooks at each step boundary (main thread only)."""
@@ -82,6 +85,7 @@ class ScriptHost:
         self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], RunFolder(self.run_dir).sandbox, self.own_dirs())
         self.sandbox.install()
         self.start_samplers()
+        self.memory = apply_memory_limit(self.config.memory_limit_bytes)  # last: our own set-up is outside it
         self._arm_deadline()
         status, error = self._run_script(self.config.script)
         self.timer.cancel()
@@ -137,6 +141,12 @@ class ScriptHost:
             return "script_error", self._script_error(exc)
         except BaseException as exc:  # the user's own error: report it as theirs
             self.script_running = False
+            if is_out_of_memory(exc):  # the most common way training fails: a diagnosis, not a crash
+                phase, started = self.instr.current_phase(), self.instr.clock.boundaries
+                # the first step has no boundary yet while it runs (the training loader is known after its backward)
+                step = started - 1 if started else (0 if phase != "other" else None)
+                self.oom = out_of_memory(exc, step, phase, self.memory)
+                return "out_of_memory", self._script_error(exc)
             return "script_error", self._script_error(exc)
 
     def _script_error(self, exc: BaseException) -> ScriptError:

@@ -45,6 +45,7 @@ class Observed:
     wait_s: list[float] = field(default_factory=list)  # time in next() per loader while timing
     train_loader: Optional[int] = None
     optimizers: list[OptimizerInfo] = field(default_factory=list)
+    optimizers_alive: list = field(default_factory=list)  # the optimizer objects, for their state's size
     root_module: Optional[torch.nn.Module] = None  # kept alive: runpy drops the script's globals
     counters: dict[str, int] = field(default_factory=dict)
     autocast_dtypes: set[str] = field(default_factory=set)  # of the enabled autocast regions entered
@@ -210,12 +211,14 @@ class Instrumentation:
                 instr._on_loader_next(index)
             train = instr._is_train(index)
             start = time.perf_counter()
+            instr._in_next = True  # left set when next() raises: the failure was in data loading
             if train and instr.changes.replay_first_batch:  # the ceiling: no data loading after the first batch
                 if index not in instr._replayed:
                     instr._replayed[index] = original(iterator)
                 batch = instr._replayed[index]
             else:
                 batch = original(iterator)
+            instr._in_next = False
             if instr.timing:
                 instr.seen.wait_s[index] += time.perf_counter() - start
             if train and instr.on_batch is not None:
@@ -263,6 +266,7 @@ class Instrumentation:
             if not first:
                 return
             opt._diagnose_seen = True
+            seen.optimizers_alive.append(opt)
             for hook in changes.optimizer_hooks:
                 hook(opt)
             lr = defaults.get("lr")
@@ -291,7 +295,10 @@ class Instrumentation:
                     instr.on_loss(tensors)  # the script's own loss, before any scaling an optimization adds
                 for transform in instr.changes.loss_transforms:
                     tensors = transform(tensors)
+            instr._module_depth = 0  # forward is over (a forward that raised and was caught left it above 0)
+            instr._in_backward = True  # left set when backward raises (out of memory, say): the phase it failed in
             result = original(tensors, *args, **kwargs)
+            instr._in_backward = False
             instr._trained_since_next = True
             if instr._in_optimizer_step:  # a closure's backward (LBFGS: several per step): the step ends the step
                 instr._closure_steps = True
@@ -300,6 +307,22 @@ class Instrumentation:
             return result
 
         return backward
+
+    _in_backward = False
+    _in_next = False
+
+    def current_phase(self) -> str:
+        """The phase the script is in now, or was in when an error left it: a failed forward leaves its modules'
+        depth above 0, a failed optimizer step its flag set (their post-hooks do not run)."""
+        if self._in_backward:
+            return "backward"
+        if self._module_depth > 0:
+            return "forward"
+        if self._in_optimizer_step:
+            return "optimizer"
+        if self._in_next:
+            return "data"
+        return "other"
 
     # optimizer.step(closure) runs forward and backward inside the step, maybe several times (LBFGS): then the
     # optimizer step is the training step, and backward() inside it is no boundary

@@ -12,7 +12,7 @@ from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 RANK_DIR = re.compile(r"^rank(\d+)$")
-FAILED = ("script_error", "crashed")
+FAILED = ("script_error", "out_of_memory", "crashed")
 
 
 def rank_dirs(run_dir: Path) -> dict[int, Path]:

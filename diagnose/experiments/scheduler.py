@@ -97,7 +97,9 @@ class Scheduler:
         config = RunFolder(run_dir).config
         # every rank gets the same change; windows then close on step counts alone, so all ranks stop at the
         # same step (a rank stopping earlier would leave the others waiting in a collective)
-        self.launcher = read_json(config, RunConfig).launcher if config.exists() else ()
+        saved = read_json(config, RunConfig) if config.exists() else None
+        self.launcher = saved.launcher if saved else ()
+        self.memory_limit_bytes = saved.memory_limit_bytes if saved else None  # variants fit under the same limit
 
     def remaining_s(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -131,7 +133,8 @@ class Scheduler:
                            min_windows=3 if in_step else 2)
         limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
-                           profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher)
+                           profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher,
+                           memory_limit_bytes=self.memory_limit_bytes)
         self.on_progress(arm.label)
         start = time.monotonic()
         try:

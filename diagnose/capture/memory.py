@@ -1,0 +1,210 @@
+"""Memory in the child: a limit to run under (--memory-limit), and an out-of-memory error read as a diagnosis
+(which step and phase, the size asked for, how much was in use, against which limit)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import psutil
+import torch
+
+from diagnose.model import MemorySizes, OutOfMemory
+
+# what allocators say when they run out: torch's CPU allocator, CUDA's caching allocator, the OS
+OOM_TEXT = ("can't allocate memory", "out of memory", "cannot allocate memory", "not enough memory")
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+@dataclass
+class MemoryLimit:
+    """The limit the script runs under: CUDA's per-process fraction, or on the host the address space the
+    process may grow by from where it stood when the script started (an approximation: virtual, not resident)."""
+    limit_bytes: Optional[int]
+    device: str  # cuda | cpu
+    start_vms_bytes: int = 0
+
+    def peak_in_use_bytes(self) -> Optional[int]:
+        """The highest of what counts against the limit since the script started: the allocator's reserved
+        bytes on CUDA; on the host the address space's growth (VmPeak) under a limit, else the resident peak."""
+        if self.device == "cuda":
+            return int(torch.cuda.max_memory_reserved()) if torch.cuda.is_initialized() else None
+        if not self.limit_bytes:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        try:
+            with open("/proc/self/status") as status:
+                peak = re.search(r"VmPeak:\s+(\d+) kB", status.read())
+        except OSError:
+            return None
+        return int(peak.group(1)) * 1024 - self.start_vms_bytes if peak else None
+
+    def in_use_bytes(self) -> Optional[int]:
+        """What counts against the limit now: allocated by torch on CUDA; on the host the address space grown
+        since the start under a limit, else the resident memory."""
+        if self.device == "cuda":
+            return int(torch.cuda.memory_allocated())
+        info = psutil.Process().memory_info()
+        return int(info.vms - self.start_vms_bytes) if self.limit_bytes else int(info.rss)
+
+
+def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
+    if torch.cuda.is_available():
+        if limit_bytes:
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
+        return MemoryLimit(limit_bytes, "cuda")
+    start = int(psutil.Process().memory_info().vms)
+    if limit_bytes:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = start + limit_bytes if hard == resource.RLIM_INFINITY else min(start + limit_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    return MemoryLimit(limit_bytes, "cpu", start)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    return isinstance(exc, RuntimeError) and any(text in str(exc).lower() for text in OOM_TEXT)
+
+
+def requested_bytes(message: str) -> Optional[int]:
+    """The size the failed allocation asked for, from the allocator's message."""
+    cpu = re.search(r"tried to allocate (\d+) bytes", message)
+    if cpu:
+        return int(cpu.group(1))
+    cuda = re.search(r"Tried to allocate ([\d.]+) ([KMGT]?i?B)", message)
+    if cuda and cuda.group(2) in _UNITS:
+        return int(float(cuda.group(1)) * _UNITS[cuda.group(2)])
+    return None
+
+
+def out_of_memory(exc: BaseException, step: Optional[int], phase: str, limit: MemoryLimit) -> OutOfMemory:
+    device = "cuda" if "CUDA" in str(exc) or type(exc).__name__ == "OutOfMemoryError" else "cpu"
+    limited = limit.limit_bytes if limit.device == device else None
+    try:
+        if device == "cuda":
+            capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        else:
+            capacity = psutil.virtual_memory().total
+        in_use = limit.in_use_bytes() if limit.device == device else int(psutil.Process().memory_info().rss)
+    except Exception:  # the process is short of memory: a figure we cannot read is left out
+        capacity, in_use = None, None
+    source = "--memory-limit" if limited else ("the GPU's memory" if device == "cuda" else "the machine's memory")
+    return OutOfMemory(step=step, phase=phase, requested_bytes=requested_bytes(str(exc)), in_use_bytes=in_use,
+                       limit_bytes=limited or capacity, limit_source=source, device=device)
+
+
+class StepMemory:
+    """Sizes measured over the first training step (from the script's start to the second step boundary; or to
+    the error when it ran out of memory): the tensors every step holds (parameters, their gradients, the
+    optimizer's state, buffers), the bytes autograd saved for backward (through saved-tensor hooks: unique
+    storages, parameters left out), every live tensor between steps, and on CUDA the allocator's peak so far."""
+
+    def __init__(self, module_of):
+        self.module_of = module_of  # the model is found at its first forward, after this starts
+        self.saved: dict[int, int] = {}
+        self.param_ptrs: Optional[set[int]] = None
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self.hooks.__enter__()
+        self.open = True
+
+    def _pack(self, tensor):
+        try:  # must never fail: it runs inside the user's forward
+            if self.param_ptrs is None:
+                self.param_ptrs = {_ptr(p) for p in _parameters(self.module_of(), ())}
+            storage = tensor.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in self.param_ptrs and ptr not in self.saved:
+                self.saved[ptr] = storage.nbytes()
+        except Exception:
+            pass
+        return tensor
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self.hooks.__exit__(None, None, None)
+
+    def finish(self, optimizers: list) -> MemorySizes:
+        self.close()
+        module = self.module_of()
+        device = _device_of(module)
+        params = _parameters(module, optimizers)
+        on_cuda = device == "cuda" and torch.cuda.is_initialized()
+        return MemorySizes(
+            device=device,
+            parameters_bytes=_unique_bytes(params),
+            gradients_bytes=_unique_bytes(p.grad for p in params if p.grad is not None),
+            optimizer_state_bytes=_unique_bytes(t for opt in optimizers for state in opt.state.values()
+                                                for t in _tensors(state)),
+            activations_bytes=sum(self.saved.values()),
+            buffers_bytes=_unique_bytes(module.buffers()) if module is not None else 0,
+            live_between_steps_bytes=_live_tensor_bytes(device),
+            allocator_peak_bytes=int(torch.cuda.max_memory_allocated()) if on_cuda else None)
+
+
+def _unpack(tensor):
+    return tensor
+
+
+def _device_of(module: Optional[torch.nn.Module]) -> str:
+    first = next(module.parameters(), None) if module is not None else None
+    return "cuda" if first is not None and first.device.type == "cuda" else "cpu"
+
+
+def _ptr(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:
+        return -1
+
+
+def _parameters(module: Optional[torch.nn.Module], optimizers: list) -> list:
+    params = list(module.parameters()) if module is not None else []
+    params += [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+    return params
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def _unique_bytes(tensors) -> int:
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        try:
+            storage = tensor.untyped_storage()
+            seen.setdefault(storage.data_ptr(), storage.nbytes())
+        except Exception:
+            continue
+    return sum(size for ptr, size in seen.items() if ptr)
+
+
+def _live_tensor_bytes(device: str) -> Optional[int]:
+    """Bytes of every tensor on the device now: the allocator's count on CUDA; on the host the unique storages of
+    the tensors Python can reach (once, between two warm-up steps: it walks every object)."""
+    if device == "cuda":
+        return int(torch.cuda.memory_allocated())
+    import gc
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # isinstance() on some modules' lazy attributes warns of deprecations
+            warnings.simplefilter("ignore")
+            return _unique_bytes(o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.device.type == "cpu")
+    except Exception:
+        return None
