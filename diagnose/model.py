@@ -24,6 +24,7 @@ class Status(str, Enum):
     SCRIPT_FINISHED = "script_finished", 0, True  # the script ended by itself after the profiled window
     TIMEOUT = "timeout", 0, True  # --max-seconds, after the profiled window
     SCRIPT_ERROR = "script_error", 1, False
+    OUT_OF_MEMORY = "out_of_memory", 5, False  # the script's own out-of-memory error: diagnosed, not a crash
     NO_STEPS = "no_steps", 3, False
     INTERRUPTED = "interrupted", 130, False
     STOPPED = "stopped", 143, False  # SIGTERM
@@ -82,6 +83,7 @@ class RunConfig:
     with_stack: bool = False  # torch.profiler's Python tracer (python_function events); slows Python code
     budget_seconds: float = 240.0
     launcher: tuple[str, ...] = ()  # torchrun options (--nproc-per-node 2 ...): one process per rank
+    memory_limit_bytes: Optional[int] = None  # --memory-limit: run as if the device had this much memory
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,32 @@ class ScriptError:
 
 
 @dataclass(frozen=True)
+class OutOfMemory:
+    """Where and how the script ran out of memory (capture.json and diagnosis.json `out_of_memory`)."""
+    step: Optional[int]  # the step that failed (0-based), None before the first
+    phase: str  # one of PHASES: data | forward | backward | optimizer | other (between steps)
+    requested_bytes: Optional[int]  # the allocation that failed, as the allocator said
+    in_use_bytes: Optional[int]  # allocated by torch (CUDA) or grown address space / resident memory (host)
+    limit_bytes: Optional[int]  # --memory-limit, else the device's or the machine's memory
+    limit_source: str
+    device: str  # cuda | cpu
+
+
+@dataclass(frozen=True)
+class MemorySizes:
+    """Measured over the first training step (capture.json `memory_sizes`): what the breakdown at the peak is made
+    of (capture/memory.py StepMemory)."""
+    device: str  # cuda | cpu: where the model's parameters are
+    parameters_bytes: int
+    gradients_bytes: int  # .grad of the parameters at the step's end
+    optimizer_state_bytes: int  # tensors in the optimizers' state (Adam: two per parameter)
+    activations_bytes: int  # saved for backward in that step: unique storages, parameters left out
+    buffers_bytes: int  # the model's buffers (batch-norm statistics...)
+    live_between_steps_bytes: Optional[int]  # every tensor on the device at the second step boundary
+    allocator_peak_bytes: Optional[int] = None  # CUDA: the caching allocator's peak in that step
+
+
+@dataclass(frozen=True)
 class UnprofiledWindow:
     """Steps timed after the profiled window with the profiler off: the step time the user's script runs at.
     The device is synchronised at the window's two edges only (never per step), so queued GPU work counts."""
@@ -250,6 +278,11 @@ class Capture:
     unprofiled_window: Optional[UnprofiledWindow] = None  # None: not measured (script ended first, old capture)
     autocast_dtypes: tuple[str, ...] = ()  # dtypes of the enabled autocast regions the script entered
     framework: Optional[FrameworkSite] = None  # the training framework the script runs under, if any
+    out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: where and how
+    memory_limit_bytes: Optional[int] = None  # the --memory-limit it ran under
+    memory_sizes: Optional[MemorySizes] = None  # measured over the first training step
+    # the highest of what counts against --memory-limit (CUDA: reserved; host: address space grown, else resident)
+    memory_limit_peak_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -336,6 +369,34 @@ class RankSummary:
 
 
 @dataclass(frozen=True)
+class MemoryPart:
+    name: str  # parameters | gradients | optimizer state | activations | buffers | other
+    bytes: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """What the memory at the peak of a step is made of, and when in the step it peaks (diagnosis.json `memory`).
+    The parts add up to `peak_bytes`; what nothing accounts for is the part named `other`, never left out."""
+    device: str  # cuda | cpu
+    peak_bytes: Optional[int]  # torch's allocated bytes at the peak; None when it could not be measured
+    peak_basis: str  # how the peak was measured, in words
+    peak_phase: Optional[str] = None  # one of PHASES: where in the step the peak falls
+    parts: tuple[MemoryPart, ...] = ()
+    limit_bytes: Optional[int] = None  # --memory-limit, else the device's (or the machine's) memory
+    limit_source: str = ""
+    reserved_bytes: Optional[int] = None  # CUDA: held by the caching allocator at the peak (allocated or not)
+    outside_torch_bytes: Optional[int] = None  # CUDA: NVML's used memory beyond what torch reserved (context, NCCL)
+    # one step's allocated total over time (seconds from its start), with each point's phase; at most a few
+    # hundred points (each the highest of its stretch)
+    timeline_s: tuple[float, ...] = ()
+    timeline_bytes: tuple[int, ...] = ()
+    timeline_phase: tuple[str, ...] = ()
+    estimate: bool = False  # an out-of-memory run: sizes as far as it got, the peak estimated from them
+
+
+@dataclass(frozen=True)
 class Analysis:
     steps: tuple[StepBreakdown, ...]
     step_time_s: dict[str, Optional[float]]  # mean, p50, p95 (profiled); unprofiled (None when not measured)
@@ -350,6 +411,7 @@ class Analysis:
     ranks: tuple[RankSummary, ...] = ()  # every rank's figures when several traces were analysed together
     phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase of the step
     framework: Optional[FrameworkSite] = None  # findings speak in its settings' words
+    memory: Optional[MemoryBreakdown] = None  # the peak of a step, what it is made of, where it falls
 
 
 @dataclass(frozen=True)
@@ -523,3 +585,5 @@ class Diagnosis:
     experiments_interrupted: bool = False  # Ctrl-C during the experiments: those listed are what was measured
     phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase (data, forward, ...)
     budget: Optional[BudgetReport] = None  # what the experiment budget covered and bought
+    out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: the step, phase and sizes
+    memory: Optional[MemoryBreakdown] = None  # the peak, its parts and its phase

@@ -20,6 +20,7 @@ from diagnose.analysis.breakdown import (
 )
 from diagnose.analysis.frames import innermost_segments
 from diagnose.analysis.host_lines import attribute_host_lines, lines_from_frames
+from diagnose.analysis.memory import memory_breakdown, memory_metrics
 from diagnose.analysis.metric_values import (
     capture_metrics,
     device_metrics,
@@ -68,6 +69,8 @@ def analyze(inputs: Inputs) -> Analysis:
     phases = phase_stats(steady, timeline)
     metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline)
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
+    memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
+    metrics.update(memory_metrics(memory, inputs.capture))
     return Analysis(
         steps=tuple(steps),
         step_time_s={**stats, "unprofiled": unprofiled_step_s(inputs.capture)},
@@ -82,6 +85,7 @@ def analyze(inputs: Inputs) -> Analysis:
         syncs=syncs,
         phases=phases,
         framework=inputs.capture.framework if inputs.capture is not None else None,
+        memory=memory,
     )
 
 

@@ -79,6 +79,17 @@ METRICS: dict[str, str] = {
     "peak_allocated_bytes": "peak memory held by tensors (torch.cuda.max_memory_allocated), GPU runs",
     "allocator_retries": "times the CUDA caching allocator freed its cache and retried an allocation (run mode)",
     "allocator_ooms": "out-of-memory errors the CUDA allocator raised (run mode)",
+    "out_of_memory": "1 when the script ran out of memory (status out_of_memory), 0 when it did not (run mode)",
+    "memory_peak_bytes": "torch's allocated bytes at the peak of a step (CUDA: the allocator's; host: live tensors "
+                         "between steps plus the highest rise within a step)",
+    "memory_peak_limit_frac": "that peak as a share of the limit (--memory-limit, else the device's memory)",
+    "memory_activations_frac": "share of the peak held by activations saved for backward",
+    "memory_optimizer_state_frac": "share of the peak held by the optimizer's state (Adam: two tensors a parameter)",
+    "memory_gradients_frac": "share of the peak held by gradients",
+    "memory_parameters_frac": "share of the peak held by the model's parameters",
+    "memory_unattributed_frac": "share of the peak no measured part accounts for (temporaries, data, workspaces)",
+    "memory_outside_torch_frac": "GPU memory used outside torch (CUDA context, NCCL, cuBLAS workspaces), as a share "
+                                 "of the device's memory",
     "fragmentation_frac": "1 - peak allocated / peak reserved: memory the allocator holds but tensors do not use",
     # data loading
     "loader_count": "number of DataLoaders the script built",

@@ -47,11 +47,19 @@ def phase_stats(trace: Trace, timeline: StepTimeline) -> tuple[PhaseStat, ...]:
 def launch_phases(trace: Trace, host: np.ndarray) -> np.ndarray:
     """Index into PHASES of each runtime call's phase."""
     runtime = trace.runtime
-    at = runtime.start
-    phase = np.full(len(runtime), PHASES.index("forward"))
-    backward = _backward_launches(trace)
+    return point_phases(trace, runtime.start, runtime.tids, host, _copies_in(trace))
+
+
+def point_phases(trace: Trace, at: np.ndarray, tids, host: np.ndarray, data_extra=None) -> np.ndarray:
+    """Index into PHASES of host events at times `at` on threads `tids` (launches, allocations): inside the
+    DataLoader's next() (data), made by autograd's engine (backward), inside an optimizer step, before the step's
+    first backward event (forward), or after it (other)."""
+    phase = np.full(len(at), PHASES.index("forward"))
+    backward = _by_engine(trace, at, tids)
     _after_backward_is_other(phase, at, backward, host)
-    data = iv.contains(iv.union(trace.dataloader.intervals()), at) | _copies_in(trace)
+    data = iv.contains(iv.union(trace.dataloader.intervals()), at)
+    if data_extra is not None:
+        data = data | data_extra
     phase[data] = PHASES.index("data")
     phase[backward] = PHASES.index("backward")
     phase[iv.contains(optimizer_intervals(trace), at)] = PHASES.index("optimizer")
@@ -63,15 +71,14 @@ def optimizer_intervals(trace: Trace) -> np.ndarray:
     return iv.union(trace.annotations.intervals(marks))
 
 
-def _backward_launches(trace: Trace) -> np.ndarray:
-    """Calls made by autograd's engine: on a thread of its own (CUDA backward), or inside its evaluate_function."""
+def _by_engine(trace: Trace, at: np.ndarray, tids) -> np.ndarray:
+    """Events made by autograd's engine: on a thread of its own (CUDA backward), or inside its evaluate_function."""
     ops = trace.cpu_ops
     engine = ops.mask(lambda n: n.startswith(BACKWARD_OP))
     engine_threads = {ops.tids[i] for i in np.flatnonzero(engine).tolist()} - {trace.main_thread}
-    runtime = trace.runtime
-    on_engine_thread = np.fromiter((t in engine_threads for t in runtime.tids), dtype=bool, count=len(runtime))
+    on_engine_thread = np.fromiter((t in engine_threads for t in tids), dtype=bool, count=len(at))
     main_engine = engine & np.fromiter((t == trace.main_thread for t in ops.tids), dtype=bool, count=len(ops))
-    return on_engine_thread | iv.contains(iv.union(ops.intervals(main_engine)), runtime.start)
+    return on_engine_thread | iv.contains(iv.union(ops.intervals(main_engine)), at)
 
 
 def _after_backward_is_other(phase: np.ndarray, at: np.ndarray, backward: np.ndarray, host: np.ndarray) -> None:

@@ -5,13 +5,14 @@ into kinds classify's; here the main thread is found and the spans are assembled
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from diagnose.analysis.fastparse import fast_rows
+from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace_file import parsed_rows, read_bytes
 from diagnose.errors import UserError
@@ -32,6 +33,7 @@ class Trace:
     python: Spans
     main_thread: object
     step_definition: str
+    memory: MemoryEvents = field(default_factory=MemoryEvents)  # profile_memory's allocations and frees
 
     @property
     def has_gpu(self) -> bool:
@@ -43,7 +45,9 @@ def load_trace(path: Path) -> Trace:
     the full JSON parser."""
     raw = read_bytes(path)
     metadata, buckets = fast_rows(raw) or parsed_rows(path, raw)
-    return _assemble(str(path), metadata, buckets)
+    trace = _assemble(str(path), metadata, buckets)
+    trace.memory = read_memory_events(raw)
+    return trace
 
 
 def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:

@@ -17,8 +17,9 @@ from diagnose.capture import probe
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
+from diagnose.capture.memory import StepMemory
 from diagnose.capture.sampler import StackSampler, SystemSampler
-from diagnose.model import Capture, Environment, RunConfig, ScriptError, Status, UnprofiledWindow
+from diagnose.model import Capture, Environment, MemorySizes, RunConfig, ScriptError, Status, UnprofiledWindow
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
@@ -41,6 +42,8 @@ class Session(ScriptHost):
         self.plain_timer: Optional[UnprofiledTimer] = None  # set once the profiled window has closed
         self.unprofiled: Optional[UnprofiledWindow] = None
         self.system = SystemSampler(self.t0)
+        self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
+        self.memory_sizes: Optional[MemorySizes] = None
         self.stacks = StackSampler(threading.main_thread().ident)
 
     def own_dirs(self) -> list[Path]:
@@ -52,6 +55,7 @@ class Session(ScriptHost):
         self.boundaries_s.append(now - self.t0)
         step = count - 1  # index of the step that starts now
         warmup, steps = self.config.warmup_steps, self.config.profile_steps
+        self._measure_memory(step)
         if self.plain_timer is not None:
             self._time_unprofiled()
             return
@@ -66,6 +70,19 @@ class Session(ScriptHost):
                 return
         if self.profiler is not None:
             self._mark_step(step)
+
+    def _measure_memory(self, step: int) -> None:
+        """The first training step's sizes, measured from the script's start (the first step boundary may come
+        only after its backward, once the training loader is known) to the second boundary."""
+        if step == 1 and self.step_memory is not None and self.memory_sizes is None:
+            self.memory_sizes = self._finish_memory()
+
+    def _finish_memory(self) -> Optional[MemorySizes]:
+        try:
+            return self.step_memory.finish(self.instr.seen.optimizers_alive)
+        except Exception:  # a size we cannot read must not cost the run
+            self.step_memory.close()
+            return None
 
     def _start_unprofiled(self) -> None:
         """Keep the script running, profiler off, to time the steps as the user runs them. Ranks close the window on
@@ -140,12 +157,15 @@ class Session(ScriptHost):
     def start_samplers(self) -> None:
         self.system.start()
         self.stacks.start()
+        self.step_memory = StepMemory(lambda: self.instr.seen.root_module)
 
     # -- finishing ----------------------------------------------------------------------------------
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
         last_complete = self.profiler is None
         if self.profiler is not None:
             self._stop_profiler()
+        if self.step_memory is not None and self.memory_sizes is None:  # the first step did not end (out of memory?)
+            self.memory_sizes = self._finish_memory()
         if self.plain_timer is not None and status in ENDS_AFTER_PROFILING:
             status = "completed"  # the profiled window was complete; only the unprofiled timing was cut short
         self.progress("probing dataset")
@@ -197,6 +217,10 @@ class Session(ScriptHost):
             unprofiled_window=self.unprofiled,
             autocast_dtypes=tuple(sorted(instr.seen.autocast_dtypes)),
             framework=instr.seen.framework,
+            out_of_memory=self.oom,
+            memory_limit_bytes=self.config.memory_limit_bytes,
+            memory_sizes=self.memory_sizes,
+            memory_limit_peak_bytes=_read_or_none(self.memory.peak_in_use_bytes),
         )
 
 
@@ -247,6 +271,13 @@ class UnprofiledTimer:
     def _over_budget(self) -> bool:
         return (self.budget_s is not None and self.steps >= self.MIN_STEPS
                 and time.perf_counter() - self.start >= self.budget_s)
+
+
+def _read_or_none(read):
+    try:
+        return read()
+    except Exception:
+        return None
 
 
 def environment() -> Environment:

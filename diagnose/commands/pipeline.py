@@ -45,7 +45,19 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         experiments_interrupted=experiments.interrupted,
         phases=analysis.phases if analysis else (),
         budget=experiments.budget,
+        out_of_memory=capture.out_of_memory if capture else None,
+        memory=_memory(capture, analysis),
     )
+
+
+def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
+    """The analysis's breakdown; for a run that ran out of memory before any profiled step, the estimate from
+    what the capture measured."""
+    from diagnose.analysis.memory import estimated_breakdown
+
+    if capture is not None and capture.status == "out_of_memory" and (analysis is None or analysis.memory is None):
+        return estimated_breakdown(capture)
+    return analysis.memory if analysis is not None else None
 
 
 def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...]):

@@ -1,0 +1,97 @@
+"""The profiler's memory events (`profile_memory=True`): one `[memory]` instant per allocation and free, with the
+allocator's running totals. Read straight from the trace's bytes as Kineto lays them out (one regular expression),
+else each event object on its own. On CUDA the totals are the caching allocator's own (absolute); on the host
+they count from zero when the profiler started."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+CPU, CUDA = 0, 1  # Kineto's device types ("Device Type"): ROCm's GPUs are written as CUDA too
+
+_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+_ID = rb'(-?\d+|"[^"\\]*")'
+MEMORY_EVENT = re.compile(rb'"\[memory\]",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER
+                          + rb',\s*"args":\s*\{\s*"Total Reserved":\s*' + _NUMBER + rb',\s*"Total Allocated":\s*'
+                          + _NUMBER + rb',\s*"Bytes":\s*' + _NUMBER + rb',\s*"Device Id":\s*' + _NUMBER
+                          + rb',\s*"Device Type":\s*' + _NUMBER)
+MARK = b'"[memory]"'
+
+
+@dataclass
+class MemoryEvents:
+    ts: np.ndarray = field(default_factory=lambda: np.zeros(0))  # microseconds, as the trace's other events
+    allocated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # running total after it
+    reserved: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    nbytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # negative: a free
+    device_type: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    tids: tuple = ()  # (pid, tid) of the thread that allocated or freed
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def of_device(self, device_type: int) -> "MemoryEvents":
+        keep = np.flatnonzero(self.device_type == device_type)
+        order = keep[np.argsort(self.ts[keep], kind="stable")]
+        return MemoryEvents(self.ts[order], self.allocated[order], self.reserved[order], self.nbytes[order],
+                            self.device_type[order], tuple(self.tids[i] for i in order.tolist()))
+
+
+def read_memory_events(raw: bytes) -> MemoryEvents:
+    if raw.find(MARK) < 0:
+        return MemoryEvents()
+    found = MEMORY_EVENT.findall(raw)
+    if len(found) != raw.count(MARK):  # another layout: each event's object parsed on its own
+        return _from_objects(raw)
+    pids, tids, ts, reserved, allocated, nbytes, _, device = zip(*found)
+    return MemoryEvents(
+        ts=np.array([float(t) for t in ts]),
+        allocated=np.array([int(float(v)) for v in allocated], dtype=np.int64),
+        reserved=np.array([int(float(v)) for v in reserved], dtype=np.int64),
+        nbytes=np.array([int(float(v)) for v in nbytes], dtype=np.int64),
+        device_type=np.array([int(float(v)) for v in device], dtype=np.int64),
+        tids=tuple(zip(map(_id, pids), map(_id, tids))))
+
+
+def _id(raw: bytes):
+    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
+
+
+def _from_objects(raw: bytes) -> MemoryEvents:
+    rows = []
+    start = raw.find(MARK)
+    while start >= 0:
+        event = _enclosing_object(raw, start)
+        args = event.get("args") if isinstance(event, dict) else None
+        if isinstance(args, dict) and "Total Allocated" in args:
+            rows.append((float(event.get("ts", 0.0)), int(args.get("Total Allocated", 0)),
+                         int(args.get("Total Reserved", 0)), int(args.get("Bytes", 0)), int(args.get("Device Type", 0)),
+                         (event.get("pid"), event.get("tid"))))
+        start = raw.find(MARK, start + len(MARK))
+    if not rows:
+        return MemoryEvents()
+    ts, allocated, reserved, nbytes, device, tids = zip(*rows)
+    return MemoryEvents(np.array(ts), np.array(allocated, dtype=np.int64), np.array(reserved, dtype=np.int64),
+                        np.array(nbytes, dtype=np.int64), np.array(device, dtype=np.int64), tuple(tids))
+
+
+def _enclosing_object(raw: bytes, at: int):
+    """The event object around position `at`: from the `{` that opens it to its matching `}`."""
+    begin = raw.rfind(b"{", 0, at)
+    depth, end = 0, begin
+    while end < len(raw):
+        char = raw[end:end + 1]
+        if char == b"{":
+            depth += 1
+        elif char == b"}":
+            depth -= 1
+            if depth == 0:
+                break
+        end += 1
+    try:
+        return orjson.loads(raw[begin:end + 1])
+    except orjson.JSONDecodeError:
+        return None
