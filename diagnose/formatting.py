@@ -20,7 +20,10 @@ def fmt_ms(value) -> str:
 
 
 def fmt_gib(value) -> str:
-    return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
+    """Bytes: '3.0 GiB', or '412.5 MiB' below a GiB (where '0.4 GiB' would say little)."""
+    if value is None:
+        return "n/a"
+    return f"{value / 2**30:.1f} GiB" if abs(value) >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
 def fmt_int(value) -> str:

@@ -209,3 +209,51 @@ def breakdown_pair_chart(a_ms: dict[str, float], b_ms: dict[str, float]) -> str:
     shown = [b for b in COLORS if a_ms.get(b, 0) > 0 or b_ms.get(b, 0) > 0]
     c.legend([(LABELS[b], COLORS[b]) for b in shown], c.height - 8)
     return c.svg("step time by bucket, A and B (profiled, ms per step)")
+
+
+MEMORY_COLORS = {"parameters": "#29335c", "gradients": "#669bbc", "optimizer state": "#f3a712",
+                 "activations": "#e4572e", "buffers": "#a8c686", "other": "#b5b5b5"}
+PHASE_COLORS = {"data": "#e4572e", "forward": "#29335c", "backward": "#669bbc", "optimizer": "#f3a712",
+                "other": "#b5b5b5"}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def memory_bar(parts: Sequence[tuple[str, int]], peak: int) -> str:
+    """The peak as a stacked bar of its parts."""
+    c = Canvas(70, left=10, right=WIDTH - 10, top=8, bottom=38)
+    x, span = c.left, c.right - c.left
+    for name, size in parts:
+        frac = size / peak if peak else 0.0
+        if frac <= 0:
+            continue
+        c.rect(x, c.top, frac * span, c.bottom - c.top, MEMORY_COLORS.get(name, "#b5b5b5"),
+               f"{name} {_mib(size)} ({frac:.0%})")
+        if frac >= 0.08:
+            c.text(x + frac * span / 2, (c.top + c.bottom) / 2 + 4, f"{frac:.0%}", color="white")
+        x += frac * span
+    c.legend([(f"{name} {_mib(size)}", MEMORY_COLORS.get(name, "#b5b5b5")) for name, size in parts if size > 0],
+             c.bottom + 22)
+    return c.svg("memory at the peak by part")
+
+
+def memory_timeline_chart(t_s: Sequence[float], level: Sequence[int], phases: Sequence[str]) -> str:
+    """Allocated memory over one step, each stretch coloured by the phase it was made in."""
+    c = Canvas(220, left=70)
+    top_value = _nice_max(max(level, default=0) / 2**20)
+    _y_axis(c, top_value, " MiB")
+    end = max(t_s, default=0.0) or 1.0
+    xs = [c.left + (c.right - c.left) * t / end for t in t_s]
+    ys = [c.bottom - (c.bottom - c.top) * (v / 2**20) / top_value for v in level]
+    for i in range(len(xs)):
+        width = (xs[i + 1] if i + 1 < len(xs) else c.right) - xs[i]
+        c.rect(xs[i], ys[i], max(width, 1.0), c.bottom - ys[i], PHASE_COLORS.get(phases[i], "#b5b5b5"),
+               f"{t_s[i] * 1e3:.1f} ms: {_mib(level[i])} ({phases[i]})", opacity=0.85)
+    peak = max(range(len(level)), key=level.__getitem__) if level else None
+    if peak is not None:
+        c.circle(xs[peak], ys[peak], "#c0392b")
+    c.text((c.left + c.right) / 2, c.bottom + 16, f"time in the step (0 to {end * 1e3:.1f} ms)", color="#555")
+    c.legend([(name, color) for name, color in PHASE_COLORS.items() if name in set(phases)], c.height - 4)
+    return c.svg("allocated memory over one step by phase")

@@ -13,7 +13,7 @@ from rich.markup import escape
 from diagnose.formatting import fmt_ms
 from diagnose.model import Diagnosis
 from diagnose.report.view import step_time_view
-from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, speedup_text
+from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, memory_sentence, speedup_text
 from diagnose.runfolder import RunFolder
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -32,6 +32,9 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
         console.print(f"  {step.label}: {parts}", soft_wrap=True)
         if step.overhead:
             console.print(f"  {step.overhead}", soft_wrap=True, style="dim")
+    memory = memory_sentence(diagnosis.memory)
+    if memory:
+        console.print(f"  {memory}", soft_wrap=True, highlight=False, markup=False)
     for f in diagnosis.findings:
         console.print(f"  [{STYLE[f.severity]}]{f.severity:<6}[/] {f.cost_fraction:>4.0%}  {escape(f.title)} "
                       f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False, soft_wrap=True)

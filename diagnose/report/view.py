@@ -16,6 +16,7 @@ from diagnose.report.wording import (
     budget_sentence,
     fed_data_sentence,
     headline_sentence,
+    memory_sentence,
     recovery_sentence,
     setting_text,
     speedup_text,
@@ -112,6 +113,7 @@ class ReportView:
     recovery: str = ""
     budget: str = ""  # what the experiment budget covered and bought
     fed_data: str = ""  # how the runs' data were compared, and the fingerprints' cost
+    memory: str = ""  # the peak, where in the step, what it is made of
     step_time: Optional[StepTimeView] = None
 
 
@@ -148,7 +150,8 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         trace_files=trace_files if trace_files is not None else
         tuple(str(p) for p in sorted(tb.glob("*.json*"))),
         tensorboard_dir=tensorboard_dir or (str(tb) if tb.is_dir() else ""),
-        charts={**_charts(analysis), **utilization_charts(samples), **_speedup_chart(experiments)},
+        charts={**_charts(analysis), **utilization_charts(samples), **_speedup_chart(experiments),
+                **memory_charts(diagnosis.memory)},
         bucket_labels=charts.LABELS,
         verdict_style=verdict_style(diagnosis, analysis),
         experiments=experiments,
@@ -159,12 +162,15 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         recovery=recovery_sentence(diagnosis.headline),
         budget=budget_sentence(diagnosis.budget),
         fed_data=fed_data_sentence(diagnosis.experiments),
+        memory=memory_sentence(diagnosis.memory),
         step_time=step_time_view(diagnosis),
     )
 
 
 def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     """Green only for a run that measured steps and ended normally; red for the script's own error."""
+    if diagnosis.status == "out_of_memory":
+        return "error"
     if analysis is None or not analysis.steps:
         return "neutral"
     top = diagnosis.findings[0].severity if diagnosis.findings else "low"
@@ -232,6 +238,18 @@ def _charts(analysis: Optional[Analysis]) -> dict[str, str]:
         result["phases"] = charts.phases_chart([p.phase for p in analysis.phases],
                                                [p.launches_per_step for p in analysis.phases],
                                                [p.gpu_busy_s_per_step * 1e3 for p in analysis.phases])
+    return result
+
+
+def memory_charts(memory) -> dict[str, str]:
+    if memory is None or not memory.peak_bytes:
+        return {}
+    result = {}
+    if memory.parts:
+        result["memory"] = charts.memory_bar([(p.name, p.bytes) for p in memory.parts], memory.peak_bytes)
+    if memory.timeline_bytes:
+        result["memory_timeline"] = charts.memory_timeline_chart(memory.timeline_s, memory.timeline_bytes,
+                                                                 memory.timeline_phase)
     return result
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from diagnose.model import Analysis, Capture, Diagnosis, Headline
+from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory
 
 CATEGORY_NAMES = {
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
@@ -13,6 +13,8 @@ CATEGORY_NAMES = {
 
 
 def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
+    if diagnosis.out_of_memory is not None:
+        return out_of_memory_sentence(diagnosis.out_of_memory)
     if analysis is None or not analysis.steps:
         return "No training step was measured, so there is no diagnosis."
     ranked = [f for f in diagnosis.findings if f.severity in ("high", "medium")]
@@ -29,6 +31,44 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
             f"{top.title}{where}.")
 
 
+def out_of_memory_sentence(oom: OutOfMemory) -> str:
+    """'Out of memory at step 7, in backward: it asked for 1.2 GiB with 3.1 GiB in use, against 4.0 GiB
+    (--memory-limit).'"""
+    where = f"at step {oom.step}" if oom.step is not None else "before the first step"
+    asked = f"it asked for {_size(oom.requested_bytes)}" if oom.requested_bytes else "an allocation failed"
+    used = f" with {_size(oom.in_use_bytes)} in use" if oom.in_use_bytes else ""
+    limit = f", against {_size(oom.limit_bytes)} ({oom.limit_source})" if oom.limit_bytes else ""
+    return f"Out of memory {where}, in {PHASE_WORDS.get(oom.phase, oom.phase)}: {asked}{used}{limit}."
+
+
+PHASE_WORDS = {"data": "data loading", "forward": "forward", "backward": "backward", "optimizer": "the optimizer step",
+               "other": "code between steps"}
+
+
+def memory_sentence(memory) -> str:
+    """'Peak 126.8 MiB of tensors, in the optimizer step (0.5% of 23.5 GiB, the machine's memory): optimizer
+    state 33% · parameters 17% · gradients 17% · other 34%.'"""
+    if memory is None or not memory.peak_bytes:
+        return ""
+    peak = memory.peak_bytes
+    kind = "Estimated need" if memory.estimate else "Peak"
+    where = f", in {PHASE_WORDS.get(memory.peak_phase, memory.peak_phase)}" if memory.peak_phase else ""
+    limit = (f" ({peak / memory.limit_bytes:.0%} of {_size(memory.limit_bytes)}, {memory.limit_source})"
+             if memory.limit_bytes else "")
+    parts = " · ".join(f"{p.name} {p.bytes / peak:.0%}" for p in sorted(memory.parts, key=lambda p: -p.bytes)
+                       if p.bytes / peak >= 0.005)
+    return f"{kind} {_size(peak)} of tensors{where}{limit}" + (f": {parts}." if parts else ".")
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) -> str:
     steps = len(analysis.steps) if analysis else 0
     if capture is None and analysis is not None:
@@ -41,6 +81,9 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         timed = capture.unprofiled_window
         plain = f", timed {timed.steps} more without the profiler" if timed else ""
         return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped {name}."
+    if capture.status == "out_of_memory":
+        return (f"{name} ran out of memory ({capture.error.type if capture.error else 'no message'}). "
+                f"Results cover the {steps} step(s) measured before that.")
     if capture.status == "script_error" and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
         return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "

@@ -1,0 +1,115 @@
+"""Memory: what the peak of a step is made of and where it falls, an out-of-memory error diagnosed (not a crash),
+and --memory-limit to make one on a machine with room to spare. Real runs of real torch; the GPU case on a
+recorded H200 trace."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
+
+OUTGROWS = SCRIPTS / "outgrows_memory.py"
+WIDTH, BATCH, FEATURES, CLASSES = 1024, 256, 512, 10
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory):
+    run = run_script(OUTGROWS, "--width", str(WIDTH), "--batch-size", str(BATCH),
+                     out=tmp_path_factory.mktemp("mlp") / "run",
+                     options=("--warmup", "3", "--steps", "6", "--experiments", "none"))
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def _parts(memory: dict) -> dict[str, int]:
+    return {p["name"]: p["bytes"] for p in memory["parts"]}
+
+
+def test_the_sizes_behind_the_peak_match_the_model(mlp_run):
+    sizes = json.loads((mlp_run.run_dir / "capture.json").read_text())["memory_sizes"]
+    params = 4 * (FEATURES * WIDTH + WIDTH + WIDTH * WIDTH + WIDTH + WIDTH * CLASSES + CLASSES)
+    assert abs(sizes["parameters_bytes"] / params - 1) < 0.02
+    assert abs(sizes["gradients_bytes"] / params - 1) < 0.02
+    assert abs(sizes["optimizer_state_bytes"] / (2 * params) - 1) < 0.02  # AdamW: exp_avg and exp_avg_sq
+    # saved for backward, by hand: the input (first Linear), each ReLU's output (the next Linear's input too),
+    # log_softmax's output and the targets
+    saved = 4 * BATCH * (FEATURES + WIDTH + WIDTH + CLASSES) + 8 * BATCH
+    assert abs(sizes["activations_bytes"] / saved - 1) < 0.3, (sizes["activations_bytes"], saved)
+
+
+def test_the_parts_add_up_to_the_peak_and_say_where_it_falls(mlp_run):
+    memory = mlp_run.diagnosis["memory"]
+    assert memory["device"] == "cpu" and memory["peak_bytes"] > 0
+    assert sum(_parts(memory).values()) == memory["peak_bytes"]
+    assert memory["peak_phase"] in ("forward", "backward", "optimizer")
+    assert {"parameters", "optimizer state", "other"} <= set(_parts(memory))
+    assert memory["limit_source"] == "the machine's memory"
+    assert len(memory["timeline_s"]) == len(memory["timeline_bytes"]) == len(memory["timeline_phase"]) > 10
+    assert max(memory["timeline_bytes"]) == memory["peak_bytes"]
+    assert "Peak " in mlp_run.stderr and "of tensors, in " in mlp_run.stderr
+    html = (mlp_run.run_dir / "report.html").read_text()
+    assert 'id="memory"' in html and 'id="memory-timeline"' in html
+
+
+def test_the_peak_phase_of_the_h200_transformer_is_the_end_of_forward():
+    """A GPU trace alone (no run): the allocator's totals are absolute, so the peak is read off them."""
+    from diagnose.analysis.analyze import Inputs, analyze
+    from diagnose.analysis.trace import load_trace
+
+    trace = load_trace(TRACES / "h200" / "transformer_bf16.pt.trace.json.gz")
+    memory = analyze(Inputs(trace)).memory
+    cuda = trace.memory.device_type == 1
+    in_steps = [a for t, a in zip(trace.memory.ts[cuda], trace.memory.allocated[cuda])
+                if any(s <= t < e for s, e in trace.steps.intervals())]
+    assert memory.device == "cuda" and memory.peak_bytes == max(in_steps)
+    assert memory.peak_phase == "forward"  # activations are all alive when forward ends
+    assert memory.reserved_bytes >= memory.peak_bytes
+    convnet = analyze(Inputs(load_trace(TRACES / "h200" / "convnet_fp32.pt.trace.json.gz"))).memory
+    assert convnet.peak_phase == "backward"
+
+
+def test_memory_outside_torch_is_nvml_used_beyond_what_the_allocator_reserved():
+    """Made-up NVML samples (no GPU here) beside a real H200 trace: 2 GiB more in use than torch ever reserved."""
+    from diagnose.analysis.analyze import Inputs, analyze
+    from diagnose.analysis.trace import load_trace
+    from diagnose.model import Samples
+
+    trace = load_trace(TRACES / "h200" / "transformer_bf16.pt.trace.json.gz")
+    reserved = int(trace.memory.reserved.max())
+    samples = Samples(t_s=(0.0, 1.0), gpu_mem_used_bytes=(reserved, reserved + 2 * 2**30),
+                      gpu_mem_total_bytes=141 * 10**9)
+    analysis = analyze(Inputs(trace, samples=samples))
+    assert analysis.memory.outside_torch_bytes == 2 * 2**30 and analysis.memory.limit_bytes == 141 * 10**9
+    assert abs(analysis.metrics["memory_outside_torch_frac"] - 2 * 2**30 / (141 * 10**9)) < 1e-9
+
+
+def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
+    script_before = OUTGROWS.read_bytes()
+    run = run_script(OUTGROWS, "--batch-size", "8192", out=tmp_path / "run",
+                     options=("--warmup", "2", "--steps", "3", "--experiments", "none", "--memory-limit", "700MB"))
+    assert run.returncode == 5, run.stderr
+    d = run.diagnosis
+    assert d["status"] == "out_of_memory"
+    oom = d["out_of_memory"]
+    assert oom["limit_bytes"] == 700 * 10**6 and oom["limit_source"] == "--memory-limit" and oom["device"] == "cpu"
+    assert oom["requested_bytes"] > 0 and oom["phase"] in ("forward", "backward", "optimizer")
+    assert oom["step"] >= 0 and oom["in_use_bytes"] + oom["requested_bytes"] > 0.9 * oom["limit_bytes"]
+    assert f"Out of memory at step {oom['step']}, in " in run.stderr
+    # the breakdown as far as it got: from the profiled steps before it failed, or estimated from the sizes
+    assert d["memory"]["peak_bytes"] > 0 and d["memory"]["parts"]
+    assert "Out of memory" in (run.run_dir / "report.html").read_text()
+    assert OUTGROWS.read_bytes() == script_before
+
+
+def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
+    run = run_script(OUTGROWS, "--batch-size", "256", out=tmp_path / "run",
+                     options=("--warmup", "2", "--steps", "3", "--experiments", "none", "--memory-limit", "700MB"))
+    assert run.returncode == 0, run.stderr
+    assert run.diagnosis["status"] == "completed" and run.diagnosis["memory"]["limit_bytes"] == 700 * 10**6
+
+
+@pytest.mark.parametrize("bad", ["lots", "12", "-3GB", "5XB"])
+def test_a_memory_limit_that_is_not_a_size_is_refused(tmp_path, bad):
+    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--memory-limit", bad, str(OUTGROWS))
+    assert proc.returncode == 2 and "--memory-limit" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
