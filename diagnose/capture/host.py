@@ -88,6 +88,7 @@ class ScriptHost:
         self.memory = apply_memory_limit(self.config.memory_limit_bytes)  # last: our own set-up is outside it
         self._arm_deadline()
         status, error = self._run_script(self.config.script)
+        self.memory.release()  # the script is over: writing the results must not run out of its memory
         self.timer.cancel()
         for sig in (DEADLINE_SIGNAL, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # a late deadline or Ctrl-C must not cut the files short

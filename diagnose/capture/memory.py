@@ -49,6 +49,41 @@ class MemoryLimit:
         return int(info.vms - self.start_vms_bytes) if self.limit_bytes else int(info.rss)
 
 
+    soft_bytes: Optional[int] = None  # the host's address-space limit as set
+
+    def lift(self) -> None:
+        """diagnose's own work (starting and stopping the profiler, writing the trace and the results) is not the
+        script's: it runs without the limit, which would otherwise fail it (std::bad_alloc in the profiler)."""
+        if not self.limit_bytes:
+            return
+        if self.device == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0)
+            return
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+    def release(self) -> None:
+        """The script is over: no limit for what diagnose still does (writing the results)."""
+        self.lift()
+        self.released = True
+
+    released = False
+
+    def restore(self) -> None:
+        if not self.limit_bytes or self.released:
+            return
+        if self.device == "cuda":
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, self.limit_bytes / total))
+            return
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (self.soft_bytes, hard))
+
+
 def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
     if torch.cuda.is_available():
         if limit_bytes:
@@ -62,6 +97,7 @@ def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         soft = start + limit_bytes if hard == resource.RLIM_INFINITY else min(start + limit_bytes, hard)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        return MemoryLimit(limit_bytes, "cpu", start, soft)
     return MemoryLimit(limit_bytes, "cpu", start)
 
 

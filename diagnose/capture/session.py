@@ -116,7 +116,11 @@ class Session(ScriptHost):
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
         sync_device()  # the window starts with an empty device queue: no earlier steps' kernels in it
-        profiler.start()
+        self.memory.lift()  # the profiler's own start-up is not the script's memory
+        try:
+            profiler.start()
+        finally:
+            self.memory.restore()
         self.profiler = profiler
         for _ in range(2):  # the first record_function after start is slow; the second one is the mark
             self.sync_mark_ns = time.monotonic_ns()
@@ -147,8 +151,12 @@ class Session(ScriptHost):
             self.window.append(time.monotonic() - self.t0)
             self.progress("writing trace")
             profiler, self.profiler = self.profiler, None
-            profiler.stop()
-            del profiler
+            self.memory.lift()  # exporting the trace needs memory the script's limit does not cover
+            try:
+                profiler.stop()
+                del profiler
+            finally:
+                self.memory.restore()
             # The stopped profiler leaves its parsed events (many objects) to the garbage collector; until a full
             # collection frees them, its passes walk them: healthy.py's steps ran 27-60 ms after the profiler
             # stopped, 19-21 ms with this collection.
