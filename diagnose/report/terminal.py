@@ -32,7 +32,7 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
         console.print(f"  {step.label}: {parts}", soft_wrap=True)
         if step.overhead:
             console.print(f"  {step.overhead}", soft_wrap=True, style="dim")
-    memory = memory_sentence(diagnosis.memory)
+    memory = memory_sentence(diagnosis.memory) if _memory_matters(diagnosis) else ""
     if memory:
         console.print(f"  {memory}", soft_wrap=True, highlight=False, markup=False)
     for f in diagnosis.findings:
@@ -48,6 +48,17 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     if redirected:
         console.print(f"Files:   the script wrote {redirected} file(s) in your folders; they are in "
                       f"{folder.sandbox}, yours are untouched", soft_wrap=True, markup=False, style="dim")
+
+
+MEMORY_SHOWN_FROM = 0.25  # of the limit: below it the terminal leaves memory to the report
+
+
+def _memory_matters(diagnosis: Diagnosis) -> bool:
+    memory = diagnosis.memory
+    if memory is None or not memory.peak_bytes:
+        return False
+    near = memory.limit_bytes and memory.peak_bytes >= MEMORY_SHOWN_FROM * memory.limit_bytes
+    return bool(near or memory.estimate or diagnosis.status == "out_of_memory")
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim",
