@@ -36,7 +36,7 @@ def memory_breakdown(trace: Trace, host_windows: np.ndarray, capture: Optional[C
     if step is None:
         return None
     start, end = host_windows[step]
-    inside = np.flatnonzero((events.ts >= start) & (events.ts < end))
+    inside = _within(events, start, end)
     top = inside[int(np.argmax(events.allocated[inside]))]
     offset = _absolute_offset(device, base, sizes)
     peak = None if offset is None else int(events.allocated[top] - base + offset) if device == "cpu" \
@@ -67,7 +67,7 @@ def _highest_step(events: MemoryEvents, windows: np.ndarray, absolute: bool) -> 
     candidates = range(len(windows)) if absolute or len(windows) == 1 else range(1, len(windows))
     for index in candidates:
         start, end = windows[index]
-        inside = np.flatnonzero((events.ts >= start) & (events.ts < end))
+        inside = _within(events, start, end)
         if not len(inside):
             continue
         before = np.searchsorted(events.ts, start, side="left") - 1
@@ -78,6 +78,12 @@ def _highest_step(events: MemoryEvents, windows: np.ndarray, absolute: bool) -> 
         if score > best[1]:
             best = (index, high - base, base)
     return best
+
+
+def _within(events: MemoryEvents, start: float, end: float) -> np.ndarray:
+    """Indices of the events in [start, end): events are in time order, so two binary searches (a trace of
+    thousands of steps and millions of allocations stays linear)."""
+    return np.arange(np.searchsorted(events.ts, start, side="left"), np.searchsorted(events.ts, end, side="left"))
 
 
 def _absolute_offset(device: str, base: int, sizes: Optional[MemorySizes]) -> Optional[int]:
