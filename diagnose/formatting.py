@@ -20,10 +20,13 @@ def fmt_ms(value) -> str:
 
 
 def fmt_gib(value) -> str:
-    """Bytes: '3.0 GiB', or '412.5 MiB' below a GiB (where '0.4 GiB' would say little)."""
+    """Bytes in the largest unit that keeps a whole number in front: '3.0 GiB', '412.5 MiB', '293.5 KiB'."""
     if value is None:
         return "n/a"
-    return f"{value / 2**30:.1f} GiB" if abs(value) >= 2**30 else f"{value / 2**20:.1f} MiB"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B"
 
 
 def fmt_int(value) -> str:

@@ -6,6 +6,8 @@ import math
 from html import escape
 from typing import Optional, Sequence
 
+from diagnose.formatting import fmt_gib
+
 COLORS = {"data_wait": "#e4572e", "h2d": "#f3a712", "compute": "#29335c", "communication": "#669bbc",
           "host_overhead": "#a8c686", "other": "#b5b5b5"}
 LABELS = {"data_wait": "data wait", "h2d": "host-to-device", "compute": "compute", "communication": "communication",
@@ -217,10 +219,6 @@ PHASE_COLORS = {"data": "#e4572e", "forward": "#29335c", "backward": "#669bbc", 
                 "other": "#b5b5b5"}
 
 
-def _mib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
 def memory_bar(parts: Sequence[tuple[str, int]], peak: int) -> str:
     """The peak as a stacked bar of its parts."""
     c = Canvas(70, left=10, right=WIDTH - 10, top=8, bottom=38)
@@ -230,11 +228,11 @@ def memory_bar(parts: Sequence[tuple[str, int]], peak: int) -> str:
         if frac <= 0:
             continue
         c.rect(x, c.top, frac * span, c.bottom - c.top, MEMORY_COLORS.get(name, "#b5b5b5"),
-               f"{name} {_mib(size)} ({frac:.0%})")
+               f"{name} {fmt_gib(size)} ({frac:.0%})")
         if frac >= 0.08:
             c.text(x + frac * span / 2, (c.top + c.bottom) / 2 + 4, f"{frac:.0%}", color="white")
         x += frac * span
-    c.legend([(f"{name} {_mib(size)}", MEMORY_COLORS.get(name, "#b5b5b5")) for name, size in parts if size > 0],
+    c.legend([(f"{name} {fmt_gib(size)}", MEMORY_COLORS.get(name, "#b5b5b5")) for name, size in parts if size > 0],
              c.bottom + 22)
     return c.svg("memory at the peak by part")
 
@@ -250,7 +248,7 @@ def memory_timeline_chart(t_s: Sequence[float], level: Sequence[int], phases: Se
     for i in range(len(xs)):
         width = (xs[i + 1] if i + 1 < len(xs) else c.right) - xs[i]
         c.rect(xs[i], ys[i], max(width, 1.0), c.bottom - ys[i], PHASE_COLORS.get(phases[i], "#b5b5b5"),
-               f"{t_s[i] * 1e3:.1f} ms: {_mib(level[i])} ({phases[i]})", opacity=0.85)
+               f"{t_s[i] * 1e3:.1f} ms: {fmt_gib(level[i])} ({phases[i]})", opacity=0.85)
     peak = max(range(len(level)), key=level.__getitem__) if level else None
     if peak is not None:
         c.circle(xs[peak], ys[peak], "#c0392b")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from diagnose.formatting import fmt_gib
 from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory
 
 CATEGORY_NAMES = {
@@ -35,9 +36,9 @@ def out_of_memory_sentence(oom: OutOfMemory) -> str:
     """'Out of memory at step 7, in backward: it asked for 1.2 GiB with 3.1 GiB in use, against 4.0 GiB
     (--memory-limit).'"""
     where = f"at step {oom.step}" if oom.step is not None else "before the first step"
-    asked = f"it asked for {_size(oom.requested_bytes)}" if oom.requested_bytes else "an allocation failed"
-    used = f" with {_size(oom.in_use_bytes)} in use" if oom.in_use_bytes else ""
-    limit = f", against {_size(oom.limit_bytes)} ({oom.limit_source})" if oom.limit_bytes else ""
+    asked = f"it asked for {fmt_gib(oom.requested_bytes)}" if oom.requested_bytes else "an allocation failed"
+    used = f" with {fmt_gib(oom.in_use_bytes)} in use" if oom.in_use_bytes else ""
+    limit = f", against {fmt_gib(oom.limit_bytes)} ({oom.limit_source})" if oom.limit_bytes else ""
     return f"Out of memory {where}, in {PHASE_WORDS.get(oom.phase, oom.phase)}: {asked}{used}{limit}."
 
 
@@ -53,20 +54,11 @@ def memory_sentence(memory) -> str:
     peak = memory.peak_bytes
     kind = "Estimated need" if memory.estimate else "Peak"
     where = f", in {PHASE_WORDS.get(memory.peak_phase, memory.peak_phase)}" if memory.peak_phase else ""
-    limit = (f" ({peak / memory.limit_bytes:.0%} of {_size(memory.limit_bytes)}, {memory.limit_source})"
+    limit = (f" ({peak / memory.limit_bytes:.0%} of {fmt_gib(memory.limit_bytes)}, {memory.limit_source})"
              if memory.limit_bytes else "")
     parts = " · ".join(f"{p.name} {p.bytes / peak:.0%}" for p in sorted(memory.parts, key=lambda p: -p.bytes)
                        if p.bytes / peak >= 0.005)
-    return f"{kind} {_size(peak)} of tensors{where}{limit}" + (f": {parts}." if parts else ".")
-
-
-def _size(n: Optional[int]) -> str:
-    if n is None:
-        return "?"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    return f"{kind} {fmt_gib(peak)} of tensors{where}{limit}" + (f": {parts}." if parts else ".")
 
 
 def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) -> str:
