@@ -33,17 +33,20 @@ def _weights(device: torch.device) -> torch.Tensor:
     return _WEIGHTS[key]
 
 
-def sample_fingerprints(batch: Any, samples: Optional[int]) -> Optional[torch.Tensor]:
-    """An int64 tensor of `samples` fingerprints (on the batch's device), or None when no part of the batch has a
-    row per sample (nothing to tell samples apart by)."""
-    if not samples:
-        return None
+def sample_fingerprints(batch: Any, samples: Optional[int]) -> tuple[Optional[torch.Tensor], tuple]:
+    """(fingerprints, row shapes) in one walk of the batch: an int64 tensor of `samples` fingerprints (on the batch's
+    device), or None when no part of the batch has a row per sample (nothing to tell samples apart by); and the
+    shape of one sample's row in each tensor, which changes between batches padded to their own longest sample
+    (a sample's fingerprint then depends on its batch)."""
     total: Optional[torch.Tensor] = None
+    shapes = []
     for part in _parts(batch):
-        rows = _row_hashes(part, samples)
+        if isinstance(part, torch.Tensor):
+            shapes.append(tuple(part.shape[1:]))
+        rows = _row_hashes(part, samples) if samples else None
         if rows is not None:
             total = rows if total is None else total * 1_000_003 + rows.to(total.device)  # wraps: it is a hash
-    return total
+    return total, tuple(shapes)
 
 
 def _parts(batch: Any):
@@ -89,10 +92,3 @@ def _row_hashes(part: Any, samples: int) -> Optional[torch.Tensor]:
     shape_tag = zlib.crc32(f"{part.dtype}{tuple(part.shape[1:])}".encode())
     weights = _weights(rows.device)
     return (bits.to(torch.int64) * weights[:bits.shape[1]]).sum(dim=1) + shape_tag * weights[-1]
-
-
-
-def row_shapes(batch: Any) -> tuple:
-    """The shape of one sample's row in each tensor of the batch: it changes between batches padded to their own
-    longest sample, which makes a sample's fingerprint depend on its batch."""
-    return tuple(tuple(part.shape[1:]) for part in _parts(batch) if isinstance(part, torch.Tensor))

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import torch
 
 from diagnose.capture.device import device_in_use, peak_memory, sync_device
-from diagnose.capture.fingerprint import row_shapes, sample_fingerprints
+from diagnose.capture.fingerprint import sample_fingerprints
 from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
@@ -61,8 +61,7 @@ class FedSamples:
     def add(self, batch: Any, samples: Optional[int]) -> None:
         start = time.perf_counter()
         try:
-            found = sample_fingerprints(batch, samples)
-            shapes = row_shapes(batch)
+            found, shapes = sample_fingerprints(batch, samples)
             self.ragged = self.ragged or (self.shapes is not None and shapes != self.shapes)
             self.shapes = shapes
         except Exception:  # an exotic tensor must never break the run it measures: this batch is not fingerprinted
