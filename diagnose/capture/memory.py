@@ -23,6 +23,8 @@ class MemoryLimit:
     limit_bytes: Optional[int]
     device: str  # cuda | cpu
     start_vms_bytes: int = 0
+    soft_bytes: Optional[int] = None  # the host's address-space limit as set
+    released: bool = False  # the script is over: the limit stays lifted
 
     def peak_in_use_bytes(self) -> Optional[int]:
         """The highest of what counts against the limit since the script started: the allocator's reserved
@@ -48,57 +50,51 @@ class MemoryLimit:
         info = psutil.Process().memory_info()
         return int(info.vms - self.start_vms_bytes) if self.limit_bytes else int(info.rss)
 
-
-    soft_bytes: Optional[int] = None  # the host's address-space limit as set
-
     def lift(self) -> None:
         """diagnose's own work (starting and stopping the profiler, writing the trace and the results) is not the
         script's: it runs without the limit, which would otherwise fail it (std::bad_alloc in the profiler)."""
-        if not self.limit_bytes:
-            return
-        if self.device == "cuda":
-            torch.cuda.set_per_process_memory_fraction(1.0)
-            return
-        import resource
-
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        if self.limit_bytes:
+            self._set(None)
 
     def release(self) -> None:
         """The script is over: no limit for what diagnose still does (writing the results)."""
         self.lift()
         self.released = True
 
-    released = False
-
     def restore(self) -> None:
-        if not self.limit_bytes or self.released:
-            return
+        if self.limit_bytes and not self.released:
+            self._set(self.limit_bytes)
+
+    def _set(self, limit_bytes: Optional[int]) -> None:
         if self.device == "cuda":
-            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, self.limit_bytes / total))
+            _cuda_fraction(limit_bytes)
             return
         import resource
 
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (self.soft_bytes, hard))
+        resource.setrlimit(resource.RLIMIT_AS, (self.soft_bytes if limit_bytes else hard, hard))
+
+
+def _cuda_fraction(limit_bytes: Optional[int]) -> None:
+    """The caching allocator's per-process share of the GPU: the limit's, or the whole GPU (None)."""
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total) if limit_bytes else 1.0)
 
 
 def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
     if torch.cuda.is_available():
         if limit_bytes:
-            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
+            _cuda_fraction(limit_bytes)
         return MemoryLimit(limit_bytes, "cuda")
     start = int(psutil.Process().memory_info().vms)
-    if limit_bytes:
-        import resource
+    if not limit_bytes:
+        return MemoryLimit(limit_bytes, "cpu", start)
+    import resource
 
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = start + limit_bytes if hard == resource.RLIM_INFINITY else min(start + limit_bytes, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        return MemoryLimit(limit_bytes, "cpu", start, soft)
-    return MemoryLimit(limit_bytes, "cpu", start)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = start + limit_bytes if hard == resource.RLIM_INFINITY else min(start + limit_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    return MemoryLimit(limit_bytes, "cpu", start, soft)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
