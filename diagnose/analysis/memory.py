@@ -32,20 +32,19 @@ def memory_breakdown(trace: Trace, host_windows: np.ndarray, capture: Optional[C
     events = trace.memory.of_device(CUDA if device == "cuda" else CPU)
     if not len(events) or not len(host_windows):
         return None
-    step, rise, base = _highest_step(events, host_windows, absolute=device == "cuda")
+    step, base = _highest_step(events, host_windows, absolute=device == "cuda")
     if step is None:
         return None
     start, end = host_windows[step]
     inside = _within(events, start, end)
-    top = inside[int(np.argmax(events.allocated[inside]))]
-    offset = _absolute_offset(device, base, sizes)
-    peak = None if offset is None else int(events.allocated[top] - base + offset) if device == "cpu" \
-        else int(events.allocated[top])
+    highest = int(np.argmax(events.allocated[inside]))
+    top = inside[highest]
+    shift = _shift(device, base, sizes)
+    peak = int(events.allocated[top] + shift) if shift is not None else None
     phases = point_phases(trace, events.ts[inside], [events.tids[i] for i in inside.tolist()], host_windows)
-    phase = PHASES[int(phases[int(np.argmax(events.allocated[inside]))])]
+    phase = PHASES[int(phases[highest])]
     limit, source = _limit(capture, device, samples)
-    t, level, phase_names = _timeline(events, inside, phases, start, (offset - base) if device == "cpu" and offset
-                                      is not None else 0)
+    t, level, phase_names = _timeline(events, inside, phases, start, shift or 0)
     return MemoryBreakdown(
         device=device, peak_bytes=peak, peak_phase=phase, parts=_parts(peak, phase, sizes),
         peak_basis=_basis(device, peak, step), limit_bytes=limit, limit_source=source,
@@ -60,10 +59,11 @@ def _device(trace: Trace, sizes: Optional[MemorySizes]) -> str:
     return "cuda" if trace.has_gpu and (trace.memory.device_type == CUDA).any() else "cpu"
 
 
-def _highest_step(events: MemoryEvents, windows: np.ndarray, absolute: bool) -> tuple[Optional[int], int, int]:
-    """(step, its rise above its start, its level at the start) of the step whose allocated total peaks highest
-    (on the host: rises the highest; the first step only when it is the only one)."""
-    best: tuple[Optional[int], int, int] = (None, -1, 0)
+def _highest_step(events: MemoryEvents, windows: np.ndarray, absolute: bool) -> tuple[Optional[int], int]:
+    """(step, its level at the start) of the step whose allocated total peaks highest (on the host: rises the
+    highest above its start; the first step only when it is the only one)."""
+    best: tuple[Optional[int], int] = (None, 0)
+    best_score = -1
     candidates = range(len(windows)) if absolute or len(windows) == 1 else range(1, len(windows))
     for index in candidates:
         start, end = windows[index]
@@ -75,8 +75,8 @@ def _highest_step(events: MemoryEvents, windows: np.ndarray, absolute: bool) -> 
         base = int(events.allocated[before]) if before >= 0 else int(events.allocated[first] - events.nbytes[first])
         high = int(events.allocated[inside].max())
         score = high if absolute else high - base
-        if score > best[1]:
-            best = (index, high - base, base)
+        if score > best_score:
+            best, best_score = (index, base), score
     return best
 
 
@@ -86,11 +86,14 @@ def _within(events: MemoryEvents, start: float, end: float) -> np.ndarray:
     return np.arange(np.searchsorted(events.ts, start, side="left"), np.searchsorted(events.ts, end, side="left"))
 
 
-def _absolute_offset(device: str, base: int, sizes: Optional[MemorySizes]) -> Optional[int]:
-    """What the host's relative total is above: the tensors live between steps (measured by the capture)."""
+def _shift(device: str, base: int, sizes: Optional[MemorySizes]) -> Optional[int]:
+    """What makes the trace's totals absolute: nothing on CUDA (the allocator's own); on the host, whose totals
+    count from the profiler's start, the tensors live between steps (measured by the capture) above the step's
+    starting level. None: a host trace alone, which cannot say."""
     if device == "cuda":
         return 0
-    return sizes.live_between_steps_bytes if sizes is not None else None
+    live = sizes.live_between_steps_bytes if sizes is not None else None
+    return live - base if live is not None else None
 
 
 def _parts(peak: Optional[int], phase: str, sizes: Optional[MemorySizes]) -> tuple[MemoryPart, ...]:
