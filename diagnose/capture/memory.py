@@ -25,6 +25,10 @@ class MemoryLimit:
     start_vms_bytes: int = 0
     soft_bytes: Optional[int] = None  # the host's address-space limit as set
     released: bool = False  # the script is over: the limit stays lifted
+    # the host's address space grown while the limit was lifted (the profiler's start, its event buffers over the
+    # profiled steps, the trace's export): diagnose's, not the script's, so it is added to the allowance
+    excluded_bytes: int = 0
+    lifted_at_vms: Optional[int] = None
 
     def peak_in_use_bytes(self) -> Optional[int]:
         """The highest of what counts against the limit since the script started: the allocator's reserved
@@ -40,7 +44,7 @@ class MemoryLimit:
                 peak = re.search(r"VmPeak:\s+(\d+) kB", status.read())
         except OSError:
             return None
-        return int(peak.group(1)) * 1024 - self.start_vms_bytes if peak else None
+        return int(peak.group(1)) * 1024 - self.start_vms_bytes - self.excluded_bytes if peak else None
 
     def in_use_bytes(self) -> Optional[int]:
         """What counts against the limit now: allocated by torch on CUDA; on the host the address space grown
@@ -48,13 +52,17 @@ class MemoryLimit:
         if self.device == "cuda":
             return int(torch.cuda.memory_allocated())
         info = psutil.Process().memory_info()
-        return int(info.vms - self.start_vms_bytes) if self.limit_bytes else int(info.rss)
+        return int(info.vms - self.start_vms_bytes - self.excluded_bytes) if self.limit_bytes else int(info.rss)
 
-    def lift(self) -> None:
+    def lift(self, host_only: bool = False) -> None:
         """diagnose's own work (starting and stopping the profiler, writing the trace and the results) is not the
-        script's: it runs without the limit, which would otherwise fail it (std::bad_alloc in the profiler)."""
-        if self.limit_bytes:
-            self._set(None)
+        script's: it runs without the limit, which would otherwise fail it (std::bad_alloc in the profiler). With
+        `host_only`, the CUDA limit stays (the profiler's buffers are on the host)."""
+        if not self.limit_bytes or (host_only and self.device == "cuda"):
+            return
+        if self.device == "cpu" and self.lifted_at_vms is None:
+            self.lifted_at_vms = int(psutil.Process().memory_info().vms)
+        self._set(None)
 
     def release(self) -> None:
         """The script is over: no limit for what diagnose still does (writing the results)."""
@@ -62,8 +70,12 @@ class MemoryLimit:
         self.released = True
 
     def restore(self) -> None:
-        if self.limit_bytes and not self.released:
-            self._set(self.limit_bytes)
+        if not self.limit_bytes or self.released:
+            return
+        if self.lifted_at_vms is not None:  # what grew meanwhile was diagnose's: the script keeps its allowance
+            self.excluded_bytes += max(0, int(psutil.Process().memory_info().vms) - self.lifted_at_vms)
+            self.lifted_at_vms = None
+        self._set(self.limit_bytes)
 
     def _set(self, limit_bytes: Optional[int]) -> None:
         if self.device == "cuda":
@@ -72,7 +84,8 @@ class MemoryLimit:
         import resource
 
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (self.soft_bytes if limit_bytes else hard, hard))
+        soft = self.soft_bytes + self.excluded_bytes if limit_bytes and self.soft_bytes else hard
+        resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 def _cuda_fraction(limit_bytes: Optional[int]) -> None:

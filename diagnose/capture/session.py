@@ -116,11 +116,15 @@ class Session(ScriptHost):
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
         sync_device()  # the window starts with an empty device queue: no earlier steps' kernels in it
-        self.memory.lift()  # the profiler's own start-up is not the script's memory
+        # the profiler's start-up and, on the host, its event buffers over the profiled steps are not the script's
+        # memory: the host's limit stays lifted until the profiler has stopped (the warm-up steps before and the
+        # unprofiled steps after run under it); a CUDA limit stays on
+        self.memory.lift(host_only=True)
         try:
             profiler.start()
-        finally:
+        except BaseException:
             self.memory.restore()
+            raise
         self.profiler = profiler
         for _ in range(2):  # the first record_function after start is slow; the second one is the mark
             self.sync_mark_ns = time.monotonic_ns()
