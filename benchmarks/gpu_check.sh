@@ -83,6 +83,19 @@ for case in "${CASES[@]}"; do
   echo "$name $(plain_step_s "$RESULTS/$name.plain.log")" >>"$RESULTS/plain.txt"
 done
 
+# memory: a batch that does not fit under --memory-limit, the largest that does, and the variant that makes it fit
+# (on the CPU only with GPU_CHECK_MEMORY=1: two minutes of short runs)
+if [[ "$DEVICE" == cuda || -n "${GPU_CHECK_MEMORY:-}" ]]; then
+  if [[ "$DEVICE" == cuda ]]; then
+    memory=(--memory-limit 4GB tests/scripts/activation_heavy.py --device cuda --batch-size 65536 --samples 262144)
+  else
+    memory=(--memory-limit 700MB tests/scripts/activation_heavy.py --batch-size 8192)
+  fi
+  echo "== memory: diagnose run ${memory[*]}" >&2
+  "$PYTHON" -m diagnose run --warmup 2 --steps 3 --budget-seconds 240 --out "$RESULTS/memory" "${memory[@]}" \
+    >"$RESULTS/memory.diagnose.log" 2>&1 || echo "   diagnose exited $? (5: out of memory, as intended)" >&2
+fi
+
 "$PYTHON" - "$RESULTS" "$TOLERANCE" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -104,6 +117,17 @@ for name, text in plain.items():
     verdict = "ok" if ok else ("no figure" if ratio is None else f"off by more than {tolerance:.0%}")
     print(f"{name:<18} {ms(reported):>14} {ms(profiled):>14} {ms(reference):>12} "
           f"{(f'{ratio:.2f}' if ratio else 'n/a'):>7}  {verdict}")
+memory = results / "memory" / "diagnosis.json"
+if memory.exists():
+    d = json.loads(memory.read_text())
+    search, head, gib = d.get("batch_search") or {}, d.get("headline") or {}, lambda b: f"{b / 2**30:.2f} GiB"
+    print(f"memory: status {d['status']}; largest batch that fits {search.get('largest_fitting')}, "
+          f"{search.get('smallest_failing')} does not (limit {gib(search.get('limit_bytes') or 0)}); "
+          f"fastest that fits: {', '.join(head.get('changes', ())) or 'none'} at "
+          f"{head.get('throughput') or 0:.0f} {head.get('metric', '')}")
+    for e in d["experiments"]:
+        peak = gib(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else "n/a"
+        print(f"  {e['optimization']:<26} {e['verdict']:<14} peak {peak:<10} {e['reason']}")
 print(f"(runs in {results})")
 sys.exit(1 if failed else 0)
 EOF

@@ -84,6 +84,8 @@ class RunConfig:
     budget_seconds: float = 240.0
     launcher: tuple[str, ...] = ()  # torchrun options (--nproc-per-node 2 ...): one process per rank
     memory_limit_bytes: Optional[int] = None  # --memory-limit: run as if the device had this much memory
+    # set in the child's environment before it starts: settings read once, when torch starts (an allocator's)
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -437,7 +439,7 @@ class Experiment:
     metric: str  # steps/s | samples/s
     speedup: Optional[float]
     ci: Optional[tuple[float, float]]
-    verdict: str  # faster | slower | no-change | failed | skipped
+    verdict: str  # faster | slower | no-change | failed | skipped | flagged; out-of-memory runs: fits | out-of-memory
     loss_drift: Optional[float]
     peak_memory_bytes: Optional[int]
     reason: str
@@ -454,6 +456,11 @@ class Experiment:
     data_check: str = ""
     data_check_detail: str = ""
     fingerprint_step_s: Optional[float] = None  # training-thread time per step spent fingerprinting the batch
+    # a run that ran out of memory has no baseline to compare with: each variant's own throughput (geometric
+    # mean over its runs, in `metric`) with its 99% interval, and its verdict fits | out-of-memory
+    throughput: Optional[float] = None
+    throughput_ci: Optional[tuple[float, float]] = None
+    limit_bytes: Optional[int] = None  # the memory limit the variant ran under (out-of-memory runs)
 
 
 @dataclass(frozen=True)
@@ -466,6 +473,8 @@ class Headline:
     metric: str
     data_loading_recovered_frac: Optional[float] = None  # of the gap between baseline and the ceiling
     ceiling_speedup: Optional[float] = None
+    throughput: Optional[float] = None  # an out-of-memory run: the fastest variant that fits, in `metric`
+    throughput_ci: Optional[tuple[float, float]] = None
 
 
 @dataclass(frozen=True)
@@ -483,12 +492,41 @@ class BudgetReport:
 
 
 @dataclass(frozen=True)
+class BatchProbe:
+    """A short run of the script at one batch size under the memory limit: did it fit, and its peak."""
+    batch_size: int
+    fits: bool
+    peak_bytes: Optional[int]  # what counts against the limit (CUDA: reserved; host: address space grown)
+    out_of_memory: bool = False  # it did not fit: the script ran out of memory
+    detail: str = ""  # the error when it did not fit, or failed otherwise (then the search stops)
+
+
+@dataclass(frozen=True)
+class BatchSearch:
+    """The largest batch that fits (diagnosis.json `batch_search`): a line, fixed + per-sample bytes, fitted to
+    two measured batch sizes, predicts it under the limit less a margin; short runs verify it, bisecting between
+    the largest batch that fitted and the smallest that did not."""
+    limit_bytes: int
+    limit_source: str
+    margin: float  # share of the limit the prediction keeps free
+    probes: tuple[BatchProbe, ...] = ()  # in the order they ran
+    fixed_bytes: Optional[int] = None
+    per_sample_bytes: Optional[float] = None
+    predicted_batch: Optional[int] = None
+    largest_fitting: Optional[int] = None  # verified by a run
+    smallest_failing: Optional[int] = None  # verified by a run (None: none failed up to `max_batch`)
+    max_batch: Optional[int] = None  # the search's upper end: the dataset's length
+    note: str = ""  # why it stopped where it did, or why nothing fits
+
+
+@dataclass(frozen=True)
 class ExperimentResults:
     """RUN/experiments.json: every setting tried and the headline."""
     experiments: tuple[Experiment, ...] = ()
     headline: Optional[Headline] = None
     interrupted: bool = False  # Ctrl-C during the experiments: what was measured until then is kept
     budget: Optional[BudgetReport] = None
+    batch_search: Optional[BatchSearch] = None
 
 
 @dataclass(frozen=True)
@@ -587,3 +625,4 @@ class Diagnosis:
     budget: Optional[BudgetReport] = None  # what the experiment budget covered and bought
     out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: the step, phase and sizes
     memory: Optional[MemoryBreakdown] = None  # the peak, its parts and its phase
+    batch_search: Optional[BatchSearch] = None  # the largest batch that fits, when it was searched

@@ -8,7 +8,17 @@ import json
 import pytest
 from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
 
+from diagnose.capture.runner import run_in_child
+from diagnose.experiments.memory_fit import probe_result
+from diagnose.experiments.scheduler import TIMED_ENTRY, Arm, child_environment
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig
+from diagnose.runfolder import RunFolder
+from diagnose.serial import read_json
+
 OUTGROWS = SCRIPTS / "outgrows_memory.py"
+HEAVY = SCRIPTS / "activation_heavy.py"  # ~0.1 MiB of activations a sample, light compute: runs out at 8192
+LIMIT = "700MB"
+UNDER_LIMIT = SCRIPTS / "under_memory_limit.py"
 WIDTH, BATCH, FEATURES, CLASSES = 1024, 256, 512, 10
 
 
@@ -84,8 +94,8 @@ def test_memory_outside_torch_is_nvml_used_beyond_what_the_allocator_reserved():
 
 
 def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
-    script_before = OUTGROWS.read_bytes()
-    run = run_script(OUTGROWS, "--batch-size", "8192", out=tmp_path / "run",
+    script_before = HEAVY.read_bytes()
+    run = run_script(HEAVY, "--batch-size", "8192", out=tmp_path / "run",
                      options=("--warmup", "2", "--steps", "3", "--experiments", "none", "--memory-limit", "700MB"))
     assert run.returncode == 5, run.stderr
     d = run.diagnosis
@@ -98,7 +108,7 @@ def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
     # the breakdown as far as it got: from the profiled steps before it failed, or estimated from the sizes
     assert d["memory"]["peak_bytes"] > 0 and d["memory"]["parts"]
     assert "Out of memory" in (run.run_dir / "report.html").read_text()
-    assert OUTGROWS.read_bytes() == script_before
+    assert HEAVY.read_bytes() == script_before
 
 
 def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
@@ -113,3 +123,86 @@ def test_a_memory_limit_that_is_not_a_size_is_refused(tmp_path, bad):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--memory-limit", bad, str(OUTGROWS))
     assert proc.returncode == 2 and "--memory-limit" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _plain_under_limit(*script_args: str) -> int:
+    """The script's exit code run plainly (no diagnose) under the same limit: 0 when it fits, 5 when it does not."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(UNDER_LIMIT), str(700 * 10**6), str(HEAVY), *script_args],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 5), proc.stderr[-2000:]
+    return proc.returncode
+
+
+@pytest.mark.slow
+def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_batch(tmp_path):
+    script_before = HEAVY.read_bytes()
+    run = run_script(HEAVY, "--batch-size", "8192", out=tmp_path / "run",
+                     options=("--warmup", "2", "--steps", "3", "--memory-limit", LIMIT, "--budget-seconds", "300"))
+    assert run.returncode == 5, run.stderr  # the script as written still does not fit
+    d = run.diagnosis
+    assert d["status"] == "out_of_memory" and d["memory"]["parts"]
+    accumulation = next(e for e in d["experiments"] if e["optimization"] == "grad_accumulation")
+    setting = accumulation["setting"]
+    assert accumulation["verdict"] == "fits", accumulation["reason"]
+    assert setting["micro_batches"] * setting["batch_size"] == 8192  # the same effective batch
+    search = d["batch_search"]  # the micro-batch comes from the largest batch measured to fit
+    assert setting["batch_size"] <= search["largest_fitting"] < search["smallest_failing"] <= 8192
+    assert accumulation["peak_memory_bytes"] <= 700 * 10**6 == accumulation["limit_bytes"]
+    assert accumulation["throughput"] > 0 and accumulation["throughput_ci"][0] <= accumulation["throughput"]
+    # every lever reports whether it fits; the headline is the fastest that does
+    assert {e["verdict"] for e in d["experiments"]} <= {"fits", "out-of-memory", "skipped"}
+    fastest = max((e for e in d["experiments"] if e["verdict"] == "fits"), key=lambda e: e["throughput"])
+    assert d["headline"]["verdict"] == "fits" and d["headline"]["throughput"] == fastest["throughput"]
+    assert "Fits: " in run.stderr + run.stdout and "samples/s" in (run.run_dir / "report.html").read_text()
+    assert HEAVY.read_bytes() == script_before
+    # and the fitting variant's micro-batch runs plainly under the limit
+    assert _plain_under_limit("--batch-size", str(setting["batch_size"]), "--steps", "12") == 0
+
+
+@pytest.mark.slow
+def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
+    run = run_script(HEAVY, "--batch-size", "256", out=tmp_path / "run",
+                     options=("--warmup", "3", "--steps", "5", "--memory-limit", LIMIT, "--experiments", "batch_size",
+                              "--budget-seconds", "150"))
+    assert run.returncode == 0, run.stderr
+    search = run.diagnosis["batch_search"]
+    largest = search["largest_fitting"]
+    assert search["limit_bytes"] == 700 * 10**6 and search["limit_source"] == "--memory-limit"
+    assert search["per_sample_bytes"] > 0 and search["predicted_batch"] > 256
+    assert largest >= 2048 and search["smallest_failing"] - largest <= largest // 8
+    assert "Largest batch that fits in" in run.stderr + run.stdout
+    assert _plain_under_limit("--batch-size", str(largest), "--steps", "12") == 0
+    assert _plain_under_limit("--batch-size", str(2 * largest), "--steps", "12") == 5
+    # the batch_size settings stop at what fits
+    sizes = [e["setting"]["batch_size"] for e in run.diagnosis["experiments"] if e["optimization"] == "batch_size"
+             and e["setting"]]
+    assert sizes and max(sizes) <= largest
+
+
+def _short_run(tmp_path, name: str, batch: int, *changes: Change) -> Measurement:
+    """One short run as the batch search makes it (three steps, one window) under the 700 MB limit."""
+    folder = tmp_path / name
+    folder.mkdir()
+    arm = Arm("probe", {}, (Change("batch_size", {"batch_size": batch}), *changes))
+    plan = MeasurePlan(changes=arm.changes, warmup_steps=2, warmup_s=0.0, window_s=0.0, min_window_steps=1,
+                       max_window_steps=1, windows=1, min_windows=1)
+    config = RunConfig(script=str(HEAVY), script_args=("--steps", "50"), out_dir=str(folder), warmup_steps=0,
+                       profile_steps=0, max_seconds=120, measure=plan, memory_limit_bytes=700 * 10**6,
+                       environment=child_environment(arm))
+    run_in_child(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
+    return read_json(RunFolder(folder).measure, Measurement)
+
+
+def test_a_short_run_says_whether_a_batch_fits_and_its_peak_against_the_limit(tmp_path):
+    fits = probe_result(1024, _short_run(tmp_path, "fits", 1024))
+    assert fits.fits and not fits.out_of_memory and 100 * 2**20 < fits.peak_bytes < 700 * 10**6
+    too_big = probe_result(8192, _short_run(tmp_path, "too-big", 8192))
+    assert not too_big.fits and too_big.out_of_memory and "can't allocate memory" in too_big.detail
+
+
+def test_an_allocator_setting_reaches_the_child_before_torch_starts(tmp_path):
+    measurement = _short_run(tmp_path, "segments", 256, Change("expandable_segments", {}))
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in measurement.applied

@@ -48,8 +48,8 @@ def check_script(path: str) -> None:
         raise UserError(f"cannot read {path}: {exc}")
 
 
-def child_env(progress_fd: int) -> dict[str, str]:
-    env = dict(os.environ)
+def child_env(progress_fd: int, extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    env = {**os.environ, **dict(extra)}
     env["DIAGNOSE_PROGRESS_FD"] = str(progress_fd)
     env.setdefault("PYTHONUNBUFFERED", "1")
     package_root = str(Path(diagnose.__file__).resolve().parent.parent)
@@ -82,7 +82,7 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd))
+                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd, config.environment))
     os.close(write_fd)
     threads = _start_relays(proc, run_dir, os.fdopen(read_fd, "r", errors="replace"), on_output, on_progress)
     interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S)
@@ -103,7 +103,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
 
     fifo = RunFolder(run_dir).progress_fifo
     os.mkfifo(fifo)
-    env = {**child_env(-1), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
+    env = {**child_env(-1, config.environment), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
     env.pop("DIAGNOSE_PROGRESS_FD")
     cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,

@@ -47,6 +47,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         budget=experiments.budget,
         out_of_memory=capture.out_of_memory if capture else None,
         memory=_memory(capture, analysis),
+        batch_search=experiments.batch_search,
     )
 
 
@@ -66,6 +67,9 @@ def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tupl
 
 
 def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> bool:
+    """A run whose profiled steps are whole; or one that ran out of memory, for the changes that make it fit."""
+    if capture is not None and capture.status == Status.OUT_OF_MEMORY:
+        return True
     return capture is not None and Status.is_ok(capture.status) and analysis is not None and len(analysis.steps) > 0
 
 
@@ -74,7 +78,8 @@ def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analy
     from diagnose.experiments.stage import run_experiments
 
     outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)
-    results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget)
+    results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget,
+                                outcome.batch_search)
     write_json(RunFolder(run_dir).experiments, results)
     return results
 

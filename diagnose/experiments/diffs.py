@@ -7,6 +7,12 @@ import difflib
 from pathlib import Path
 from typing import Optional
 
+import diagnose.frameworks.catalog as frameworks
+from diagnose.formatting import display_location
+from diagnose.model import Change
+from diagnose.optimizations import REGISTRY
+from diagnose.optimizations.base import Context
+
 
 def _call_at(tree: ast.AST, line: int) -> Optional[ast.Call]:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)]
@@ -56,3 +62,39 @@ def _with_keywords(source: str, call: ast.Call, edits: dict[str, str]) -> str:
     for start, end, text in sorted(replacements, reverse=True):
         source = source[:start] + text + source[end:]
     return source
+
+
+def change_text(changes: tuple[Change, ...], ctx: Context) -> str:
+    """The changes as a diff of the user's script (or the framework's setting), else a snippet to adapt."""
+    parts = []
+    for change in changes:
+        optimization = REGISTRY.get(change.id)
+        if optimization is None:
+            continue
+        location, edits = _framework_edits(change, ctx) or (_site_location(optimization.site, ctx),
+                                                             optimization.keyword_edits(change.setting))
+        # relative to the current folder, as `git apply` wants it (display_location takes path:line)
+        name = (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
+        diff = keyword_diff(location, edits, name)
+        code = optimization.snippet(change.setting, ctx) if optimization.snippet_too or not diff else ""
+        parts.append("\n".join(p for p in (diff, code) if p))
+    return "\n".join(p for p in parts if p)
+
+
+def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:
+    """The change as a setting on the user's configuring call (TrainingArguments(...), Trainer(...)), when the
+    script runs under a framework that has that setting; None: the change is to the user's own code."""
+    site = ctx.capture.framework
+    framework = frameworks.get(site.name) if site else None
+    edits = framework.edits(change.id, change.setting) if framework else None
+    if not edits or not site.location:
+        return None
+    return site.location, edits
+
+
+def _site_location(site: Optional[str], ctx: Context) -> Optional[str]:
+    if site == "loader" and ctx.loader is not None:
+        return ctx.loader.location
+    if site == "optimizer" and ctx.capture.optimizers:
+        return ctx.capture.optimizers[0].location
+    return None

@@ -292,7 +292,7 @@ class MeasureSession(ScriptHost):
         self.finishing = True  # the script has ended: a last window may close, nothing more to stop
         if status != "completed":
             self._close_window(len(self.boundaries) - 1, partial=True)
-        peak, _ = peak_memory()
+        peak = self._peak_memory()
         losses = torch.stack(self.losses).float().cpu().tolist() if self.losses else []
         b = self.boundaries
         measurement = Measurement(
@@ -302,7 +302,7 @@ class MeasureSession(ScriptHost):
             startup_s=b[0] - self.t0 if b else None,
             first_step_s=b[1] - b[0] if len(b) > 1 else None,
             losses=tuple(losses),
-            peak_memory_bytes=peak if peak is not None else peak_rss_bytes(),
+            peak_memory_bytes=peak,
             steps_seen=len(b),
             error=error,
             restart_steps_s=tuple(self.restart_steps),
@@ -312,3 +312,11 @@ class MeasureSession(ScriptHost):
         )
         write_json(RunFolder(self.run_dir).measure, measurement)
         return 0 if Status.is_ok(status) else 1
+
+    def _peak_memory(self) -> Optional[int]:
+        """Under a memory limit, what counts against it (it decides whether a variant fits); else the CUDA
+        allocator's reserved peak, or the process's resident peak on the host."""
+        if self.memory.limit_bytes:
+            return self.memory.peak_in_use_bytes()
+        peak, _ = peak_memory()
+        return peak if peak is not None else peak_rss_bytes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass
+from typing import Optional
 
 from diagnose.experiments.scheduler import Arm
 from diagnose.model import Analysis, Capture, Finding
@@ -58,9 +59,10 @@ def order_candidates(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=lambda c: (-round(c.gain, 2), c.min_runs()))
 
 
-def run_estimate_s(capture: Capture, analysis: Analysis, window_s: float, warmup_steps: int = 5) -> float:
+def run_estimate_s(capture: Capture, analysis: Optional[Analysis], window_s: float, warmup_steps: int = 5) -> float:
     """One timed run before any has run: start-up as the capture saw it, the warm-up, three windows."""
-    step = analysis.step_time_s.get("unprofiled") or analysis.step_time_s.get("mean") or 0.05
+    times = analysis.step_time_s if analysis is not None else {}
+    step = times.get("unprofiled") or times.get("mean") or 0.05
     startup = capture.boundaries_s[0] if capture.boundaries_s else 3.0
     windows = 3 * max(window_s, 5 * step)
     return PROCESS_START_S + startup + max(warmup_steps * step, 0.3) + windows + STOP_S

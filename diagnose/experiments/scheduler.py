@@ -87,9 +87,10 @@ class Scheduler:
         self.budget_s, self.on_progress = budget_s, on_progress
         self.started = time.monotonic()
         self.count = 0
-        self.durations: list[float] = []
+        self.durations: list[float] = []  # timed runs'
+        self.probe_durations: list[float] = []  # short runs that ask whether a batch fits
         # timed runs have the profiler off: the unprofiled step time is theirs, when it was measured
-        times = ctx.analysis.step_time_s
+        times = ctx.analysis.step_time_s if ctx.analysis is not None else {}
         self.step_s = max(times.get("unprofiled") or times.get("mean", 0.05), 1e-4)
         loader = ctx.loader
         self.train_location = loader.location if loader else None
@@ -100,6 +101,7 @@ class Scheduler:
         saved = read_json(config, RunConfig) if config.exists() else None
         self.launcher = saved.launcher if saved else ()
         self.memory_limit_bytes = saved.memory_limit_bytes if saved else None  # variants fit under the same limit
+        self.probe_limit_bytes: Optional[int] = None  # short runs' limit when there is none (the batch search's)
 
     def remaining_s(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -113,29 +115,29 @@ class Scheduler:
         typical = sorted(self.durations)[len(self.durations) // 2] if self.durations else self.first_estimate_s
         return typical + arm.extra_warmup * self.step_s
 
-    def can_run(self, arm: Arm) -> bool:
-        return self.remaining_s() >= self.estimate_s(arm)
+    def can_run(self, arm: Arm, probe: bool = False) -> bool:
+        return self.remaining_s() >= (self.probe_estimate_s() if probe else self.estimate_s(arm))
 
-    def run(self, arm: Arm) -> Optional[Measurement]:
-        if not self.can_run(arm):
+    def probe_estimate_s(self) -> float:
+        """A short run: start-up and three steps; until one has run, half a timed run's estimate."""
+        runs = sorted(self.probe_durations)
+        return runs[len(runs) // 2] if runs else 0.5 * self.estimate_s(Arm("baseline", {}, ()))
+
+    def run(self, arm: Arm, probe: bool = False) -> Optional[Measurement]:
+        """One timed run of the arm; with `probe`, a short one that only asks whether it fits (and its peak)."""
+        if not self.can_run(arm, probe):
             return None
         self.count += 1
         folder = self.root / f"{self.count:02d}-{re.sub(r'[^A-Za-z0-9._=-]+', '_', arm.label).strip('_')}"
         folder.mkdir(parents=True, exist_ok=True)
-        burst = max(1, arm.burst_steps if arm.burst_steps is not None else self.script_workers)
-        in_step = bool(self.launcher)
-        plan = MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
-                           warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
-                           window_s=0.0 if in_step else self.window_s(),
-                           min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
-                           rewarm_steps=burst, burst_steps=burst, windows=3,
-                           # ranks must stop at the same step: no early stop on windows that agree on one rank
-                           min_windows=3 if in_step else 2)
-        limit = max(30.0, min(self.remaining_s(), 4 * self.estimate_s(arm) + 30))
+        plan = self._probe_plan(arm) if probe else self._timed_plan(arm)
+        expected = self.probe_estimate_s() if probe else self.estimate_s(arm)
+        limit = max(30.0, min(self.remaining_s(), 4 * expected + 30))
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
                            profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher,
-                           memory_limit_bytes=self.memory_limit_bytes)
-        self.on_progress(arm.label)
+                           memory_limit_bytes=self.memory_limit_bytes or (self.probe_limit_bytes if probe else None),
+                           environment=child_environment(arm))
+        self.on_progress(("fits? " if probe else "") + arm.label)
         start = time.monotonic()
         try:
             outcome = run_in_child(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
@@ -143,15 +145,46 @@ class Scheduler:
             raise ExperimentsInterrupted() from None
         if outcome.interrupted:
             raise ExperimentsInterrupted()  # its partial windows are not a fair sample: dropped, not compared
-        self.durations.append(time.monotonic() - start)
+        (self.probe_durations if probe else self.durations).append(time.monotonic() - start)
         measurement = _read_measurement(folder)
         arm.runs.append(measurement)
         arm.run_dirs.append(folder)
         return measurement
 
+    def _timed_plan(self, arm: Arm) -> MeasurePlan:
+        burst = self._burst(arm)
+        in_step = bool(self.launcher)
+        return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
+                           warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
+                           window_s=0.0 if in_step else self.window_s(),
+                           min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
+                           rewarm_steps=burst, burst_steps=burst, windows=3,
+                           # ranks must stop at the same step: no early stop on windows that agree on one rank
+                           min_windows=3 if in_step else 2)
+
+    def _probe_plan(self, arm: Arm) -> MeasurePlan:
+        """Three steps and one short window: the optimizer's state is made in the first step, so by the third
+        the step's memory has reached its steady peak."""
+        burst = self._burst(arm)
+        return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location, warmup_steps=2,
+                           warmup_s=0.0, window_s=0.0, min_window_steps=burst, max_window_steps=burst,
+                           rewarm_steps=burst, burst_steps=burst, windows=1, min_windows=1)
+
+    def _burst(self, arm: Arm) -> int:
+        return max(1, arm.burst_steps if arm.burst_steps is not None else self.script_workers)
+
     def window_s(self) -> float:
         # long enough for several steps of the baseline, short enough to repeat within the budget
         return min(3.0, max(0.5, 5 * self.step_s))
+
+
+def child_environment(arm: Arm) -> tuple[tuple[str, str], ...]:
+    """What the arm's changes set in the child's environment before it starts."""
+    merged: dict[str, str] = {}
+    for change in arm.changes:
+        if change.id in REGISTRY:
+            merged.update(REGISTRY[change.id].environment(change.setting))
+    return tuple(sorted(merged.items()))
 
 
 def _read_measurement(folder: Path) -> Measurement:

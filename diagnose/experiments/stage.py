@@ -6,8 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import diagnose.frameworks.catalog as frameworks
-from diagnose.experiments.diffs import keyword_diff
+from diagnose.experiments.diffs import change_text
+from diagnose.experiments.memory_fit import (
+    MEMORY_LEVERS,
+    batch_search_needed,
+    fit_out_of_memory,
+    largest_batch,
+    search_limit,
+)
 from diagnose.experiments.plan import (
     Candidate,
     covered,
@@ -21,8 +27,19 @@ from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENC
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
-from diagnose.formatting import display_location
-from diagnose.model import Analysis, BudgetReport, Capture, Change, Experiment, Finding, Headline, Measurement
+from diagnose.formatting import fmt_gib
+from diagnose.model import (
+    Analysis,
+    BatchSearch,
+    BudgetReport,
+    Capture,
+    Change,
+    Experiment,
+    Finding,
+    Headline,
+    Measurement,
+    Status,
+)
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
 
@@ -49,35 +66,49 @@ class Outcome:
     headline: Optional[Headline] = None
     interrupted: bool = False  # Ctrl-C cut the experiments short: what was measured is kept
     budget: Optional[BudgetReport] = None
+    batch_search: Optional[BatchSearch] = None
 
 
 def run_experiments(selection: str, capture: Capture, analysis: Analysis, findings: list[Finding], run_dir: Path,
                     budget_s: float, on_progress: Callable[[str], None],
                     on_message: Callable[[str], None] = lambda text: None) -> Outcome:
-    """Plan the budget (most promising first), get verdicts one candidate at a time, then combine the winners."""
+    """Plan the budget (most promising first), get verdicts one candidate at a time, then combine the winners.
+    A run that ran out of memory gets the memory levers instead (memory_fit.py)."""
     ctx = Context(capture, analysis)
     ids = select(selection, findings)
+    if capture.status == Status.OUT_OF_MEMORY:
+        return _fit_out_of_memory(selection, ids, ctx, run_dir, budget_s, on_progress, on_message)
     if not ids:
         return Outcome(())
     skipped = [_skipped(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
     gains = expected_gains(findings)
-    candidates = order_candidates([Candidate(i, arms_for(i, ctx), gains.get(i, 0.0)) for i in ids
-                                   if not REGISTRY[i].skip_reason(ctx)])
-    if not candidates:
+    if not [i for i in ids if not REGISTRY[i].skip_reason(ctx)]:
         return Outcome(tuple(skipped))  # nothing to measure: no baseline, no ceiling either
     scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
     run_s = scheduler.first_estimate_s = run_estimate_s(capture, analysis, scheduler.window_s())
+    search = None
+    if "batch_size" in ids and not REGISTRY["batch_size"].skip_reason(ctx):
+        search, ctx, interrupted = _search_batch(scheduler, ctx, on_message)
+        if interrupted:
+            return Outcome(tuple(skipped), None, True)
+        if REGISTRY["batch_size"].skip_reason(ctx):  # no larger batch fits
+            skipped.append(_skipped("batch_size", REGISTRY["batch_size"].skip_reason(ctx)))
+    candidates = order_candidates([Candidate(i, arms_for(i, ctx), gains.get(i, 0.0)) for i in ids
+                                   if not REGISTRY[i].skip_reason(ctx)])
+    if not candidates:
+        return Outcome(tuple(skipped), batch_search=search)
+    plan_s = scheduler.remaining_s()  # what the batch search left
     riders = [i for i in ids if REGISTRY[i].skip_reason(ctx) and REGISTRY[i].rides_with and REGISTRY[i].rides(ctx)]
-    chosen = covered(candidates, budget_s, run_s, combine=bool(riders))
+    chosen = covered(candidates, plan_s, run_s, combine=bool(riders))
     # the plan's first (a sweep trimmed to what fits), then the rest should the runs prove cheaper than estimated
     order = chosen + [c for c in candidates if c.optimization not in {k.optimization for k in chosen}]
-    on_message(plan_sentence(budget_s, run_s, chosen, candidates))
+    on_message(plan_sentence(plan_s, run_s, chosen, candidates))
     if not chosen:
         results = [_result(arm, Arm("baseline", {}, ()), ctx, unrun_reason=TOO_SMALL_REASON)
                    for c in candidates for arm in c.arms]
         budget = BudgetReport(budget_s, run_s, (), (), tuple(c.optimization for c in candidates), too_small=True,
                               rest_command=rest_command(capture, candidates, run_s))
-        return Outcome(tuple(results + skipped), None, False, budget)
+        return Outcome(tuple(results + skipped), None, False, budget, search)
     trials = Trials(scheduler, Arm("baseline", {}, ()))
     try:
         if trials.start():
@@ -86,11 +117,13 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
                     trials.decide(candidate)
     except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
         results = _results(candidates, trials, ctx, INTERRUPTED_REASON)
-        return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler))
+        return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler),
+                       search)
     if not trials.baseline.ok_runs():  # every baseline run failed: nothing could be compared, and that is why
         reason = f"not run: the baseline (the unchanged script) failed: {_failure(trials.baseline.runs[-1])}"
         results = _results(candidates, trials, ctx, reason)
-        return Outcome(tuple(results + skipped), None, False, _report(budget_s, chosen, candidates, results, scheduler))
+        return Outcome(tuple(results + skipped), None, False, _report(budget_s, chosen, candidates, results, scheduler),
+                       search)
     results = _results(candidates, trials, ctx)
     interrupted = False
     try:
@@ -98,7 +131,36 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
     except (ExperimentsInterrupted, KeyboardInterrupt):
         headline, extra, interrupted = None, [], True
     budget = _report(budget_s, chosen, candidates, results, scheduler)
-    return Outcome(tuple(results + extra + skipped), headline, interrupted, budget)
+    return Outcome(tuple(results + extra + skipped), headline, interrupted, budget, search)
+
+
+def _search_batch(scheduler: Scheduler, ctx: Context,
+                  on_message: Callable[[str], None]) -> tuple[Optional[BatchSearch], Context, bool]:
+    """The largest batch that fits, when the largest batch_size setting might not; the context then carries it,
+    so the batch_size settings stop there. The last: interrupted (Ctrl-C)."""
+    limit, source = search_limit(ctx, scheduler)
+    if not batch_search_needed(ctx, limit):
+        return None, ctx, False
+    on_message(f"Searching the largest batch that fits in {fmt_gib(limit)} ({source}) with short runs.")
+    try:
+        search = largest_batch(scheduler, ctx, fits_at_start=True)
+    except (ExperimentsInterrupted, KeyboardInterrupt):
+        return None, ctx, True
+    found = search.largest_fitting if search is not None else None
+    return search, (Context(ctx.capture, ctx.analysis, found) if found else ctx), False
+
+
+def _fit_out_of_memory(selection: str, ids: list[str], ctx: Context, run_dir: Path, budget_s: float,
+                       on_progress: Callable[[str], None], on_message: Callable[[str], None]) -> Outcome:
+    if selection == "none":
+        return Outcome(())
+    capture = ctx.capture
+    scheduler = Scheduler(capture.script, capture.script_args, run_dir, ctx, budget_s, on_progress)
+    scheduler.first_estimate_s = run_estimate_s(capture, ctx.analysis, scheduler.window_s())
+    on_message(f"Ran out of memory: trying what makes it fit (of {', '.join(MEMORY_LEVERS)}) under the same "
+               f"limit, within {budget_s:.0f} s.")
+    fit = fit_out_of_memory(scheduler, ctx, None if selection in ("findings", "all") else ids)
+    return Outcome(fit.experiments, fit.headline, fit.interrupted, None, fit.batch_search)
 
 
 def _combination_reserve_s(trials: Trials, riders: list[str]) -> float:
@@ -187,7 +249,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                       loss_drift=drift, peak_memory_bytes=peak, reason=reason,
                       first_step_s=ok[0].startup_s,  # to the first step: start-up, worker start, compilation
                       baseline_first_step_s=baseline.ok_runs()[0].startup_s if baseline.ok_runs() else None,
-                      change=_change(arm, ctx), fidelity_warning=warning, data_check=data.verdict,
+                      change=change_text(arm.changes, ctx), fidelity_warning=warning, data_check=data.verdict,
                       data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm))
 
 
@@ -266,40 +328,6 @@ def _reason(verdict: str, arm: Arm) -> str:
     if verdict == "slower":
         return "slower on this machine: the 99% interval lies below 1.0"
     return "no measurable change: the 99% interval includes 1.0"
-
-
-def _change(arm: Arm, ctx: Context) -> str:
-    parts = []
-    for change in arm.changes:
-        optimization = REGISTRY.get(change.id)
-        if optimization is None:
-            continue
-        location, edits = _framework_edits(change, ctx) or (_site_location(optimization.site, ctx),
-                                                             optimization.keyword_edits(change.setting))
-        # relative to the current folder, as `git apply` wants it (display_location takes path:line)
-        name = (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
-        diff = keyword_diff(location, edits, name)
-        parts.append(diff or optimization.snippet(change.setting, ctx))
-    return "\n".join(p for p in parts if p)
-
-
-def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:
-    """The change as a setting on the user's configuring call (TrainingArguments(...), Trainer(...)), when the
-    script runs under a framework that has that setting; None: the change is to the user's own code."""
-    site = ctx.capture.framework
-    framework = frameworks.get(site.name) if site else None
-    edits = framework.edits(change.id, change.setting) if framework else None
-    if not edits or not site.location:
-        return None
-    return site.location, edits
-
-
-def _site_location(site: Optional[str], ctx: Context) -> Optional[str]:
-    if site == "loader" and ctx.loader is not None:
-        return ctx.loader.location
-    if site == "optimizer" and ctx.capture.optimizers:
-        return ctx.capture.optimizers[0].location
-    return None
 
 
 def _combined_fidelity(arm: Arm) -> str:

@@ -87,6 +87,18 @@ def _pooled(baseline: Sequence[float], variant: Sequence[float], noise: Noise) -
                       _verdict(diff - half, diff + half))
 
 
+def throughput_interval(values: Sequence[float], noise: Noise | None) -> tuple[float, tuple[float, float]] | None:
+    """The geometric mean of one setting's throughputs with its 99% interval, from the noise pooled over the
+    settings (never below the setting's own variance); None with fewer than two runs."""
+    if len(values) < 2:
+        return None
+    logs = [math.log(v) for v in values]
+    mean, var = _mean_var(logs)
+    variance, df = (max(noise.variance, var), noise.df) if noise is not None else (var, len(logs) - 1)
+    half = t_quantile(df) * math.sqrt(variance / len(logs))
+    return math.exp(mean), (math.exp(mean - half), math.exp(mean + half))
+
+
 def _verdict(lo: float, hi: float) -> str:
     if lo > 0:
         return "faster"

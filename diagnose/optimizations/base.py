@@ -13,7 +13,8 @@ IDENTICAL, APPROXIMATE, DYNAMICS = "identical", "approximate", "changes-dynamics
 @dataclass(frozen=True)
 class Context:
     capture: Capture
-    analysis: Analysis
+    analysis: Optional[Analysis]  # None: the script ran out of memory before a step was profiled
+    largest_batch: Optional[int] = None  # the largest batch verified to fit under the memory limit, when searched
 
     @property
     def loader(self):
@@ -32,7 +33,7 @@ class Context:
         return self.capture.environment.cpu_count
 
     def metric(self, name: str) -> Optional[float]:
-        return self.analysis.metrics.get(name)
+        return self.analysis.metrics.get(name) if self.analysis is not None else None
 
 
 class Optimization:
@@ -42,6 +43,7 @@ class Optimization:
     applied_automatically: bool = True
     metric: str = "steps/s"
     site: Optional[str] = None  # "loader" or "optimizer": the construction call a diff edits
+    snippet_too: bool = False  # the keyword edit at `site` is half the change: the snippet shows the rest
     conflicts_with: tuple[str, ...] = ()  # optimizations that cannot be combined with this one
     # skipped alone because it needs another one (persistent workers need workers): joins that one's best setting
     # in `combined`, when it is verified faster and rides(ctx) says this script needs it
@@ -65,6 +67,10 @@ class Optimization:
     def burst_steps(self, setting: dict[str, Any], ctx: Context) -> Optional[int]:
         """Batches that arrive together (the loader's workers) when this setting changes them; None: unchanged."""
         return None
+
+    def environment(self, setting: dict[str, Any]) -> dict[str, str]:
+        """Variables to set before the child starts (read once, when torch starts); applied in the child's env."""
+        return {}
 
     def apply(self, setting: dict[str, Any], changes: ChangeSet) -> None:
         raise NotImplementedError(f"{self.id} is a recommendation, not applied automatically")

@@ -1,4 +1,5 @@
-"""A larger batch: more samples per op, until throughput stops improving or memory reaches 80-95%."""
+"""A larger batch: more samples per op, until throughput stops improving or memory reaches 80-95%. Where the
+largest batch that fits was searched (experiments/batch_search.py), the settings stop there and include it."""
 from __future__ import annotations
 
 from diagnose.optimizations.base import DYNAMICS, Context, Optimization
@@ -21,14 +22,21 @@ class BatchSize(Optimization):
             return "the script builds no DataLoader whose batch size could change"
         if loader.batch_size is None:
             return "the DataLoader uses a batch_sampler: its batch size is not a DataLoader argument"
+        if ctx.largest_batch is not None and ctx.largest_batch <= loader.batch_size:
+            return f"no larger batch fits in memory: the largest that fitted was {ctx.largest_batch} (batch search)"
         peak = ctx.metric("peak_memory_frac")
-        if ctx.cuda and peak is not None and peak >= 0.8:
+        if ctx.largest_batch is None and ctx.cuda and peak is not None and peak >= 0.8:
             return f"device memory is already at {peak:.0%}"
         return None
 
     def settings(self, ctx):
         size, length = ctx.loader.batch_size, ctx.loader.dataset_len
-        return [{"batch_size": size * f} for f in FACTORS if length is None or size * f * 8 <= length]
+        most = length // 8 if length else None  # eight steps an epoch at least, to time windows of steps
+        sizes = [size * f for f in FACTORS if most is None or size * f <= most]
+        if ctx.largest_batch is not None:
+            top = min(ctx.largest_batch, most) if most else ctx.largest_batch
+            sizes = [b for b in sizes if b < top] + ([top] if top > size else [])
+        return [{"batch_size": b} for b in sizes]
 
     def apply(self, setting, changes):
         def edit(args: dict) -> None:

@@ -1,5 +1,6 @@
 """Gradient accumulation: micro-batches of half the size, two backward passes per optimizer step, the same
-effective batch, less activation memory. Reported with the memory it saved and the time it cost."""
+effective batch, less activation memory. Reported with the memory it saved and the time it cost. Where the
+largest batch that fits was measured (a run out of memory), the fewest micro-batches whose size fits it."""
 from __future__ import annotations
 
 from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
@@ -15,6 +16,7 @@ class GradAccumulation(Optimization):
     fidelity = APPROXIMATE  # same effective batch; batch-norm statistics see smaller batches
     metric = "samples/s"
     site = "loader"
+    snippet_too = True  # a smaller batch alone would change the effective batch: the loop is the other half
 
     def skip_reason(self, ctx: Context):
         loader = ctx.loader
@@ -25,7 +27,14 @@ class GradAccumulation(Optimization):
         return None
 
     def settings(self, ctx):
-        return [{"micro_batches": MICRO_BATCHES, "batch_size": ctx.loader.batch_size // MICRO_BATCHES}]
+        """Two micro-batches; where the largest batch that fits was measured, the fewest micro-batches that fit
+        it and twice as many (more headroom, for the time it costs): the faster that fits wins."""
+        size = ctx.loader.batch_size
+        if not ctx.largest_batch:
+            return [{"micro_batches": MICRO_BATCHES, "batch_size": size // MICRO_BATCHES}]
+        fewest = micro_batches_to_fit(size, ctx.largest_batch)
+        counts = [fewest] + ([micro_batches_to_fit(size, size // fewest // 2)] if size // fewest >= 4 else [])
+        return [{"micro_batches": k, "batch_size": size // k} for k in dict.fromkeys(counts)]
 
     def apply(self, setting, changes):
         k = setting["micro_batches"]
@@ -48,6 +57,15 @@ class GradAccumulation(Optimization):
                 f"    (loss_fn(model(x), y) / {k}).backward()\n"
                 f"    if (i + 1) % {k} == 0:\n"
                 "        optimizer.step()\n        optimizer.zero_grad()")
+
+
+def micro_batches_to_fit(batch: int, largest: int) -> int:
+    """The fewest micro-batches (at least two) of at most `largest` samples that make up `batch` exactly, so the
+    effective batch stays the same; when no divisor gives that, the fewest that fit (the effective batch then
+    loses the remainder)."""
+    fewest = max(MICRO_BATCHES, -(-batch // max(1, largest)))
+    exact = [k for k in range(fewest, batch + 1) if batch % k == 0]
+    return exact[0] if exact and exact[0] <= 2 * fewest else fewest
 
 
 def _every_kth_step(optimizer, k: int) -> None:

@@ -1,0 +1,157 @@
+"""The largest batch that fits under a memory limit. Memory grows with the batch nearly in a line: what every step
+holds (parameters, gradients, optimizer state, the runtime) plus activations and the batch itself per sample. Two
+measured batch sizes give the line; the line, less a margin, predicts the largest batch; short runs verify it,
+bisecting between the largest batch that fitted and the smallest that did not (allocators round and fragment,
+so the line is a guide, the runs are the answer). As DeepSpeed's autotuner models memory and Lightning's
+BatchSizeFinder bisects, but on the user's unchanged script, under the limit it will train with."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from diagnose.model import BatchProbe, BatchSearch
+
+MARGIN = 0.05  # of the limit left free by the prediction: a longer run fragments more than three steps do
+MAX_PROBES = 8  # short runs at most: each is a process start and three steps
+RESOLUTION = 8  # bisect until the gap between fit and failure is under 1/RESOLUTION of the batch
+
+Prober = Callable[[int], Optional[BatchProbe]]  # None: no budget left for another run
+
+
+@dataclass(frozen=True)
+class Line:
+    fixed_bytes: float
+    per_sample_bytes: float
+
+    def largest_under(self, bytes_: float) -> int:
+        return int((bytes_ - self.fixed_bytes) // self.per_sample_bytes) if self.per_sample_bytes > 0 else 0
+
+
+def search_largest_batch(probe: Prober, start: int, fits_at_start: bool, limit_bytes: int, limit_source: str,
+                         max_batch: int) -> BatchSearch:
+    """From the script's own batch `start` (which fitted or ran out of memory), find the largest batch up to
+    `max_batch` that fits under `limit_bytes`."""
+    search = _Search(probe, BatchSearch(limit_bytes, limit_source, MARGIN, max_batch=max_batch))
+    if not search.two_fits(start, fits_at_start, max_batch):
+        return search.done()
+    line = fitted_line(search.fitting())
+    if line is not None:
+        search.result = replace(search.result, fixed_bytes=int(line.fixed_bytes),
+                                per_sample_bytes=line.per_sample_bytes)
+        predicted = _round_down(min(max_batch, line.largest_under(limit_bytes * (1 - MARGIN))))
+        search.result = replace(search.result, predicted_batch=predicted)
+        if search.lo < predicted < search.hi:
+            search.try_batch(predicted)
+    search.bisect(max_batch)
+    return search.done()
+
+
+def fitted_line(probes: list[BatchProbe]) -> Optional[Line]:
+    """The line through the two largest batches that fitted with a measured peak; None when memory did not grow
+    with the batch (too noisy to say)."""
+    measured = sorted({p.batch_size: p for p in probes if p.fits and p.peak_bytes is not None}.values(),
+                      key=lambda p: p.batch_size)[-2:]
+    if len(measured) < 2:
+        return None
+    (b1, p1), (b2, p2) = [(p.batch_size, p.peak_bytes) for p in measured]
+    per_sample = (p2 - p1) / (b2 - b1)
+    if per_sample <= 0:
+        return None
+    return Line(p2 - per_sample * b2, per_sample)
+
+
+class _Search:
+    def __init__(self, probe: Prober, result: BatchSearch):
+        self.probe, self.result = probe, result
+        self.lo = 0  # the largest batch that fitted
+        self.hi = math.inf  # the smallest batch that did not
+        self.out_of_budget = False
+        self.broken = ""  # a short run failed for another reason than memory: the search cannot go on
+
+    def try_batch(self, batch: int) -> Optional[bool]:
+        if len(self.result.probes) >= MAX_PROBES or self.out_of_budget or self.broken:
+            return None
+        found = self.probe(batch)
+        if found is None:
+            self.out_of_budget = True
+            return None
+        self.result = replace(self.result, probes=self.result.probes + (found,))
+        if not found.fits and not found.out_of_memory:
+            self.broken = f"the run at batch {batch} failed: {found.detail}"
+            return None
+        if found.fits:
+            self.lo = max(self.lo, batch)
+        else:
+            self.hi = min(self.hi, batch)
+        return found.fits
+
+    def fitting(self) -> list[BatchProbe]:
+        return [p for p in self.result.probes if p.fits]
+
+    def two_fits(self, start: int, fits_at_start: bool, max_batch: int) -> bool:
+        """Two batch sizes that fit, for the line: the script's own and double it when it fits (else halves
+        until one fits, and half that)."""
+        first = self.try_batch(start) if fits_at_start else False
+        if first is None:
+            return False
+        if first:
+            return start >= max_batch or self.try_batch(min(2 * start, max_batch)) is not None
+        self.hi = min(self.hi, start)
+        batch = start
+        while batch > 1:
+            batch //= 2
+            fits = self.try_batch(batch)
+            if fits is None:
+                return False
+            if fits:
+                return batch == 1 or self.try_batch(max(1, batch // 2)) is not None
+        return False
+
+    def bisect(self, max_batch: int) -> None:
+        """Between the largest fit and the smallest failure (doubling while none failed) to RESOLUTION."""
+        while self.lo and self.lo < max_batch:
+            if self.hi == math.inf:
+                nxt = min(max_batch, 2 * self.lo)
+            elif self.hi - self.lo <= max(1, self.lo // RESOLUTION):
+                return
+            else:
+                nxt = _round_batch((self.lo + self.hi) // 2, self.lo, self.hi)
+            if self.try_batch(nxt) is None:
+                return
+
+    def done(self) -> BatchSearch:
+        largest = self.lo or None
+        failing = None if self.hi == math.inf else int(self.hi)
+        return replace(self.result, largest_fitting=largest, smallest_failing=failing, note=self._note(largest))
+
+    def _note(self, largest: Optional[int]) -> str:
+        max_batch = self.result.max_batch
+        if largest is None:
+            if self.result.probes and all(not p.fits for p in self.result.probes) and 1 in \
+                    {p.batch_size for p in self.result.probes}:
+                return "does not fit even with a batch of 1"
+            return "stopped before a batch that fits was found: " + self._why_stopped()
+        if largest == max_batch:
+            return f"fits up to the whole dataset's {max_batch} samples: memory does not limit the batch"
+        if self.hi != math.inf and self.hi - largest <= max(1, largest // RESOLUTION):
+            return f"{largest} fits and {int(self.hi)} does not"
+        return f"{largest} fits; the search stopped there: " + self._why_stopped()
+
+    def _why_stopped(self) -> str:
+        if self.broken:
+            return self.broken
+        if self.out_of_budget:
+            return "the experiment budget ran out (--budget-seconds)"
+        return f"the search's {MAX_PROBES} short runs were spent"
+
+
+def _round_down(batch: int) -> int:
+    """To a multiple of 8 from 64 up: kernels prefer them, and the margin covers the difference."""
+    return batch // 8 * 8 if batch >= 64 else batch
+
+
+def _round_batch(batch: int, lo: int, hi: int) -> int:
+    """A multiple of 8 (kernels prefer them) when one lies strictly between the bounds; else the batch itself."""
+    rounded = batch // 8 * 8
+    return rounded if lo < rounded < hi and rounded >= 8 else batch

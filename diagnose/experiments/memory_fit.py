@@ -1,0 +1,191 @@
+"""Experiments where memory is the limit. A run that ran out of memory has no baseline to be faster than: the
+question is which change makes it fit, and at what speed. The largest batch that fits is searched first (short
+runs under the same limit), then each memory lever runs twice, interleaved: a smaller micro-batch with gradient
+accumulation sized from that search (the same effective batch), activation checkpointing, mixed precision.
+Each fits or runs out of memory again; the headline is the fastest that fits. The same search gives the
+`batch_size` experiment of a run that fitted its largest setting."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import psutil
+
+from diagnose.experiments.batch_search import MARGIN, search_largest_batch
+from diagnose.experiments.diffs import change_text
+from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
+from diagnose.experiments.stats import pooled_noise, throughput_interval
+from diagnose.formatting import fmt_gib
+from diagnose.model import BatchProbe, BatchSearch, Change, Experiment, Headline, Measurement, Status
+from diagnose.optimizations import REGISTRY
+from diagnose.optimizations.base import Context
+
+FITS, OUT_OF_MEMORY = "fits", "out-of-memory"
+MEMORY_LEVERS = ("grad_accumulation", "activation_checkpointing", "amp", "expandable_segments")
+RUNS = 3  # of each lever that fits: its throughput's interval, with the noise pooled over the levers
+SEARCH_FACTOR = 16  # the largest batch_size setting: a search is needed only when it might not fit
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    experiments: tuple[Experiment, ...]
+    headline: Optional[Headline]
+    batch_search: Optional[BatchSearch]
+    interrupted: bool = False  # Ctrl-C: what was measured until then is kept
+
+
+def search_limit(ctx: Context, scheduler: Scheduler) -> tuple[int, str]:
+    """The memory a batch must fit in: --memory-limit, else the GPU's, else what the machine has available."""
+    if scheduler.memory_limit_bytes:
+        return scheduler.memory_limit_bytes, "--memory-limit"
+    if ctx.cuda and ctx.capture.memory_capacity_bytes:
+        return ctx.capture.memory_capacity_bytes, "the GPU's memory"
+    return int(psutil.virtual_memory().available), "the machine's available memory"
+
+
+def batch_search_needed(ctx: Context, limit_bytes: int) -> bool:
+    """Whether the largest batch setting might not fit. Memory is fixed + per-sample x batch, and what grows with
+    the batch is tensors: 16x the batch needs at most this run's peak plus 15x its tensors' peak (the whole peak
+    when the tensors were not measured). Below the limit every setting fits, and no short run is spent on it."""
+    whole = ctx.capture.memory_limit_peak_bytes or ctx.metric("peak_memory_bytes")
+    if whole is None:
+        return True
+    memory = ctx.analysis.memory if ctx.analysis is not None else None
+    tensors = memory.peak_bytes if memory is not None and memory.peak_bytes else None
+    grows = tensors if tensors is not None and tensors <= whole else whole
+    return whole + (SEARCH_FACTOR - 1) * grows > limit_bytes * (1 - MARGIN)
+
+
+def largest_batch(scheduler: Scheduler, ctx: Context, fits_at_start: bool) -> Optional[BatchSearch]:
+    """Search the largest batch of the training loader that fits, by short runs under the limit."""
+    loader = ctx.loader
+    if loader is None or not loader.batch_size:
+        return None
+    limit, source = search_limit(ctx, scheduler)
+    most = loader.dataset_len or (loader.batch_size * 2 ** 10)  # a stream: up to 1024x, as far as memory goes
+    scheduler.probe_limit_bytes = limit  # on the host without --memory-limit: the machine is never exhausted
+    search = search_largest_batch(_prober(scheduler), loader.batch_size, fits_at_start, limit, source,
+                                  most if fits_at_start else loader.batch_size)
+    return _with_fixed_reason(search, ctx)
+
+
+def _prober(scheduler: Scheduler) -> Callable[[int], Optional[BatchProbe]]:
+    def probe(batch: int) -> Optional[BatchProbe]:
+        setting = {"batch_size": batch}
+        measurement = scheduler.run(Arm("batch_size", setting, (Change("batch_size", setting),)), probe=True)
+        return None if measurement is None else probe_result(batch, measurement)
+
+    return probe
+
+
+def probe_result(batch: int, m: Measurement) -> BatchProbe:
+    oom = m.status == Status.OUT_OF_MEMORY
+    fits = bool(m.windows) and not oom
+    detail = "" if fits else (f"{m.error.type}: {m.error.message}"[:300] if m.error else f"ended {m.status}")
+    return BatchProbe(batch, fits, m.peak_memory_bytes, out_of_memory=oom, detail=detail)
+
+
+def _with_fixed_reason(search: BatchSearch, ctx: Context) -> BatchSearch:
+    """A search that found nothing says why when the tensors every step holds exceed the limit already."""
+    sizes = ctx.capture.memory_sizes
+    if search.largest_fitting is not None or sizes is None:
+        return search
+    fixed = sizes.parameters_bytes + sizes.gradients_bytes + sizes.optimizer_state_bytes
+    if fixed < search.limit_bytes * (1 - MARGIN):
+        return search
+    from dataclasses import replace
+
+    return replace(search, note=f"{search.note}: parameters, gradients and optimizer state alone take "
+                                f"{fmt_gib(fixed)} of the {fmt_gib(search.limit_bytes)} limit; no batch size fits. "
+                                "Shard them across GPUs (FSDP, ZeRO), or train in lower precision")
+
+
+def fit_out_of_memory(scheduler: Scheduler, ctx: Context, wanted: Optional[list[str]] = None) -> FitOutcome:
+    """The memory levers (those in `wanted`, when the user named some) on a run that ran out of memory, under the
+    same limit: which fit, and how fast."""
+    levers = [i for i in MEMORY_LEVERS if wanted is None or i in wanted]
+    search, arms, reasons, interrupted, sized = None, [], {}, False, ctx
+    try:
+        if "grad_accumulation" in levers:  # the micro-batch is sized from the largest batch that fits
+            search = largest_batch(scheduler, ctx, fits_at_start=False)
+        sized = Context(ctx.capture, ctx.analysis, search.largest_fitting if search else None)
+        reasons = {i: _skip_reason(i, sized, search) for i in levers}
+        arms = [arm for i in levers if not reasons[i] for arm in arms_for(i, sized)]
+        for _ in range(RUNS):  # round-robin: every lever's runs share the machine's luck alike
+            for arm in arms:
+                if not arm.runs or arm.ok_runs():  # one that ran out of memory once is not run again
+                    scheduler.run(arm)
+    except (ExperimentsInterrupted, KeyboardInterrupt):
+        interrupted = True
+    results = _results(arms, sized, scheduler.memory_limit_bytes or (search.limit_bytes if search else None))
+    skipped = [_skipped(i, reason) for i, reason in reasons.items() if reason]
+    return FitOutcome(tuple(results + skipped), _headline(results), search, interrupted)
+
+
+def _skip_reason(optimization: str, ctx: Context, search: Optional[BatchSearch]) -> Optional[str]:
+    if optimization == "grad_accumulation" and search is not None and search.largest_fitting is None:
+        return f"no micro-batch fits: {search.note}"
+    return REGISTRY[optimization].skip_reason(ctx)
+
+
+def _results(arms: list[Arm], ctx: Context, limit: Optional[int]) -> list[Experiment]:
+    noise = pooled_noise([arm.throughputs("samples/s") for arm in arms])
+    return [_result(arm, ctx, limit, noise) for arm in arms]
+
+
+def _result(arm: Arm, ctx: Context, limit: Optional[int], noise) -> Experiment:
+    optimization = REGISTRY[arm.optimization]
+    peak = max((m.peak_memory_bytes for m in arm.runs if m.peak_memory_bytes), default=None)
+    common = dict(optimization=arm.optimization, setting=arm.setting, metric="samples/s", speedup=None, ci=None,
+                  loss_drift=None, peak_memory_bytes=peak, fidelity=optimization.fidelity, runs=len(arm.runs),
+                  applied=arm.runs[0].applied if arm.runs else (), limit_bytes=limit)
+    if not arm.runs:
+        return Experiment(**common, verdict="skipped", reason="not run: the experiment budget ran out")
+    ran_out = [m for m in arm.runs if m.status == Status.OUT_OF_MEMORY]
+    if ran_out:
+        return Experiment(**common, verdict=OUT_OF_MEMORY, reason=_ran_out_reason(ran_out[0], limit))
+    interval = throughput_interval(arm.throughputs("samples/s"), noise)
+    if not arm.ok_runs():
+        failure = arm.runs[-1]
+        text = f"{failure.error.type}: {failure.error.message}" if failure.error else f"ended {failure.status}"
+        return Experiment(**common, verdict="failed", reason=text)
+    common["change"] = change_text(arm.changes, ctx)
+    if interval is None:
+        return Experiment(**common, verdict=FITS, reason="fits; one run only, so no interval on its speed")
+    rate, ci = interval
+    return Experiment(**common, verdict=FITS, throughput=rate, throughput_ci=ci,
+                      reason=_fits_reason(peak, limit, len(arm.ok_runs())))
+
+
+def _fits_reason(peak: Optional[int], limit: Optional[int], runs: int) -> str:
+    if not peak or not limit:
+        return f"fits, over {runs} runs"
+    headroom = " (little headroom: a longer run may not fit)" if peak > (1 - MARGIN) * limit else ""
+    return f"fits over {runs} runs: peak {fmt_gib(peak)}, {peak / limit:.0%} of the {fmt_gib(limit)} limit{headroom}"
+
+
+def _ran_out_reason(m: Measurement, limit: Optional[int]) -> str:
+    return f"ran out of memory in step {max(0, m.steps_seen - 1)}" + (f" under the {fmt_gib(limit)} limit"
+                                                                      if limit else "")
+
+
+def _headline(results: list[Experiment]) -> Optional[Headline]:
+    """The fastest variant that fits; None when none does."""
+    fitting = [r for r in results if r.verdict == FITS]
+    if not fitting:
+        return None
+    best = max(fitting, key=lambda r: r.throughput or 0.0)
+    label = _label(best)
+    return Headline((label,), None, None, FITS, best.metric, throughput=best.throughput,
+                    throughput_ci=best.throughput_ci)
+
+
+def _label(result: Experiment) -> str:
+    detail = ", ".join(f"{k}={v}" for k, v in result.setting.items())
+    return f"{result.optimization}({detail})" if detail else result.optimization
+
+
+def _skipped(optimization: str, reason: str) -> Experiment:
+    return Experiment(optimization=optimization, setting={}, metric="samples/s", speedup=None, ci=None,
+                      verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
+                      fidelity=REGISTRY[optimization].fidelity)
