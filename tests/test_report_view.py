@@ -8,7 +8,16 @@ import re
 from rich.console import Console
 
 from diagnose.formatting import fmt_ms
-from diagnose.model import Analysis, Diagnosis, Experiment, Finding, Headline, StepBreakdown
+from diagnose.model import (
+    Analysis,
+    BatchProbe,
+    BatchSearch,
+    Diagnosis,
+    Experiment,
+    Finding,
+    Headline,
+    StepBreakdown,
+)
 from diagnose.report.render import render_html, template_environment
 from diagnose.report.terminal import print_summary
 from diagnose.report.view import build_view
@@ -21,8 +30,9 @@ DIFF = """--- train.py
 
 
 def _experiment(optimization: str, verdict: str, speedup=None, ci=None, **extra) -> Experiment:
-    return Experiment(optimization=optimization, setting=extra.pop("setting", {}), metric="steps/s", speedup=speedup,
-                      ci=ci, verdict=verdict, loss_drift=extra.pop("loss_drift", None),
+    return Experiment(optimization=optimization, setting=extra.pop("setting", {}),
+                      metric=extra.pop("metric", "steps/s"), speedup=speedup, ci=ci, verdict=verdict,
+                      loss_drift=extra.pop("loss_drift", None),
                       peak_memory_bytes=extra.pop("peak_memory_bytes", None), reason=extra.pop("reason", "why"),
                       runs=extra.pop("runs", 2), **extra)
 
@@ -157,3 +167,41 @@ def test_terminal_does_not_break_findings_mid_phrase(tmp_path):
     text = out.getvalue()
     assert "Batch too small: per-op overhead dominates each step (low utilization)" in text
     assert "Verified: 1 change, 2.5x faster [2.2-2.8], steps/s" in text
+
+
+FITS = dict(metric="samples/s", limit_bytes=700 * 10**6)
+OUT_OF_MEMORY_EXPERIMENTS = (
+    _experiment("grad_accumulation", "fits", setting={"micro_batches": 2, "batch_size": 4096}, throughput=5150.0,
+                throughput_ci=(3954.0, 6708.0), peak_memory_bytes=690 * 10**6, change=DIFF, **FITS),
+    _experiment("grad_accumulation", "fits", setting={"micro_batches": 4, "batch_size": 2048}, throughput=5423.0,
+                throughput_ci=(4152.0, 7084.0), peak_memory_bytes=455 * 10**6, **FITS),
+    _experiment("activation_checkpointing", "out-of-memory", reason="ran out of memory in step 0", runs=1, **FITS),
+)
+FITS_HEADLINE = Headline(changes=("grad_accumulation(micro_batches=4, batch_size=2048)",), speedup=None, ci=None,
+                         verdict="fits", metric="samples/s", throughput=5423.0, throughput_ci=(4152.0, 7084.0))
+SEARCH = BatchSearch(limit_bytes=700 * 10**6, limit_source="--memory-limit", margin=0.05,
+                     probes=(BatchProbe(4096, True, 663 * 10**6), BatchProbe(2048, True, 437 * 10**6),
+                             BatchProbe(4608, False, 695 * 10**6, out_of_memory=True, detail="can't allocate")),
+                     fixed_bytes=211 * 2**20, per_sample_bytes=107_800.0, predicted_batch=4104, largest_fitting=4104,
+                     smallest_failing=4608, max_batch=8192, note="4104 fits and 4608 does not")
+
+
+def test_a_run_out_of_memory_shows_what_fits_its_speed_and_the_batch_search(tmp_path):
+    from dataclasses import replace
+
+    diagnosis = replace(_diagnosis(OUT_OF_MEMORY_EXPERIMENTS, FITS_HEADLINE, status="out_of_memory"),
+                        batch_search=SEARCH)
+    section = _section(_html(tmp_path, diagnosis))
+    assert "Fits: grad_accumulation(micro_batches=4, batch_size=2048) trains at 5423 samples/s [4152-7084]" in section
+    assert "not measurably faster than grad_accumulation(micro_batches=2, batch_size=4096)" in section
+    assert "samples/s [99% interval]" in section and "speedup [99% interval]" not in section
+    assert 'class="badge fits"' in section and 'class="badge out-of-memory"' in section
+    assert "Largest batch that fits in 667.6 MiB (--memory-limit): 4104" in section
+    assert "learning rate" not in section  # a smaller micro-batch, not a larger batch
+    rows = re.findall(r'<tr class="(fits|out-of-memory)"><td class="num">(\d+)</td>', section)
+    assert rows == [("fits", "2048"), ("fits", "4096"), ("out-of-memory", "4608")]  # by batch size
+    out = io.StringIO()
+    print_summary(Console(file=out, width=200), diagnosis, "Out of memory.", "ran out of memory", tmp_path, None)
+    text = out.getvalue()
+    assert "fits          5423 samples/s [4152-7084]" in text and "out-of-memory" in text
+    assert "Largest batch that fits" in text

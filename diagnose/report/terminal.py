@@ -13,7 +13,13 @@ from rich.markup import escape
 from diagnose.formatting import fmt_ms
 from diagnose.model import Diagnosis
 from diagnose.report.view import step_time_view
-from diagnose.report.wording import CATEGORY_NAMES, headline_sentence, memory_sentence, speedup_text
+from diagnose.report.wording import (
+    CATEGORY_NAMES,
+    batch_search_sentence,
+    headline_sentence,
+    memory_sentence,
+    result_text,
+)
 from diagnose.runfolder import RunFolder
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -62,7 +68,7 @@ def _memory_matters(diagnosis: Diagnosis) -> bool:
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim",
-                 "flagged": "bold red"}
+                 "flagged": "bold red", "fits": "green", "out-of-memory": "red"}
 DATA_WORDS = {"same-sequence": "same data", "same-samples": "same samples, reordered", "unchecked": "data unchecked"}
 
 
@@ -73,14 +79,19 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
         verified = head is not None and head.verdict == "faster"
         console.print(sentence, style="bold green" if verified else "bold yellow", highlight=False, markup=False,
                       soft_wrap=True)
+    width = max([9] + [len(e.verdict) for e in diagnosis.experiments])
     for e in diagnosis.experiments:
         if e.verdict == "skipped" and e.optimization not in ("combined", "ceiling"):
             continue
         setting = ", ".join(f"{k}={v}" for k, v in e.setting.items() if k != "changes")
         label = f"{e.optimization}({setting})" if setting else e.optimization
-        speedup = escape(speedup_text(e.speedup, e.ci))
+        result = escape(result_text(e))
         data = f"  ({DATA_WORDS[e.data_check]})" if e.data_check in DATA_WORDS else ""
-        console.print(f"  [{VERDICT_STYLE.get(e.verdict, '')}]{e.verdict:<9}[/] {speedup:<20} {escape(label)}{data}",
-                      highlight=False, soft_wrap=True)
+        style = VERDICT_STYLE.get(e.verdict, "default")
+        console.print(f"  [{style}]{e.verdict:<{width}}[/] {result:<20} {escape(label)}{data}", highlight=False,
+                      soft_wrap=True)
         if e.verdict == "flagged":
             console.print(f"            {escape(e.fidelity_warning)}", style="red", highlight=False, soft_wrap=True)
+    search = batch_search_sentence(diagnosis.batch_search, diagnosis.status == "out_of_memory")
+    if search:
+        console.print(f"  {search}", style="dim", highlight=False, markup=False, soft_wrap=True)

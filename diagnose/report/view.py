@@ -13,13 +13,14 @@ from diagnose.formatting import fmt_ms
 from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples, Status
 from diagnose.report.wording import (
     CATEGORY_NAMES,
+    batch_search_sentence,
     budget_sentence,
     fed_data_sentence,
     headline_sentence,
     memory_sentence,
     recovery_sentence,
+    result_text,
     setting_text,
-    speedup_text,
     status_sentence,
     verdict,
 )
@@ -50,7 +51,7 @@ class ExperimentView:
     experiment: Experiment
     label: str  # "dataloader.num_workers(num_workers=4)"
     setting: str
-    speedup: str  # "1.52x [1.40-1.65]", or "" when not measured
+    result: str  # "1.52x [1.40-1.65]"; out of memory, "6845 samples/s [6432-7284]"; "" when not measured
     loss_drift: str
     first_step: str  # compile / start-up cost against the baseline, or ""
 
@@ -110,6 +111,8 @@ class ReportView:
     faster_experiments: tuple[ExperimentView, ...] = ()  # verified changes: the report shows each one's code
     headline: str = ""
     headline_verified: bool = False
+    result_header: str = "speedup [99% interval]"  # a run out of memory: each variant's own samples/s
+    batch_search: str = ""  # the largest batch that fits, when it was searched
     recovery: str = ""
     budget: str = ""  # what the experiment budget covered and bought
     fed_data: str = ""  # how the runs' data were compared, and the fingerprints' cost
@@ -155,10 +158,12 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         bucket_labels=charts.LABELS,
         verdict_style=verdict_style(diagnosis, analysis),
         experiments=experiments,
-        faster_experiments=tuple(e for e in experiments if e.experiment.verdict == "faster"
+        faster_experiments=tuple(e for e in experiments if e.experiment.verdict in ("faster", "fits")
                                  and e.experiment.optimization != "ceiling"),  # the ceiling is no change to make
         headline=headline_sentence(diagnosis),
-        headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict == "faster",
+        headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict in ("faster", "fits"),
+        result_header="samples/s [99% interval]" if diagnosis.status == "out_of_memory" else "speedup [99% interval]",
+        batch_search=batch_search_sentence(diagnosis.batch_search, diagnosis.status == "out_of_memory"),
         recovery=recovery_sentence(diagnosis.headline),
         budget=budget_sentence(diagnosis.budget),
         fed_data=fed_data_sentence(diagnosis.experiments),
@@ -195,7 +200,7 @@ def _experiment_view(e: Experiment) -> ExperimentView:
                       f"compilation) vs {_seconds(e.baseline_first_step_s)} for the baseline")
     return ExperimentView(
         experiment=e, label=f"{e.optimization}({setting})" if setting else e.optimization, setting=setting,
-        speedup=speedup_text(e.speedup, e.ci), first_step=first_step,
+        result=result_text(e), first_step=first_step,
         loss_drift="n/a" if e.loss_drift is None else f"{e.loss_drift:.2%}",
     )
 
@@ -213,7 +218,7 @@ def _measured(finding: Finding, experiments: tuple[ExperimentView, ...]) -> str:
         return ""
     best = max(verified, key=lambda v: v.experiment.speedup)
     caveat = " (changes training dynamics: check convergence)" if best.experiment.fidelity == "changes-dynamics" else ""
-    return f"{best.label}: {best.speedup} faster, {best.experiment.metric}{caveat}"
+    return f"{best.label}: {best.result} faster, {best.experiment.metric}{caveat}"
 
 
 def _speedup_chart(experiments: tuple[ExperimentView, ...]) -> dict[str, str]:

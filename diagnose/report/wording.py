@@ -74,8 +74,9 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         plain = f", timed {timed.steps} more without the profiler" if timed else ""
         return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped {name}."
     if capture.status == "out_of_memory":
-        return (f"{name} ran out of memory ({capture.error.type if capture.error else 'no message'}). "
-                f"Results cover the {steps} step(s) measured before that.")
+        covered = (f"Results cover the {steps} step(s) profiled before that." if steps else
+                   "No step was profiled before that: the sizes below are as far as it got.")
+        return f"{name} ran out of memory ({capture.error.type if capture.error else 'no message'}). {covered}"
     if capture.status == "script_error" and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
         return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "
@@ -105,9 +106,72 @@ def speedup_text(speedup: Optional[float], ci, digits: Optional[int] = None) -> 
     return f"{speedup:.{digits}f}x{interval}"
 
 
+def throughput_text(rate: Optional[float], ci, metric: str) -> str:
+    """'6845 samples/s [6432-7284]': a variant's own speed, where there is no baseline to be faster than."""
+    if rate is None:
+        return ""
+    interval = f" [{ci[0]:.0f}-{ci[1]:.0f}]" if ci else ""
+    return f"{rate:.0f} {metric}{interval}"
+
+
+def result_text(experiment) -> str:
+    """What a setting measured: its speedup over the baseline, or (a run out of memory) its own throughput."""
+    if experiment.throughput is not None:
+        return throughput_text(experiment.throughput, experiment.throughput_ci, experiment.metric)
+    return speedup_text(experiment.speedup, experiment.ci)
+
+
+def fits_sentence(diagnosis: Diagnosis) -> str:
+    """A run that ran out of memory: the fastest variant that fits, or that none of those tried did."""
+    head = diagnosis.headline
+    tried = [e for e in diagnosis.experiments if e.verdict in ("fits", "out-of-memory", "failed")]
+    if head is not None and head.verdict == "fits":
+        best = next((e for e in tried if e.verdict == "fits" and e.throughput == head.throughput), None)
+        peak = f" (peak {fmt_gib(best.peak_memory_bytes)} of {fmt_gib(best.limit_bytes)})" \
+            if best is not None and best.peak_memory_bytes and best.limit_bytes else ""
+        fitting = [e for e in tried if e.verdict == "fits"]
+        which = f"the only one of the {len(tried)} tried that fits" if len(fitting) == 1 else \
+            f"the fastest of the {len(fitting)} of {len(tried)} tried that fit"
+        return (f"Fits: {', '.join(head.changes)} trains at "
+                f"{throughput_text(head.throughput, head.throughput_ci, head.metric)}{peak}, {which}"
+                f"{_overlap(best, fitting)}.")
+    if tried:
+        return (f"None of the {len(tried)} variants tried fits: "
+                + "; ".join(f"{e.optimization} {e.reason}" for e in tried) + ".")
+    return ""
+
+
+def _overlap(best, fitting) -> str:
+    """Others that fit whose interval overlaps the fastest's: not measurably slower on this machine."""
+    if best is None or not best.throughput_ci:
+        return ""
+    close = [e for e in fitting if e is not best and e.throughput_ci and e.throughput_ci[1] >= best.throughput_ci[0]]
+    if not close:
+        return ""
+    names = ", ".join(f"{e.optimization}({setting_text(e.setting)})" if e.setting else e.optimization for e in close)
+    return f" (not measurably faster than {names}: the intervals overlap)"
+
+
+def batch_search_sentence(search, out_of_memory: bool = False) -> str:
+    """The largest batch that fits, how it was found, and (when it is larger than the script's) what a larger
+    batch asks of the learning rate."""
+    if search is None:
+        return ""
+    model = (f" (predicted {search.predicted_batch} from {fmt_gib(search.fixed_bytes)} + "
+             f"{fmt_gib(int(search.per_sample_bytes))} a sample)" if search.predicted_batch is not None else "")
+    if search.largest_fitting is None:
+        return f"No batch size fits in {fmt_gib(search.limit_bytes)} ({search.limit_source}): {search.note}."
+    return (f"Largest batch that fits in {fmt_gib(search.limit_bytes)} ({search.limit_source}): "
+            f"{search.largest_fitting}{model}; {search.note}, over {len(search.probes)} short runs."
+            + ("" if out_of_memory else
+               " A larger batch may need a larger learning rate (scale it with the batch, with warm-up)."))
+
+
 def headline_sentence(diagnosis: Diagnosis) -> str:
     """The verified result of the experiments; empty when none ran."""
     head = diagnosis.headline
+    if diagnosis.status == "out_of_memory":
+        return fits_sentence(diagnosis)
     if head is not None and head.verdict == "faster" and head.speedup:
         count = len(head.changes)
         speedup, _, interval = speedup_text(head.speedup, head.ci).partition(" ")
