@@ -61,9 +61,16 @@ def test_when_memory_never_runs_out_the_search_stops_at_the_dataset():
 
 def test_nothing_fits_even_a_batch_of_one():
     probe = curve(800 * MiB, 0.1 * MiB, 700 * MiB)
-    search = search_largest_batch(probe, 16, False, 700 * MiB, "--memory-limit", 16)
-    assert probe.calls == [8, 4, 2, 1] and search.largest_fitting is None
+    search = search_largest_batch(probe, 256, False, 700 * MiB, "--memory-limit", 256)
+    assert probe.calls == [128, 64, 1] and search.largest_fitting is None  # two halvings, then straight to one
     assert search.note == "does not fit even with a batch of 1"
+
+
+def test_when_halving_twice_does_not_fit_a_batch_of_one_is_tried_and_the_rest_bisected():
+    probe = curve(200 * MiB, 4 * MiB, 700 * MiB)  # fits up to 125
+    search = search_largest_batch(probe, 4096, False, 700 * MiB, "--memory-limit", 4096)
+    assert probe.calls[:3] == [2048, 1024, 1] and search.largest_fitting <= 125 < search.smallest_failing
+    assert search.smallest_failing - search.largest_fitting <= max(1, search.largest_fitting // 8)
 
 
 def test_a_budget_that_runs_out_stops_the_search_and_says_so():

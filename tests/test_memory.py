@@ -206,3 +206,19 @@ def test_a_short_run_says_whether_a_batch_fits_and_its_peak_against_the_limit(tm
 def test_an_allocator_setting_reaches_the_child_before_torch_starts(tmp_path):
     measurement = _short_run(tmp_path, "segments", 256, Change("expandable_segments", {}))
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in measurement.applied
+
+
+@pytest.mark.slow
+def test_a_model_that_fits_at_no_batch_size_says_so_and_why(tmp_path):
+    run = run_script(SCRIPTS / "params_too_big.py", out=tmp_path / "run",
+                     options=("--warmup", "2", "--steps", "3", "--memory-limit", LIMIT, "--budget-seconds", "120"))
+    assert run.returncode == 5, run.stderr
+    d = run.diagnosis
+    search = d["batch_search"]
+    assert search["largest_fitting"] is None and 1 in [p["batch_size"] for p in search["probes"]]
+    assert search["note"].startswith("does not fit even with a batch of 1: parameters 384.2 MiB")
+    assert "shard them across GPUs (FSDP, ZeRO)" in search["note"]
+    assert d["headline"] is None and all(e["verdict"] in ("out-of-memory", "skipped") for e in d["experiments"])
+    accumulation = next(e for e in d["experiments"] if e["optimization"] == "grad_accumulation")
+    assert accumulation["reason"].startswith("no micro-batch fits: does not fit even with a batch of 1")
+    assert "None of the 2 variants tried fits" in run.stdout + run.stderr

@@ -98,27 +98,53 @@ class _Search:
         if first:
             return start >= max_batch or self.try_batch(min(2 * start, max_batch)) is not None
         self.hi = min(self.hi, start)
-        batch = start
+        batch, failures = start, 0
         while batch > 1:
-            batch //= 2
+            # after two halvings that did not fit, a batch of one: if even that does not fit nothing will, and if
+            # it does, the bisection finds the rest faster than halving on
+            batch = 1 if failures == 2 else batch // 2
             fits = self.try_batch(batch)
             if fits is None:
                 return False
             if fits:
                 return batch == 1 or self.try_batch(max(1, batch // 2)) is not None
+            failures += 1
         return False
 
     def bisect(self, max_batch: int) -> None:
-        """Between the largest fit and the smallest failure (doubling while none failed) to RESOLUTION."""
+        """Between the largest fit and the smallest failure (doubling while none failed) to RESOLUTION: at the
+        line's prediction when it falls inside and was not run yet, else halfway (on a log scale when far apart)."""
         while self.lo and self.lo < max_batch:
-            if self.hi == math.inf:
-                nxt = min(max_batch, 2 * self.lo)
+            if self.hi == math.inf:  # none failed yet: just past the line's edge, else double
+                edge = self._past_edge()
+                nxt = min(max_batch, edge if edge is not None and edge > self.lo else 2 * self.lo)
             elif self.hi - self.lo <= max(1, self.lo // RESOLUTION):
                 return
             else:
-                nxt = _round_batch((self.lo + self.hi) // 2, self.lo, self.hi)
+                nxt = self._next_inside()
             if self.try_batch(nxt) is None:
                 return
+
+    def _next_inside(self) -> int:
+        """The line's safe prediction (under the limit less the margin); once that fits, just past where the line
+        meets the limit, to bracket the edge; else halfway."""
+        line = fitted_line(self.fitting())
+        tried = {p.batch_size for p in self.result.probes}
+        hi = int(self.hi)
+        if line is not None:
+            safe = _round_down(line.largest_under(self.result.limit_bytes * (1 - self.result.margin)))
+            for guess in (safe, self._past_edge()):
+                if self.lo < guess < hi and guess not in tried:
+                    return guess
+        middle = math.isqrt(self.lo * hi) if hi > 4 * self.lo else (self.lo + hi) // 2
+        return _round_batch(middle, self.lo, hi)
+
+    def _past_edge(self) -> Optional[int]:
+        """Just past where the line meets the limit (by the bisection's resolution): expected not to fit."""
+        line = fitted_line(self.fitting())
+        if line is None:
+            return None
+        return line.largest_under(self.result.limit_bytes) + max(1, self.lo // RESOLUTION)
 
     def done(self) -> BatchSearch:
         largest = self.lo or None

@@ -6,7 +6,7 @@ Each fits or runs out of memory again; the headline is the fastest that fits. Th
 `batch_size` experiment of a run that fitted its largest setting."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import psutil
@@ -86,18 +86,17 @@ def probe_result(batch: int, m: Measurement) -> BatchProbe:
 
 
 def _with_fixed_reason(search: BatchSearch, ctx: Context) -> BatchSearch:
-    """A search that found nothing says why when the tensors every step holds exceed the limit already."""
+    """A search that found nothing that fits says what the model's own tensors take, as far as measured."""
     sizes = ctx.capture.memory_sizes
     if search.largest_fitting is not None or sizes is None:
         return search
-    fixed = sizes.parameters_bytes + sizes.gradients_bytes + sizes.optimizer_state_bytes
-    if fixed < search.limit_bytes * (1 - MARGIN):
-        return search
-    from dataclasses import replace
-
-    return replace(search, note=f"{search.note}: parameters, gradients and optimizer state alone take "
-                                f"{fmt_gib(fixed)} of the {fmt_gib(search.limit_bytes)} limit; no batch size fits. "
-                                "Shard them across GPUs (FSDP, ZeRO), or train in lower precision")
+    own = sizes.parameters_bytes + sizes.gradients_bytes + sizes.optimizer_state_bytes
+    parts = (f"parameters {fmt_gib(sizes.parameters_bytes)}, gradients {fmt_gib(sizes.gradients_bytes)}, optimizer "
+             f"state {fmt_gib(sizes.optimizer_state_bytes)} (as far as measured before it ran out) of the "
+             f"{fmt_gib(search.limit_bytes)} limit")
+    advice = ("; the model's own tensors take most of it: shard them across GPUs (FSDP, ZeRO), train in lower "
+              "precision, freeze part of the model, or use an optimizer with less state")
+    return replace(search, note=f"{search.note}: {parts}{advice if own >= search.limit_bytes / 2 else ''}")
 
 
 def fit_out_of_memory(scheduler: Scheduler, ctx: Context, wanted: Optional[list[str]] = None) -> FitOutcome:
