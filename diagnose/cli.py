@@ -292,6 +292,19 @@ def rules_command(rules_dirs, show_metrics, check):
     sys.exit(rules_listing(rules_dirs, show_metrics, check))
 
 
+@cli.command(name="peak", short_help="Measure this machine's peak FLOP/s per dtype and memory bandwidth.")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--fresh", is_flag=True, help="Measure again instead of reading the cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def peak(device, fresh, as_json):
+    """Measure what this machine can do per second: matrix products in each dtype a step may compute in, and a
+    large copy for memory bandwidth; with a GPU the datasheet knows, its dense figures beside them. Cached per
+    machine, so `diagnose run` pays for it once."""
+    from diagnose.commands.peak import peak_command
+
+    sys.exit(peak_command(device, fresh, as_json))
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

@@ -29,6 +29,16 @@ def fmt_gib(value) -> str:
     return f"{value:.0f} B"
 
 
+def fmt_flops(value) -> str:
+    """'5.31 TFLOP', '138 MFLOP': three significant digits, in the largest unit below the value."""
+    if value is None:
+        return "n/a"
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} FLOP"
+
+
 def fmt_int(value) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
@@ -47,4 +57,5 @@ def display_location(location: str | None, cwd: Path | None = None) -> str | Non
         return location
 
 
-NUMBER_FILTERS = {"pct": fmt_pct, "ms": fmt_ms, "gib": fmt_gib}  # the same names in both environments
+# the same names in both environments (the report's and the rules')
+NUMBER_FILTERS = {"pct": fmt_pct, "ms": fmt_ms, "gib": fmt_gib, "flops": fmt_flops}

@@ -285,6 +285,8 @@ class Capture:
     memory_sizes: Optional[MemorySizes] = None  # measured over the first training step
     # the highest of what counts against --memory-limit (CUDA: reserved; host: address space grown, else resident)
     memory_limit_peak_bytes: Optional[int] = None
+    flops: Optional["FlopCount"] = None  # one warm-up step's FLOPs, by torch's counter
+    flops_note: str = ""  # why they were not counted, when they were not
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,50 @@ class MemoryBreakdown:
 
 
 @dataclass(frozen=True)
+class FlopCount:
+    """A step's floating-point operations: from torch's FLOP counter over one warm-up step of the run, or from
+    the shapes a trace recorded (diagnosis.json `speed_of_light.flops`)."""
+    per_step: float
+    by_phase: dict[str, float]  # forward | backward | optimizer | data | other
+    by_dtype: dict[str, float]  # float32 | bfloat16 | float16 | ...: the dtype of the op's first input
+    source: str
+    uncounted: tuple[str, ...] = ()  # ops that do arithmetic the count could not read: "name xN" per step
+
+
+@dataclass(frozen=True)
+class Peak:
+    """What the device can do per second in one dtype (or bytes per second, dtype "memory")."""
+    device: str
+    dtype: str
+    per_s: float
+    source: str  # "measured: ..." or "datasheet: <url>"
+
+
+@dataclass(frozen=True)
+class MachinePeaks:
+    """RUN/peaks.json: the peaks measured on the machine the run ran on (cached per machine)."""
+    device: str  # cuda | cpu
+    peaks: tuple[Peak, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpeedOfLight:
+    """How far a step is from what the device can do (diagnosis.json `speed_of_light`): achieved FLOP/s against
+    the peak of the dtype the step computes in, and against the best dtype the device offers."""
+    flops: FlopCount
+    step_s: float  # the step time the FLOPs are divided by (unprofiled when measured)
+    achieved_flops_s: float
+    dtype: str  # the dtype with most of the step's FLOPs
+    peak: Optional[Peak] = None  # in that dtype
+    mfu: Optional[float] = None  # achieved / peak
+    best: Optional[Peak] = None  # the fastest dtype this device offers
+    mfu_best: Optional[float] = None
+    light_step_s: Optional[float] = None  # the step's FLOPs at the best peak: the speed-of-light step time
+    cross_check: Optional[FlopCount] = None  # the trace's count beside torch's counter, in a run
+    peaks: tuple[Peak, ...] = ()  # every peak known for this device (measured and datasheet)
+
+
+@dataclass(frozen=True)
 class Analysis:
     steps: tuple[StepBreakdown, ...]
     step_time_s: dict[str, Optional[float]]  # mean, p50, p95 (profiled); unprofiled (None when not measured)
@@ -414,6 +460,7 @@ class Analysis:
     phases: tuple[PhaseStat, ...] = ()  # GPU runs: launches and device time per phase of the step
     framework: Optional[FrameworkSite] = None  # findings speak in its settings' words
     memory: Optional[MemoryBreakdown] = None  # the peak of a step, what it is made of, where it falls
+    speed_of_light: Optional[SpeedOfLight] = None  # FLOPs per step against the device's peak
 
 
 @dataclass(frozen=True)
@@ -626,3 +673,4 @@ class Diagnosis:
     out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: the step, phase and sizes
     memory: Optional[MemoryBreakdown] = None  # the peak, its parts and its phase
     batch_search: Optional[BatchSearch] = None  # the largest batch that fits, when it was searched
+    speed_of_light: Optional[SpeedOfLight] = None  # FLOPs per step, MFU, the speed-of-light step time

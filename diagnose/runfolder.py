@@ -23,6 +23,7 @@ class RunFolder:
     samples = _Entry("samples.json")
     stacks = _Entry("stacks.json")
     analysis = _Entry("analysis.json")
+    peaks = _Entry("peaks.json")  # the machine's measured peaks (FLOP/s per dtype, memory bytes/s)
     diagnosis = _Entry("diagnosis.json")
     report = _Entry("report.html")
     report_css = _Entry("report.css")

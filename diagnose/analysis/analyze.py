@@ -18,6 +18,7 @@ from diagnose.analysis.breakdown import (
     step_stats,
     step_windows,
 )
+from diagnose.analysis.flops import trace_flops
 from diagnose.analysis.frames import innermost_segments
 from diagnose.analysis.host_lines import attribute_host_lines, lines_from_frames
 from diagnose.analysis.memory import memory_breakdown, memory_metrics
@@ -33,9 +34,10 @@ from diagnose.analysis.metric_values import (
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_metrics, phase_stats
+from diagnose.analysis.speed_of_light import speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
 from diagnose.analysis.trace import Trace
-from diagnose.model import Analysis, Capture, Samples, StackSamples
+from diagnose.model import Analysis, Capture, Peak, Samples, SpeedOfLight, StackSamples
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Inputs:
     samples: Optional[Samples] = None
     stacks: Optional[StackSamples] = None
     source_roots: tuple[str, ...] = ()  # folders that relative paths in the trace's Python frames may be under
+    peaks: tuple[Peak, ...] = ()  # the device's peaks: measured on this machine, and the datasheet's
 
 
 def analyze(inputs: Inputs) -> Analysis:
@@ -71,6 +74,8 @@ def analyze(inputs: Inputs) -> Analysis:
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))
+    light = _speed_of_light(inputs, host_windows, stats["mean"])
+    metrics.update(speed_metrics(light))
     return Analysis(
         steps=tuple(steps),
         step_time_s={**stats, "unprofiled": unprofiled_step_s(inputs.capture)},
@@ -86,7 +91,17 @@ def analyze(inputs: Inputs) -> Analysis:
         phases=phases,
         framework=inputs.capture.framework if inputs.capture is not None else None,
         memory=memory,
+        speed_of_light=light,
     )
+
+
+def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float) -> Optional[SpeedOfLight]:
+    """torch's count from the run where there is one (the trace's beside it as a cross-check), else the trace's,
+    over the step time the report states (unprofiled when measured)."""
+    from_trace = trace_flops(inputs.trace, host_windows)
+    counted = inputs.capture.flops if inputs.capture is not None else None
+    step_s = unprofiled_step_s(inputs.capture) or mean_step_s
+    return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None)
 
 
 def within_steps(trace: Trace, windows: np.ndarray) -> Trace:

@@ -91,6 +91,12 @@ METRICS: dict[str, str] = {
     "memory_outside_torch_frac": "GPU memory used outside torch (CUDA context, NCCL, cuBLAS workspaces), as a share "
                                  "of the device's memory",
     "fragmentation_frac": "1 - peak allocated / peak reserved: memory the allocator holds but tensors do not use",
+    # speed of light
+    "flops_per_step": "floating-point operations per step (torch's FLOP counter in a run, else the trace's shapes)",
+    "achieved_flops_s": "flops_per_step / the step time: FLOP/s the step reaches",
+    "mfu": "achieved_flops_s / the device's peak in the dtype the step computes in (measured, else the datasheet's)",
+    "mfu_best_dtype": "achieved_flops_s / the device's peak in its fastest training dtype (bf16, fp16, TF32, fp32)",
+    "best_dtype_speedup": "the fastest training dtype's peak / the peak of the dtype the step computes in",
     # data loading
     "loader_count": "number of DataLoaders the script built",
     "loader_num_workers": "num_workers of the DataLoader that feeds training",

@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Optional
 
 from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.ranks import combine, rank_of
-from diagnose.analysis.trace import load_trace
+from diagnose.analysis.trace import Trace, load_trace
+from diagnose.capture.datasheets import datasheet_peaks
+from diagnose.capture.peak_cache import cached_peaks
 from diagnose.capture.rank_files import rank_dirs
 from diagnose.errors import UserError
-from diagnose.model import Analysis, Capture, Samples, StackSamples
+from diagnose.model import Analysis, Capture, MachinePeaks, Peak, Samples, StackSamples
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
@@ -33,7 +36,8 @@ def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]
     else:
         folder = RunFolder(run_dir)
         samples, stacks = _optional(folder.samples, Samples), _optional(folder.stacks, StackSamples)
-        analysis = analyze(Inputs(load_trace(traces[-1]), capture, samples, stacks))
+        trace = load_trace(traces[-1])
+        analysis = analyze(Inputs(trace, capture, samples, stacks, peaks=_run_peaks(run_dir, trace)))
     if analysis is not None:
         write_json(RunFolder(run_dir).analysis, analysis)
     return analysis
@@ -47,8 +51,9 @@ def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path]) ->
         if not mine:
             continue  # a rank that failed before its profiler stopped wrote no trace
         files = RunFolder(folder)
-        inputs = Inputs(load_trace(mine[-1]), _optional(files.capture, Capture), _optional(files.samples, Samples),
-                        _optional(files.stacks, StackSamples))
+        trace = load_trace(mine[-1])
+        inputs = Inputs(trace, _optional(files.capture, Capture), _optional(files.samples, Samples),
+                        _optional(files.stacks, StackSamples), peaks=_run_peaks(run_dir, trace))
         analyses.append((rank, str(mine[-1].relative_to(run_dir)), analyze(inputs)))
     if not analyses:
         return None
@@ -88,13 +93,28 @@ def analyze_traces(paths: list[Path]) -> Analysis:
     analyses = []
     for index, path in enumerate(paths):
         trace = load_trace(path)
-        analyses.append((rank_of(trace, index), str(path), analyze(Inputs(trace, source_roots=_source_roots(path)))))
+        inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
+        analyses.append((rank_of(trace, index), str(path), analyze(inputs)))
     if len(analyses) == 1:
         return analyses[0][2]
     ranks = [r for r, _, _ in analyses]
     if len(set(ranks)) < len(ranks):  # e.g. several traces of one process, not one per rank
         analyses = [(i, p, a) for i, (_, p, a) in enumerate(analyses)]
     return combine(analyses)[1]
+
+
+def _run_peaks(run_dir: Path, trace: Trace) -> tuple[Peak, ...]:
+    """Measured on the machine the run ran on (RUN/peaks.json), and the GPU's datasheet figures."""
+    measured = _optional(RunFolder(run_dir).peaks, MachinePeaks)
+    name = trace_gpu_name(trace.metadata) if trace.has_gpu else None
+    return (measured.peaks if measured is not None else ()) + (datasheet_peaks(name) if name else ())
+
+
+def _trace_peaks(trace: Trace) -> tuple[Peak, ...]:
+    """A trace's GPU by its name: peaks measured on a machine with that GPU (cached by earlier runs here), and its
+    datasheet's. A host-only trace names no device whose peak is known."""
+    name = trace_gpu_name(trace.metadata) if trace.has_gpu else None
+    return (cached_peaks(name) + datasheet_peaks(name)) if name else ()
 
 
 def _optional(path: Path, cls):

@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from diagnose.analysis.fastparse import fast_rows
+from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace_file import parsed_rows, read_bytes
@@ -34,6 +35,7 @@ class Trace:
     main_thread: object
     step_definition: str
     memory: MemoryEvents = field(default_factory=MemoryEvents)  # profile_memory's allocations and frees
+    flop_ops: FlopOps = field(default_factory=FlopOps)  # matrix products, convolutions, attention, with shapes
 
     @property
     def has_gpu(self) -> bool:
@@ -47,6 +49,7 @@ def load_trace(path: Path) -> Trace:
     metadata, buckets = fast_rows(raw) or parsed_rows(path, raw)
     trace = _assemble(str(path), metadata, buckets)
     trace.memory = read_memory_events(raw)
+    trace.flop_ops = read_flop_ops(raw)
     return trace
 
 

@@ -15,11 +15,21 @@ import torch
 
 from diagnose.capture import probe
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
+from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.memory import StepMemory
 from diagnose.capture.sampler import StackSampler, SystemSampler
-from diagnose.model import Capture, Environment, MemorySizes, RunConfig, ScriptError, Status, UnprofiledWindow
+from diagnose.model import (
+    Capture,
+    Environment,
+    FlopCount,
+    MemorySizes,
+    RunConfig,
+    ScriptError,
+    Status,
+    UnprofiledWindow,
+)
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
@@ -45,6 +55,9 @@ class Session(ScriptHost):
         self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
         self.memory_sizes: Optional[MemorySizes] = None
         self.stacks = StackSampler(threading.main_thread().ident)
+        self.flop_counter: Optional[StepFlops] = None
+        self.flops: Optional[FlopCount] = None
+        self.flops_note = "no warm-up step to count in (--warmup 1 or more counts one)"
 
     def own_dirs(self) -> list[Path]:
         return [self.run_dir, self.trace_dir]
@@ -56,6 +69,7 @@ class Session(ScriptHost):
         step = count - 1  # index of the step that starts now
         warmup, steps = self.config.warmup_steps, self.config.profile_steps
         self._measure_memory(step)
+        self._count_flops(step)
         if self.plain_timer is not None:
             self._time_unprofiled()
             return
@@ -76,6 +90,23 @@ class Session(ScriptHost):
         only after its backward, once the training loader is known) to the second boundary."""
         if step == 1 and self.step_memory is not None and self.memory_sizes is None:
             self.memory_sizes = self._finish_memory()
+
+    def _count_flops(self, step: int) -> None:
+        """The FLOPs of one warm-up step: the second when there are two (the first makes lazy state), else the
+        first; counting slows that step, which is why it is not a profiled or timed one."""
+        warmup = self.config.warmup_steps
+        target = min(1, warmup - 1)
+        if warmup < 1 or current_rank() not in (None, 0):
+            return
+        if step == target:
+            self.flop_counter = StepFlops(self.instr.current_phase)
+            if not self.flop_counter.start():
+                self.flop_counter, self.flops_note = None, ("a compiled model: counted from the trace's shapes "
+                                                            "instead (a dispatch mode could make it recompile)")
+        elif step == target + 1 and self.flop_counter is not None:
+            self.flops = self.flop_counter.stop()
+            self.flop_counter = None
+            self.flops_note = "" if self.flops is not None else "torch's FLOP counter failed on this step"
 
     def _finish_memory(self) -> Optional[MemorySizes]:
         try:
@@ -233,6 +264,8 @@ class Session(ScriptHost):
             memory_limit_bytes=self.config.memory_limit_bytes,
             memory_sizes=self.memory_sizes,
             memory_limit_peak_bytes=_read_or_none(self.memory.peak_in_use_bytes),
+            flops=self.flops,
+            flops_note=self.flops_note if self.flops is None else "",
         )
 
 

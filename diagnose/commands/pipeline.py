@@ -48,6 +48,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         out_of_memory=capture.out_of_memory if capture else None,
         memory=_memory(capture, analysis),
         batch_search=experiments.batch_search,
+        speed_of_light=analysis.speed_of_light if analysis else None,
     )
 
 

@@ -46,6 +46,8 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
         task = progress.add_task("profiling", total=warmup + steps, note="starting")
         outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
                                _progress_handler(progress, task, warmup))
+        progress.update(task, note="measuring the machine's peak")
+        _measure_peaks(run_dir, outcome.capture)
         progress.update(task, note="analysing")
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")
@@ -61,6 +63,22 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
         gate_code = _compare_baseline(console, baseline_side, result, rules, templates_dir, (fail_if_slower, run_noise))
         return code or gate_code
     return code
+
+
+def _measure_peaks(run_dir: Path, capture) -> None:
+    """The device's peak FLOP/s per dtype and memory bandwidth, for the speed of light: measured once per machine
+    (cached), in a process of its own, while the device is idle between the capture and the experiments."""
+    from diagnose.capture.peak import peaks_in_child
+    from diagnose.model import MachinePeaks
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import write_json
+
+    if capture is None:
+        return
+    device = "cuda" if capture.memory_kind == "cuda" else "cpu"
+    peaks = peaks_in_child(device)
+    if peaks:
+        write_json(RunFolder(run_dir).peaks, MachinePeaks(device, peaks))
 
 
 def _load_baseline(baseline: Optional[Path], script: str, rules):

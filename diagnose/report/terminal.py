@@ -19,6 +19,7 @@ from diagnose.report.wording import (
     headline_sentence,
     memory_sentence,
     result_text,
+    speed_sentence,
 )
 from diagnose.runfolder import RunFolder
 
@@ -38,6 +39,9 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
         console.print(f"  {step.label}: {parts}", soft_wrap=True)
         if step.overhead:
             console.print(f"  {step.overhead}", soft_wrap=True, style="dim")
+    light = speed_sentence(diagnosis.speed_of_light)
+    if light:
+        console.print(f"  {light}", soft_wrap=True, highlight=False, markup=False)
     memory = memory_sentence(diagnosis.memory) if _memory_matters(diagnosis) else ""
     if memory:
         console.print(f"  {memory}", soft_wrap=True, highlight=False, markup=False)

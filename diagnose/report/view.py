@@ -21,6 +21,7 @@ from diagnose.report.wording import (
     recovery_sentence,
     result_text,
     setting_text,
+    speed_sentence,
     status_sentence,
     verdict,
 )
@@ -117,6 +118,7 @@ class ReportView:
     budget: str = ""  # what the experiment budget covered and bought
     fed_data: str = ""  # how the runs' data were compared, and the fingerprints' cost
     memory: str = ""  # the peak, where in the step, what it is made of
+    speed: str = ""  # FLOPs per step against the device's peak
     step_time: Optional[StepTimeView] = None
 
 
@@ -168,6 +170,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         budget=budget_sentence(diagnosis.budget),
         fed_data=fed_data_sentence(diagnosis.experiments),
         memory=memory_sentence(diagnosis.memory),
+        speed=speed_sentence(diagnosis.speed_of_light),
         step_time=step_time_view(diagnosis),
     )
 

@@ -1,0 +1,78 @@
+"""The ops whose FLOPs a trace's shapes give (`record_shapes=True`): matrix products, convolutions and attention,
+forward and backward, with their input dims, dtypes and the scalar arguments the profiler wrote as text. Read
+straight from the trace's bytes (one regular expression for the few names that matter), each event's args parsed
+on its own."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+# the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
+# listed, so each product is counted once, where it is computed
+GEMM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+CONVOLUTION = ("aten::convolution", "aten::convolution_backward")
+ATTENTION = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+             "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+             "aten::_scaled_dot_product_flash_attention_backward",
+             "aten::_scaled_dot_product_efficient_attention_backward",
+             "aten::_scaled_dot_product_cudnn_attention_backward",
+             "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+COUNTED = GEMM + CONVOLUTION + ATTENTION
+
+_ID = rb'(-?\d+|"[^"\\]*")'
+_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+_NAMES = b"|".join(re.escape(n.encode()) for n in sorted(COUNTED, key=len, reverse=True))
+_SEP = rb'\s*,\s*'  # the pretty-printed layout puts the comma after "dur" on a line of its own
+FLOP_EVENT = re.compile(rb'"name":\s*"(' + _NAMES + rb')"' + _SEP + rb'"pid":\s*' + _ID + _SEP + rb'"tid":\s*' + _ID
+                        + _SEP + rb'"ts":\s*' + _NUMBER + _SEP + rb'"dur":\s*' + _NUMBER
+                        + rb'(?:' + _SEP + rb'"args":\s*(\{[^{}]*\}))?')
+
+
+@dataclass
+class FlopOps:
+    names: tuple[str, ...] = ()
+    ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tids: tuple = ()  # (pid, tid)
+    dims: tuple = ()  # each op's "Input Dims" (None: the trace has no shapes)
+    types: tuple = ()  # each op's "Input type"
+    scalars: tuple = ()  # each op's "Concrete Inputs" (strides, paddings, masks as text)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def read_flop_ops(raw: bytes) -> FlopOps:
+    found = FLOP_EVENT.findall(raw)
+    if not found:
+        return FlopOps()
+    names, pids, tids, ts, dur, dims, types, scalars = [], [], [], [], [], [], [], []
+    for name, pid, tid, start, length, args in found:
+        parsed = _args(args)
+        names.append(name.decode())
+        pids.append(_id(pid))
+        tids.append(_id(tid))
+        ts.append(float(start))
+        dur.append(float(length))
+        dims.append(parsed.get("Input Dims"))
+        types.append(parsed.get("Input type"))
+        scalars.append(parsed.get("Concrete Inputs"))
+    return FlopOps(tuple(names), np.array(ts), np.array(dur), tuple(zip(pids, tids)), tuple(dims), tuple(types),
+                   tuple(scalars))
+
+
+def _args(raw: bytes) -> dict:
+    if not raw:
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _id(raw: bytes):
+    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)

@@ -1,0 +1,130 @@
+"""FLOPs per step from a trace's shapes: 2 x m x k x n for each matrix product, the same count per output element
+and weight for convolutions (and for each gradient their backward computes), two products per attention forward
+and four per backward (as torch.utils.flop_counter counts them). Only the outermost counted op on a thread is
+counted, so an implementation that calls another counted op (a convolution done as matrix products) is counted
+once. Ops that should be counted but cannot be (no shapes recorded, an argument we cannot read) are listed with
+how many there were, never counted as zero."""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from typing import Optional
+
+import numpy as np
+
+import diagnose.analysis.intervals as iv
+from diagnose.analysis.flop_ops import ATTENTION, FlopOps
+from diagnose.analysis.phases import point_phases
+from diagnose.analysis.trace import Trace
+from diagnose.model import PHASES, FlopCount
+
+DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
+          "c10::Float8_e4m3fn": "float8", "c10::Float8_e5m2": "float8"}
+
+
+def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
+    """FLOPs per step of the steps in `host_windows`, by phase and dtype; None when the trace has none of the ops."""
+    ops = trace.flop_ops
+    if not len(ops) or not len(host_windows):
+        return None
+    inside = np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts))
+    keep = _outermost(ops, inside)
+    if not keep:
+        return None
+    phases = point_phases(trace, ops.ts[keep], [ops.tids[i] for i in keep], host_windows)
+    by_phase: dict[str, float] = defaultdict(float)
+    by_dtype: dict[str, float] = defaultdict(float)
+    uncounted: Counter = Counter()
+    for index, phase in zip(keep, phases.tolist()):
+        flops = op_flops(ops.names[index], ops.dims[index], ops.scalars[index])
+        if flops is None:
+            uncounted[ops.names[index]] += 1
+            continue
+        by_phase[PHASES[phase]] += flops
+        by_dtype[_dtype(ops.types[index])] += flops
+    steps = len(host_windows)
+    return FlopCount(
+        per_step=sum(by_phase.values()) / steps,
+        by_phase={p: v / steps for p, v in by_phase.items()},
+        by_dtype={d: v / steps for d, v in by_dtype.items()},
+        source="the trace's shapes (matrix products, convolutions, attention)",
+        uncounted=tuple(f"{name} x{count // steps or count}" for name, count in uncounted.most_common()))
+
+
+def _outermost(ops: FlopOps, indices: np.ndarray) -> list[int]:
+    """The ops not inside another counted op on the same thread."""
+    keep: list[int] = []
+    open_until: dict = {}
+    for i in sorted(indices.tolist(), key=lambda k: (ops.ts[k], -ops.dur[k])):
+        tid = ops.tids[i]
+        if ops.ts[i] < open_until.get(tid, -math.inf):
+            continue
+        keep.append(i)
+        open_until[tid] = ops.ts[i] + ops.dur[i]
+    return keep
+
+
+def _dtype(types) -> str:
+    first = next((t for t in types or () if t and t != "Scalar"), None)
+    return DTYPES.get(first, first or "unknown")
+
+
+def op_flops(name: str, dims, scalars) -> Optional[float]:
+    """FLOPs of one op from its input dims (and scalar arguments); None when they cannot be read."""
+    try:
+        if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+            return _gemm(name, dims)
+        if name == "aten::convolution":
+            return _convolution(dims, scalars)
+        if name == "aten::convolution_backward":
+            return _convolution_backward(dims, scalars)
+        if name in ATTENTION:  # a backward's inputs start with the output's gradient, then query, key, value
+            return 2 * _attention(dims[1:]) if name.endswith("_backward") else _attention(dims)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gemm(name: str, dims) -> float:
+    a, b = (dims[1], dims[2]) if name in ("aten::addmm", "aten::baddbmm") else (dims[0], dims[1])
+    if len(a) == 2:
+        (m, k), (_, n) = a, b
+        return 2.0 * m * k * n
+    (batch, m, k), (_, _, n) = a, b
+    return 2.0 * batch * m * k * n
+
+
+def _convolution(dims, scalars) -> float:
+    """input [N, C, *spatial], weight [O, C/groups, *kernel]; stride, padding, dilation, transposed as text."""
+    x, w = dims[0], dims[1]
+    stride, padding, dilation = (_ints(scalars[i], len(w) - 2) for i in (3, 4, 5))
+    transposed = str(scalars[6]).strip().lower() == "true"
+    if transposed:  # the gradient of a convolution: the same count with input and output swapped
+        out_spatial = x[2:]
+    else:
+        out_spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+                       for size, k, s, p, d in zip(x[2:], w[2:], stride, padding, dilation)]
+    return 2.0 * x[0] * math.prod(w) * math.prod(out_spatial)
+
+
+def _convolution_backward(dims, scalars) -> float:
+    """grad_output [N, O, *out], input, weight: each gradient asked for (output_mask) costs the forward's count."""
+    grad_out, w = dims[0], dims[2]
+    forward = 2.0 * grad_out[0] * math.prod(w) * math.prod(grad_out[2:])
+    mask = re.findall(r"true|false", str(scalars[10]).lower()) if len(scalars) > 10 else []
+    wanted = sum(1 for m in mask[:2] if m == "true") if mask else 2
+    return forward * wanted
+
+
+def _attention(dims) -> float:
+    """query [B, H, L, E], key [B, H, S, E], value [B, H, S, Ev]: Q K^T and P V."""
+    (b, h, length, e), (_, _, s, _), (_, _, _, ev) = dims[0], dims[1], dims[2]
+    return 2.0 * b * h * length * s * (e + ev)
+
+
+def _ints(text, count: int) -> list[int]:
+    values = [int(v) for v in re.findall(r"-?\d+", str(text))]
+    if not values:
+        raise ValueError(text)
+    return values * count if len(values) == 1 else values

@@ -1,0 +1,155 @@
+"""The machine's peak, measured: matrix products large enough to reach the plateau, per dtype a step may compute
+in (fp32, TF32, bf16, fp16 on a GPU; fp32 and bf16 on the host), and a large copy for memory bandwidth, each for
+a fraction of a second with the device synchronised at the edges. Cached per machine (device, driver, torch,
+threads) in the user's cache folder, so only the first run on a machine pays for it."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from diagnose.capture.peak_cache import read_cache, write_cache
+from diagnose.model import Peak
+
+SECONDS = 0.25  # per measurement, after one warm-up call
+PLATEAU_S = 0.02  # a product this long is large enough to run at the device's full rate
+CACHE_VERSION = 1
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    return f"{_cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def machine_peaks(device: str, fresh: bool = False) -> tuple[Peak, ...]:
+    """Measured peaks of `device` ("cuda" or "cpu"), from the cache unless `fresh`."""
+    key = _cache_key(device)
+    cache = read_cache()
+    if not fresh and key in cache:
+        return tuple(Peak(**p) for p in cache[key])
+    peaks = measure_peaks(device)
+    cache[key] = [p.__dict__ for p in peaks]
+    write_cache(cache)
+    return peaks
+
+
+def peaks_in_child(device: str, timeout_s: float = 120.0) -> tuple[Peak, ...]:
+    """machine_peaks in a process of its own: the caller keeps no CUDA context (the experiments' runs need the
+    GPU's memory) and no thread settings of the measurement; () when it fails."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "diagnose.capture.peak", device], capture_output=True, text=True,
+                              timeout=timeout_s, env={**os.environ, "PYTHONPATH": _package_root()})
+        return tuple(Peak(**p) for p in json.loads(done.stdout)) if done.returncode == 0 else ()
+    except (OSError, ValueError, TypeError, subprocess.TimeoutExpired):
+        return ()
+
+
+def _package_root() -> str:
+    import diagnose
+
+    root = str(Path(diagnose.__file__).resolve().parent.parent)
+    return os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), root]))
+
+
+def measure_peaks(device: str) -> tuple[Peak, ...]:
+    name = device_name(device)
+    peaks = [_matmul_peak(device, name, dtype) for dtype in _dtypes(device)]
+    peaks.append(_copy_peak(device, name))
+    return tuple(p for p in peaks if p is not None)
+
+
+def _dtypes(device: str) -> tuple[str, ...]:
+    if device != "cuda":
+        return ("float32", "bfloat16")
+    listed = ["float32", "tf32", "float16"]
+    if torch.cuda.is_bf16_supported():
+        listed.insert(2, "bfloat16")
+    return tuple(listed)
+
+
+def _matmul_peak(device: str, name: str, dtype: str) -> Optional[Peak]:
+    """2n^3 FLOPs per product; n grows until one product takes PLATEAU_S, at most 8192."""
+    torch_dtype = {"tf32": torch.float32}.get(dtype, getattr(torch, dtype))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        n, per_call = 512, 0.0
+        while n <= 8192:
+            a = torch.randn(n, n, device=device).to(torch_dtype)
+            b = torch.randn(n, n, device=device).to(torch_dtype)
+            per_call = _timed(lambda: torch.mm(a, b), device, min_s=0.0)
+            if per_call >= PLATEAU_S or n == 8192:
+                break
+            n *= 2
+        per_call = _timed(lambda: torch.mm(a, b), device, min_s=SECONDS)
+        return Peak(name, dtype, 2.0 * n ** 3 / per_call, f"measured: {n}x{n} matmul, {SECONDS} s")
+    except (RuntimeError, TypeError):  # a dtype this device cannot multiply in
+        return None
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _copy_peak(device: str, name: str) -> Optional[Peak]:
+    """Bytes read and written per second by a copy of a tensor much larger than the caches: the best of three
+    fresh pairs of tensors (on a virtual machine the same copy ran at 33 or 50 GB/s depending on where the pages
+    landed)."""
+    size = (1 << 30) if device == "cuda" else (128 << 20)
+    try:
+        per_call = min(_one_copy(device, size) for _ in range(3))
+    except RuntimeError:
+        return None
+    return Peak(name, "memory", 2.0 * size / per_call, f"measured: copy of {size >> 20} MiB, best of 3")
+
+
+def _one_copy(device: str, size: int) -> float:
+    src = torch.empty(size // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    return _timed(lambda: dst.copy_(src), device, min_s=SECONDS / 3)
+
+
+def _timed(call: Callable, device: str, min_s: float) -> float:
+    """Seconds per call at the peak: the fastest quarter's slowest call, timed one by one (synchronised) after three
+    warm-up calls (thread pools start, clocks ramp up: the first calls ran at 60% of the rate here), over min_s and
+    eight calls at least. On a shared machine other work slows some calls; the fastest are the device's own."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):
+        call()
+    sync()
+    times: list[float] = []
+    while sum(times) < min_s or len(times) < 8:
+        start = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 4]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cache_key(device: str) -> str:
+    driver = torch.version.cuda if device == "cuda" else ""
+    return f"v{CACHE_VERSION}|{device_name(device)}|cuda {driver}|torch {torch.__version__}"
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps([p.__dict__ for p in machine_peaks(sys.argv[1])]))
