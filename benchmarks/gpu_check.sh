@@ -83,6 +83,10 @@ for case in "${CASES[@]}"; do
   echo "$name $(plain_step_s "$RESULTS/$name.plain.log")" >>"$RESULTS/plain.txt"
 done
 
+# the device's peaks, measured, beside the datasheet's (the speed of light's denominators)
+echo "== peak: diagnose peak --device $DEVICE --fresh" >&2
+"$PYTHON" -m diagnose peak --device "$DEVICE" --fresh >"$RESULTS/peak.txt" 2>&1 || echo "   diagnose peak exited $?" >&2
+
 # memory: a batch that does not fit under --memory-limit, the largest that does, and the variant that makes it fit
 # (on the CPU only with GPU_CHECK_MEMORY=1: two minutes of short runs)
 if [[ "$DEVICE" == cuda || -n "${GPU_CHECK_MEMORY:-}" ]]; then
@@ -117,6 +121,9 @@ for name, text in plain.items():
     verdict = "ok" if ok else ("no figure" if ratio is None else f"off by more than {tolerance:.0%}")
     print(f"{name:<18} {ms(reported):>14} {ms(profiled):>14} {ms(reference):>12} "
           f"{(f'{ratio:.2f}' if ratio else 'n/a'):>7}  {verdict}")
+peak = results / "peak.txt"
+if peak.exists():
+    print(peak.read_text().rstrip())
 memory = results / "memory" / "diagnosis.json"
 if memory.exists():
     d = json.loads(memory.read_text())

@@ -24,7 +24,8 @@ CACHE_VERSION = 1
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name(torch.cuda.current_device())
-    return f"{_cpu_model()} ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"{_cpu_model()} ({threads} thread{'' if threads == 1 else 's'})"
 
 
 def machine_peaks(device: str, fresh: bool = False) -> tuple[Peak, ...]:
