@@ -442,6 +442,10 @@ class SpeedOfLight:
     light_step_s: Optional[float] = None  # the step's FLOPs at the best peak: the speed-of-light step time
     cross_check: Optional[FlopCount] = None  # the trace's count beside torch's counter, in a run
     peaks: tuple[Peak, ...] = ()  # every peak known for this device (measured and datasheet)
+    # the gap to the speed of light, split: the share of the step the device computed (GPU kernels running; on
+    # the host, torch ops), the rest it waited (data, host work, syncs); and MFU while it computed
+    busy_frac: Optional[float] = None
+    mfu_while_busy: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,9 @@ def test_the_h200_transformer_traces_give_their_flops_and_mfu_against_the_datash
     assert light.peak.per_s == peak and "nvidia.com/en-us/data-center/h200" in light.peak.source
     assert abs(light.mfu - light.flops.per_step / light.step_s / peak) < 1e-9
     assert light.best.dtype in ("bfloat16", "float16") and light.light_step_s == light.flops.per_step / 989e12
+    # the gap: the GPU ran kernels for this share of the step, at this MFU while it did
+    assert light.busy_frac == analysis.metrics["gpu_busy_frac"] and light.busy_frac > 0.9
+    assert abs(light.mfu_while_busy - light.mfu / light.busy_frac) < 1e-9
 
 
 def test_convolution_and_attention_formulas():

@@ -74,7 +74,8 @@ def analyze(inputs: Inputs) -> Analysis:
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))
-    light = _speed_of_light(inputs, host_windows, stats["mean"])
+    busy = metrics.get("gpu_busy_frac") if trace.has_gpu else metrics.get("compute_frac")
+    light = _speed_of_light(inputs, host_windows, stats["mean"], busy)
     metrics.update(speed_metrics(light))
     return Analysis(
         steps=tuple(steps),
@@ -95,13 +96,14 @@ def analyze(inputs: Inputs) -> Analysis:
     )
 
 
-def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float) -> Optional[SpeedOfLight]:
+def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float,
+                    busy_frac: Optional[float]) -> Optional[SpeedOfLight]:
     """torch's count from the run where there is one (the trace's beside it as a cross-check), else the trace's,
     over the step time the report states (unprofiled when measured)."""
     from_trace = trace_flops(inputs.trace, host_windows)
     counted = inputs.capture.flops if inputs.capture is not None else None
     step_s = unprofiled_step_s(inputs.capture) or mean_step_s
-    return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None)
+    return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None, busy_frac)
 
 
 def within_steps(trace: Trace, windows: np.ndarray) -> Trace:

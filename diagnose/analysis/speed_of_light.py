@@ -13,7 +13,8 @@ TRAINING_DTYPES = ("float32", "tf32", "bfloat16", "float16")
 
 
 def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: tuple[Peak, ...],
-                   cross_check: Optional[FlopCount] = None) -> Optional[SpeedOfLight]:
+                   cross_check: Optional[FlopCount] = None,
+                   busy_frac: Optional[float] = None) -> Optional[SpeedOfLight]:
     if flops is None or not flops.per_step or not step_s:
         return None
     dtype = max(flops.by_dtype, key=flops.by_dtype.get) if flops.by_dtype else "unknown"
@@ -26,7 +27,8 @@ def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: t
         mfu=achieved / peak.per_s if peak else None, best=best,
         mfu_best=achieved / best.per_s if best else None,
         light_step_s=flops.per_step / best.per_s if best else None,
-        cross_check=cross_check, peaks=peaks)
+        cross_check=cross_check, peaks=peaks, busy_frac=busy_frac,
+        mfu_while_busy=achieved / busy_frac / peak.per_s if peak and busy_frac else None)
 
 
 def _preferred(peaks: tuple[Peak, ...]) -> dict[str, Peak]:

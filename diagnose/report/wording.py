@@ -77,6 +77,9 @@ def speed_sentence(light) -> str:
                  f"({light.mfu_best:.0%} of that peak, {fmt_flops(light.best.per_s)}/s, {_kind(light.best)})")
     elif light.best is not None:
         text += f"; its speed-of-light step is {fmt_ms(light.light_step_s)}"
+    if light.busy_frac is not None and light.mfu_while_busy is not None:
+        text += (f". The device computed {light.busy_frac:.0%} of the step, at {light.mfu_while_busy:.0%} of its "
+                 f"{light.dtype} peak while it did; the rest it waited (data, host work, syncs)")
     return text + "."
 
 
