@@ -287,6 +287,7 @@ class Capture:
     memory_limit_peak_bytes: Optional[int] = None
     flops: Optional["FlopCount"] = None  # one warm-up step's FLOPs, by torch's counter
     flops_note: str = ""  # why they were not counted, when they were not
+    tf32_matmuls: bool = False  # float32 matrix products allowed to run as TF32 (on a GPU with TF32 units)
 
 
 @dataclass(frozen=True)
@@ -526,6 +527,7 @@ class Headline:
     ceiling_speedup: Optional[float] = None
     throughput: Optional[float] = None  # an out-of-memory run: the fastest variant that fits, in `metric`
     throughput_ci: Optional[tuple[float, float]] = None
+    tied_with: tuple[str, ...] = ()  # others that fit whose interval overlaps the fastest's
 
 
 @dataclass(frozen=True)
@@ -566,8 +568,12 @@ class BatchSearch:
     predicted_batch: Optional[int] = None
     largest_fitting: Optional[int] = None  # verified by a run
     smallest_failing: Optional[int] = None  # verified by a run (None: none failed up to `max_batch`)
-    max_batch: Optional[int] = None  # the search's upper end: the dataset's length
+    max_batch: Optional[int] = None  # the search's upper end (a quarter of the dataset: room for three steps)
     note: str = ""  # why it stopped where it did, or why nothing fits
+    start_batch: Optional[int] = None  # the script's own batch
+    # the largest batch that fitted with the margin to spare (its peak under the limit less the margin): what the
+    # batch_size and grad_accumulation settings use; a longer run fragments more than three steps do
+    recommended: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,18 @@ def test_a_throughput_interval_uses_the_pooled_noise():
     rate, (lo, hi) = throughput_interval([100.0, 110.0], Noise(0.01, 10))
     assert abs(rate - math.sqrt(100 * 110)) < 1e-9 and lo < rate < hi
     assert throughput_interval([100.0], None) is None
+
+
+def test_a_script_that_ran_out_at_a_batch_of_one_needs_no_short_run_to_say_so():
+    probe = curve(800 * MiB, 0.1 * MiB, 700 * MiB)
+    search = search_largest_batch(probe, 1, False, 700 * MiB, "--memory-limit", 1)
+    assert probe.calls == [] and search.largest_fitting is None
+    assert search.note == "does not fit even with a batch of 1"
+
+
+def test_the_recommended_batch_leaves_the_margin_the_largest_fit_may_not():
+    limit = 700 * MiB
+    search = search_largest_batch(curve(200 * MiB, 0.1 * MiB, limit), 256, True, limit, "--memory-limit", 8192)
+    peaks = {p.batch_size: p.peak_bytes for p in search.probes if p.fits}
+    assert search.recommended <= search.largest_fitting and peaks[search.recommended] <= limit * (1 - MARGIN)
+    assert all(b <= search.recommended or peak > limit * (1 - MARGIN) for b, peak in peaks.items())

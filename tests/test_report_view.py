@@ -178,12 +178,14 @@ OUT_OF_MEMORY_EXPERIMENTS = (
     _experiment("activation_checkpointing", "out-of-memory", reason="ran out of memory in step 0", runs=1, **FITS),
 )
 FITS_HEADLINE = Headline(changes=("grad_accumulation(micro_batches=4, batch_size=2048)",), speedup=None, ci=None,
-                         verdict="fits", metric="samples/s", throughput=5423.0, throughput_ci=(4152.0, 7084.0))
+                         verdict="fits", metric="samples/s", throughput=5423.0, throughput_ci=(4152.0, 7084.0),
+                         tied_with=("grad_accumulation(micro_batches=2, batch_size=4096)",))
 SEARCH = BatchSearch(limit_bytes=700 * 10**6, limit_source="--memory-limit", margin=0.05,
                      probes=(BatchProbe(4096, True, 663 * 10**6), BatchProbe(2048, True, 437 * 10**6),
                              BatchProbe(4608, False, 695 * 10**6, out_of_memory=True, detail="can't allocate")),
                      fixed_bytes=211 * 2**20, per_sample_bytes=107_800.0, predicted_batch=4104, largest_fitting=4104,
-                     smallest_failing=4608, max_batch=8192, note="4104 fits and 4608 does not")
+                     smallest_failing=4608, max_batch=8192, note="4104 fits and 4608 does not", start_batch=8192,
+                     recommended=4104)
 
 
 def test_a_run_out_of_memory_shows_what_fits_its_speed_and_the_batch_search(tmp_path):

@@ -95,14 +95,14 @@ def test_the_h200_transformer_traces_give_their_flops_and_mfu_against_the_datash
     layer = 2 * tokens * d * 3 * d + 2 * tokens * d * d + 2 * 2 * tokens * d * 4 * d + 2 * 16 * 8 * 512 * 512 * 256
     forward = 8 * layer + 2 * 16 * 512 * 1024 * 10
     assert abs(light.flops.by_phase["forward"] / forward - 1) < 0.01
-    assert 1.9 < light.flops.by_phase["backward"] / light.flops.by_phase["forward"] < 2.0
+    assert 1.95 < light.flops.by_phase["backward"] / light.flops.by_phase["forward"] < 2.05  # attention recomputes
     assert light.dtype == dtype and light.flops.source.startswith("the trace's shapes")
     peak = {"float32": 67e12, "bfloat16": 989e12}[dtype]
     assert light.peak.per_s == peak and "nvidia.com/en-us/data-center/h200" in light.peak.source
     assert abs(light.mfu - light.flops.per_step / light.step_s / peak) < 1e-9
     assert light.best.dtype in ("bfloat16", "float16") and light.light_step_s == light.flops.per_step / 989e12
     # the gap: the GPU ran kernels for this share of the step, at this MFU while it did
-    assert light.busy_frac == analysis.metrics["gpu_busy_frac"] and light.busy_frac > 0.9
+    assert light.busy_frac == analysis.metrics["gpu_busy_frac"] and light.busy_frac > 0.8
     assert abs(light.mfu_while_busy - light.mfu / light.busy_frac) < 1e-9
 
 
@@ -119,5 +119,9 @@ def test_convolution_and_attention_formulas():
     q = [2, 4, 128, 64]
     assert op_flops("aten::_scaled_dot_product_flash_attention", [q, q, q], None) == 2 * 2 * 4 * 128 * 128 * 128
     backward = op_flops("aten::_scaled_dot_product_flash_attention_backward", [q, q, q, q], None)
-    assert backward == 2 * op_flops("aten::_scaled_dot_product_flash_attention", [q, q, q], None)
+    assert backward == 2.5 * op_flops("aten::_scaled_dot_product_flash_attention", [q, q, q], None)  # torch's count
+    # a transposed convolution's gradients are counted over its input's positions, as its forward is
+    transposed = ["", "", "", "[16]", "[2, 2]", "[0, 0]", "[1, 1]", "True", "[0, 0]", "1", "[True, True, False]"]
+    up = [[8, 16, 63, 63], [8, 3, 31, 31], [3, 16, 3, 3]]
+    assert op_flops("aten::convolution_backward", up, transposed) == 2 * (2 * 8 * (3 * 16 * 9) * 31 * 31)
     assert op_flops("aten::mm", None, None) is None  # no shapes recorded: not a zero

@@ -34,7 +34,7 @@ from diagnose.analysis.metric_values import (
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_metrics, phase_stats
-from diagnose.analysis.speed_of_light import speed_metrics, speed_of_light
+from diagnose.analysis.speed_of_light import Busy, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
 from diagnose.analysis.trace import Trace
 from diagnose.model import Analysis, Capture, Peak, Samples, SpeedOfLight, StackSamples
@@ -101,9 +101,12 @@ def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float
     """torch's count from the run where there is one (the trace's beside it as a cross-check), else the trace's,
     over the step time the report states (unprofiled when measured)."""
     from_trace = trace_flops(inputs.trace, host_windows)
-    counted = inputs.capture.flops if inputs.capture is not None else None
-    step_s = unprofiled_step_s(inputs.capture) or mean_step_s
-    return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None, busy_frac)
+    capture = inputs.capture
+    counted = capture.flops if capture is not None and capture.flops and capture.flops.per_step else None
+    step_s = unprofiled_step_s(capture) or mean_step_s
+    tf32 = capture is not None and capture.tf32_matmuls and inputs.trace.has_gpu
+    return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None,
+                          Busy(busy_frac, mean_step_s), tf32)
 
 
 def within_steps(trace: Trace, windows: np.ndarray) -> Trace:

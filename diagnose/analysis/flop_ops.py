@@ -12,7 +12,8 @@ import orjson
 
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
 # listed, so each product is counted once, where it is computed
-GEMM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+GEMM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",
+        "aten::_scaled_mm")
 CONVOLUTION = ("aten::convolution", "aten::convolution_backward")
 ATTENTION = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
              "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",

@@ -1,6 +1,7 @@
-"""FLOPs per step from a trace's shapes: 2 x m x k x n for each matrix product, the same count per output element
-and weight for convolutions (and for each gradient their backward computes), two products per attention forward
-and four per backward (as torch.utils.flop_counter counts them). Only the outermost counted op on a thread is
+"""FLOPs per step from a trace's shapes, as torch.utils.flop_counter counts them: 2 x m x k x n for each matrix
+product, 2 x batch x weights x output positions for a convolution (input positions for a transposed one), and for
+each gradient its backward computes; an attention forward is two products, its backward five (the scores are
+recomputed). Only the outermost counted op on a thread is
 counted, so an implementation that calls another counted op (a convolution done as matrix products) is counted
 once. Ops that should be counted but cannot be (no shapes recorded, an argument we cannot read) are listed with
 how many there were, never counted as zero."""
@@ -14,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 import diagnose.analysis.intervals as iv
-from diagnose.analysis.flop_ops import ATTENTION, FlopOps
+from diagnose.analysis.flop_ops import ATTENTION, GEMM, FlopOps
 from diagnose.analysis.phases import point_phases
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, FlopCount
@@ -73,21 +74,22 @@ def _dtype(types) -> str:
 def op_flops(name: str, dims, scalars) -> Optional[float]:
     """FLOPs of one op from its input dims (and scalar arguments); None when they cannot be read."""
     try:
-        if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+        if name in GEMM:
             return _gemm(name, dims)
         if name == "aten::convolution":
             return _convolution(dims, scalars)
         if name == "aten::convolution_backward":
             return _convolution_backward(dims, scalars)
         if name in ATTENTION:  # a backward's inputs start with the output's gradient, then query, key, value
-            return 2 * _attention(dims[1:]) if name.endswith("_backward") else _attention(dims)
+            return _attention_backward(dims[1:]) if name.endswith("_backward") else _attention(dims)
     except (TypeError, ValueError, IndexError):
         return None
     return None
 
 
 def _gemm(name: str, dims) -> float:
-    a, b = (dims[1], dims[2]) if name in ("aten::addmm", "aten::baddbmm") else (dims[0], dims[1])
+    with_bias = name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation")
+    a, b = (dims[1], dims[2]) if with_bias else (dims[0], dims[1])
     if len(a) == 2:
         (m, k), (_, n) = a, b
         return 2.0 * m * k * n
@@ -109,9 +111,11 @@ def _convolution(dims, scalars) -> float:
 
 
 def _convolution_backward(dims, scalars) -> float:
-    """grad_output [N, O, *out], input, weight: each gradient asked for (output_mask) costs the forward's count."""
-    grad_out, w = dims[0], dims[2]
-    forward = 2.0 * grad_out[0] * math.prod(w) * math.prod(grad_out[2:])
+    """grad_output [N, O, *out], input, weight: each gradient asked for (output_mask) costs the forward's count,
+    over the output's positions (the input's for a transposed convolution)."""
+    grad_out, x, w = dims[0], dims[1], dims[2]
+    transposed = len(scalars) > 7 and str(scalars[7]).strip().lower() == "true"
+    forward = 2.0 * grad_out[0] * math.prod(w) * math.prod(x[2:] if transposed else grad_out[2:])
     mask = re.findall(r"true|false", str(scalars[10]).lower()) if len(scalars) > 10 else []
     wanted = sum(1 for m in mask[:2] if m == "true") if mask else 2
     return forward * wanted
@@ -121,6 +125,12 @@ def _attention(dims) -> float:
     """query [B, H, L, E], key [B, H, S, E], value [B, H, S, Ev]: Q K^T and P V."""
     (b, h, length, e), (_, _, s, _), (_, _, _, ev) = dims[0], dims[1], dims[2]
     return 2.0 * b * h * length * s * (e + ev)
+
+
+def _attention_backward(dims) -> float:
+    """The scores recomputed (Q K^T), then the gradients of P V (two products) and of Q K^T (two)."""
+    (b, h, length, e), (_, _, s, _), (_, _, _, ev) = dims[0], dims[1], dims[2]
+    return 2.0 * b * h * length * s * (3 * e + 2 * ev)
 
 
 def _ints(text, count: int) -> list[int]:

@@ -1,9 +1,12 @@
 """How far a step is from what the device can do: the step's FLOPs over its time against the device's peak in the
-dtype the step computes in (MFU), and against the best dtype the device offers; the speed-of-light step is the
-step's FLOPs at that best peak. Peaks measured on this machine are preferred; a datasheet's dense figure
-stands in where none was measured (a trace from another machine)."""
+dtypes the step computes in (MFU; each dtype's FLOPs at its own peak), and against the best dtype the device
+offers; the speed-of-light step is the step's FLOPs at that best peak. Peaks measured on this machine are
+preferred; a datasheet's dense figure stands in where none was measured (a trace from another machine). Every FLOP
+executed counts, recomputation included: without activation checkpointing this is MFU, with it hardware FLOPs
+utilisation."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from diagnose.model import FlopCount, Peak, SpeedOfLight
@@ -12,23 +15,41 @@ from diagnose.model import FlopCount, Peak, SpeedOfLight
 TRAINING_DTYPES = ("float32", "tf32", "bfloat16", "float16")
 
 
+@dataclass(frozen=True)
+class Busy:
+    """The share of the step the device computed, and the step time that share was measured over (profiled)."""
+    frac: Optional[float]
+    step_s: float
+
+
 def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: tuple[Peak, ...],
-                   cross_check: Optional[FlopCount] = None,
-                   busy_frac: Optional[float] = None) -> Optional[SpeedOfLight]:
+                   cross_check: Optional[FlopCount] = None, busy: Optional[Busy] = None,
+                   tf32: bool = False) -> Optional[SpeedOfLight]:
+    """`tf32`: float32 matrix products ran as TF32 (allowed in the run), so their peak is the TF32 one."""
     if flops is None or not flops.per_step or not step_s:
         return None
-    dtype = max(flops.by_dtype, key=flops.by_dtype.get) if flops.by_dtype else "unknown"
-    achieved = flops.per_step / step_s
     chosen = _preferred(peaks)
-    peak = chosen.get(dtype)
+    by_dtype = {("tf32" if tf32 and d == "float32" and "tf32" in chosen else d): v for d, v in flops.by_dtype.items()}
+    dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
+    achieved = flops.per_step / step_s
+    at_peak_s = _seconds_at_peak(by_dtype, chosen)
     best = max((chosen[d] for d in TRAINING_DTYPES if d in chosen), key=lambda p: p.per_s, default=None)
+    busy_s = busy.frac * busy.step_s if busy is not None and busy.frac else None
     return SpeedOfLight(
-        flops=flops, step_s=step_s, achieved_flops_s=achieved, dtype=dtype, peak=peak,
-        mfu=achieved / peak.per_s if peak else None, best=best,
+        flops=flops, step_s=step_s, achieved_flops_s=achieved, dtype=dtype, peak=chosen.get(dtype),
+        mfu=at_peak_s / step_s if at_peak_s is not None else None, best=best,
         mfu_best=achieved / best.per_s if best else None,
         light_step_s=flops.per_step / best.per_s if best else None,
-        cross_check=cross_check, peaks=peaks, busy_frac=busy_frac,
-        mfu_while_busy=achieved / busy_frac / peak.per_s if peak and busy_frac else None)
+        cross_check=cross_check, peaks=peaks, busy_frac=busy.frac if busy is not None else None,
+        # over the same (profiled) steps the busy share was measured in
+        mfu_while_busy=at_peak_s / busy_s if at_peak_s is not None and busy_s else None)
+
+
+def _seconds_at_peak(by_dtype: dict[str, float], chosen: dict[str, Peak]) -> Optional[float]:
+    """The step's FLOPs, each dtype's at that dtype's peak; None when a dtype with FLOPs has no known peak."""
+    if not by_dtype or any(d not in chosen for d, v in by_dtype.items() if v):
+        return None
+    return sum(v / chosen[d].per_s for d, v in by_dtype.items() if v)
 
 
 def _preferred(peaks: tuple[Peak, ...]) -> dict[str, Peak]:

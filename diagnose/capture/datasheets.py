@@ -20,20 +20,26 @@ DATASHEETS: dict[str, tuple[dict[str, float], float, str]] = {
              "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM; " + HALVED + ")"),
     "H100 PCIe": ({"float32": 51, "tf32": 378, "bfloat16": 756, "float16": 756, "float8": 1513}, 2.0,
                   "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe; " + HALVED + ")"),
+    "H100 NVL": ({"float32": 60, "tf32": 418, "bfloat16": 835, "float16": 835, "float8": 1670}, 3.9,
+                 "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL; " + HALVED + ")"),
     "H100": ({"float32": 67, "tf32": 494, "bfloat16": 989, "float16": 989, "float8": 1979}, 3.35,
              "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM; " + HALVED + ")"),
     "A100": ({"float32": 19.5, "tf32": 156, "bfloat16": 312, "float16": 312}, 2.039,
              "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
              "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (A100 80GB SXM; dense figures)"),
+    "V100-PCIE": ({"float32": 14, "float16": 112}, 0.9,
+                  "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
+                  " (V100 PCIe; no bf16 or tf32 units)"),
     "V100": ({"float32": 15.7, "float16": 125}, 0.9,
              "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
              " (V100 SXM2; no bf16 or tf32 units)"),
     "L4": ({"float32": 30.3, "tf32": 60, "bfloat16": 121, "float16": 121, "float8": 242.5}, 0.3,
            "https://www.nvidia.com/en-us/data-center/l4/ (" + HALVED + ")"),
-    "MI250X": ({"float32": 95.7, "bfloat16": 383, "float16": 383}, 3.2,
-               "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html (matrix FP32; both dies)"),
-    "MI250": ({"float32": 90.5, "bfloat16": 362.1, "float16": 362.1}, 3.2,
-              "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250.html (matrix FP32; both dies)"),
+    # an MI250(X) is two dies, each a device of its own to torch: each row is one die's half of the card's figures
+    "MI250X": ({"float32": 47.9, "bfloat16": 191.5, "float16": 191.5}, 1.6,
+               "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html (matrix FP32; one die)"),
+    "MI250": ({"float32": 45.3, "bfloat16": 181.0, "float16": 181.0}, 1.6,
+              "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250.html (matrix FP32; one die)"),
 }
 
 

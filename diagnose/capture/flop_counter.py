@@ -34,15 +34,21 @@ class StepFlops:
         self.by_dtype: dict[str, float] = defaultdict(float)
         self.failed: Counter = Counter()
 
-    def start(self) -> bool:
+    def start(self) -> str:
+        """'' when counting; else why not (the note the capture keeps)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
         if compiled_anything():
-            return False
+            return "a compiled model: counted from the trace's shapes instead (a dispatch mode could recompile it)"
+        if not hasattr(FlopCounterMode, "_count_flops"):  # torch before 2.4 counts inline: nothing to extend
+            return f"torch {torch.__version__}'s FLOP counter cannot split by phase: counted from the trace's shapes"
         try:
             self.mode = _counter(self)
             self.mode.__enter__()
-        except Exception:
+        except Exception as exc:
             self.mode = None
-        return self.mode is not None
+            return f"torch's FLOP counter could not start ({type(exc).__name__})"
+        return ""
 
     def stop(self) -> Optional[FlopCount]:
         if self.mode is None:

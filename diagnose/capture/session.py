@@ -100,9 +100,9 @@ class Session(ScriptHost):
             return
         if step == target:
             self.flop_counter = StepFlops(self.instr.current_phase)
-            if not self.flop_counter.start():
-                self.flop_counter, self.flops_note = None, ("a compiled model: counted from the trace's shapes "
-                                                            "instead (a dispatch mode could make it recompile)")
+            why_not = self.flop_counter.start()
+            if why_not:
+                self.flop_counter, self.flops_note = None, why_not
         elif step == target + 1 and self.flop_counter is not None:
             self.flops = self.flop_counter.stop()
             self.flop_counter = None
@@ -209,6 +209,9 @@ class Session(ScriptHost):
             self._stop_profiler()
         if self.step_memory is not None and self.memory_sizes is None:  # the first step did not end (out of memory?)
             self.memory_sizes = self._finish_memory()
+        if self.flop_counter is not None:  # the script ended inside the counted step: its hooks must not outlive it
+            self.flop_counter.stop()
+            self.flop_counter, self.flops_note = None, "the script ended inside the step being counted"
         if self.plain_timer is not None and status in ENDS_AFTER_PROFILING:
             status = "completed"  # the profiled window was complete; only the unprofiled timing was cut short
         self.progress("probing dataset")
@@ -266,7 +269,17 @@ class Session(ScriptHost):
             memory_limit_peak_bytes=_read_or_none(self.memory.peak_in_use_bytes),
             flops=self.flops,
             flops_note=self.flops_note if self.flops is None else "",
+            tf32_matmuls=_tf32_matmuls(),
         )
+
+
+def _tf32_matmuls() -> bool:
+    """Whether float32 matrix products may run as TF32 (allow_tf32, or set_float32_matmul_precision("high")): on a
+    GPU with TF32 units their peak is the TF32 one."""
+    try:
+        return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
+    except Exception:
+        return False
 
 
 class UnprofiledTimer:

@@ -47,7 +47,8 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
         outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
                                _progress_handler(progress, task, warmup))
         progress.update(task, note="measuring the machine's peak")
-        _measure_peaks(run_dir, outcome.capture)
+        if not outcome.interrupted:
+            _measure_peaks(run_dir, outcome.capture)
         progress.update(task, note="analysing")
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")
@@ -76,7 +77,10 @@ def _measure_peaks(run_dir: Path, capture) -> None:
     if capture is None:
         return
     device = "cuda" if capture.memory_kind == "cuda" else "cpu"
-    peaks = peaks_in_child(device)
+    try:
+        peaks = peaks_in_child(device)
+    except KeyboardInterrupt:  # the run's results matter more than the peak: the report is still written
+        return
     if peaks:
         write_json(RunFolder(run_dir).peaks, MachinePeaks(device, peaks))
 

@@ -32,7 +32,7 @@ def search_largest_batch(probe: Prober, start: int, fits_at_start: bool, limit_b
                          max_batch: int) -> BatchSearch:
     """From the script's own batch `start` (which fitted or ran out of memory), find the largest batch up to
     `max_batch` that fits under `limit_bytes`."""
-    search = _Search(probe, BatchSearch(limit_bytes, limit_source, MARGIN, max_batch=max_batch))
+    search = _Search(probe, BatchSearch(limit_bytes, limit_source, MARGIN, max_batch=max_batch, start_batch=start))
     if not search.two_fits(start, fits_at_start, max_batch):
         return search.done()
     line = fitted_line(search.fitting())
@@ -149,13 +149,23 @@ class _Search:
     def done(self) -> BatchSearch:
         largest = self.lo or None
         failing = None if self.hi == math.inf else int(self.hi)
-        return replace(self.result, largest_fitting=largest, smallest_failing=failing, note=self._note(largest))
+        return replace(self.result, largest_fitting=largest, smallest_failing=failing, note=self._note(largest),
+                       recommended=self._recommended(largest))
+
+    def _recommended(self, largest: Optional[int]) -> Optional[int]:
+        """The largest fit whose peak leaves the margin (else the smallest fit); the largest fit when no peak was
+        read."""
+        fitted = [p for p in self.result.probes if p.fits]
+        measured = [p for p in fitted if p.peak_bytes is not None]
+        if not measured:
+            return largest
+        roomy = [p.batch_size for p in measured if p.peak_bytes <= self.result.limit_bytes * (1 - self.result.margin)]
+        return max(roomy) if roomy else min(p.batch_size for p in fitted)
 
     def _note(self, largest: Optional[int]) -> str:
         max_batch = self.result.max_batch
         if largest is None:
-            if self.result.probes and all(not p.fits for p in self.result.probes) and 1 in \
-                    {p.batch_size for p in self.result.probes}:
+            if self.hi == 1:  # a batch of one ran out of memory: the script's own, or a short run's
                 return "does not fit even with a batch of 1"
             return "stopped before a batch that fits was found: " + self._why_stopped()
         if largest == max_batch:

@@ -13,17 +13,21 @@ import psutil
 
 from diagnose.experiments.batch_search import MARGIN, search_largest_batch
 from diagnose.experiments.diffs import change_text
+from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import pooled_noise, throughput_interval
 from diagnose.formatting import fmt_gib
 from diagnose.model import BatchProbe, BatchSearch, Change, Experiment, Headline, Measurement, Status
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
+from diagnose.optimizations.batch_size import FACTORS
 
 FITS, OUT_OF_MEMORY = "fits", "out-of-memory"
 MEMORY_LEVERS = ("grad_accumulation", "activation_checkpointing", "amp", "expandable_segments")
 RUNS = 3  # of each lever that fits: its throughput's interval, with the noise pooled over the levers
-SEARCH_FACTOR = 16  # the largest batch_size setting: a search is needed only when it might not fit
+SEARCH_FACTOR = max(FACTORS)  # the largest batch_size setting: a search is needed only when it might not fit
+# a short run needs three steps: a batch of a quarter of the dataset leaves an epoch room for them
+STEPS_PER_EPOCH = 4
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ def largest_batch(scheduler: Scheduler, ctx: Context, fits_at_start: bool) -> Op
     if loader is None or not loader.batch_size:
         return None
     limit, source = search_limit(ctx, scheduler)
-    most = loader.dataset_len or (loader.batch_size * 2 ** 10)  # a stream: up to 1024x, as far as memory goes
+    # a stream has no length: up to 1024x its batch, as far as memory goes
+    most = max(loader.dataset_len // STEPS_PER_EPOCH, 1) if loader.dataset_len else loader.batch_size * 2 ** 10
     scheduler.probe_limit_bytes = limit  # on the host without --memory-limit: the machine is never exhausted
     search = search_largest_batch(_prober(scheduler), loader.batch_size, fits_at_start, limit, source,
                                   most if fits_at_start else loader.batch_size)
@@ -81,8 +86,7 @@ def _prober(scheduler: Scheduler) -> Callable[[int], Optional[BatchProbe]]:
 def probe_result(batch: int, m: Measurement) -> BatchProbe:
     oom = m.status == Status.OUT_OF_MEMORY
     fits = bool(m.windows) and not oom
-    detail = "" if fits else (f"{m.error.type}: {m.error.message}"[:300] if m.error else f"ended {m.status}")
-    return BatchProbe(batch, fits, m.peak_memory_bytes, out_of_memory=oom, detail=detail)
+    return BatchProbe(batch, fits, m.peak_memory_bytes, out_of_memory=oom, detail="" if fits else failure_text(m)[:300])
 
 
 def _with_fixed_reason(search: BatchSearch, ctx: Context) -> BatchSearch:
@@ -107,17 +111,17 @@ def fit_out_of_memory(scheduler: Scheduler, ctx: Context, wanted: Optional[list[
     try:
         if "grad_accumulation" in levers:  # the micro-batch is sized from the largest batch that fits
             search = largest_batch(scheduler, ctx, fits_at_start=False)
-        sized = Context(ctx.capture, ctx.analysis, search.largest_fitting if search else None)
+        sized = Context(ctx.capture, ctx.analysis, search.recommended if search else None)
         reasons = {i: _skip_reason(i, sized, search) for i in levers}
         arms = [arm for i in levers if not reasons[i] for arm in arms_for(i, sized)]
         for _ in range(RUNS):  # round-robin: every lever's runs share the machine's luck alike
             for arm in arms:
-                if not arm.runs or arm.ok_runs():  # one that ran out of memory once is not run again
+                if not any(_ran_out(m) or not m.windows for m in arm.runs):  # no second try after a failure
                     scheduler.run(arm)
     except (ExperimentsInterrupted, KeyboardInterrupt):
         interrupted = True
     results = _results(arms, sized, scheduler.memory_limit_bytes or (search.limit_bytes if search else None))
-    skipped = [_skipped(i, reason) for i, reason in reasons.items() if reason]
+    skipped = [skipped_experiment(i, reason, "samples/s") for i, reason in reasons.items() if reason]
     return FitOutcome(tuple(results + skipped), _headline(results), search, interrupted)
 
 
@@ -127,8 +131,13 @@ def _skip_reason(optimization: str, ctx: Context, search: Optional[BatchSearch])
     return REGISTRY[optimization].skip_reason(ctx)
 
 
+def _ran_out(m: Measurement) -> bool:
+    return m.status == Status.OUT_OF_MEMORY
+
+
 def _results(arms: list[Arm], ctx: Context, limit: Optional[int]) -> list[Experiment]:
-    noise = pooled_noise([arm.throughputs("samples/s") for arm in arms])
+    clean = [arm for arm in arms if not any(_ran_out(m) for m in arm.runs)]  # partial windows are no sample
+    noise = pooled_noise([arm.throughputs("samples/s") for arm in clean])
     return [_result(arm, ctx, limit, noise) for arm in arms]
 
 
@@ -140,17 +149,17 @@ def _result(arm: Arm, ctx: Context, limit: Optional[int], noise) -> Experiment:
                   applied=arm.runs[0].applied if arm.runs else (), limit_bytes=limit)
     if not arm.runs:
         return Experiment(**common, verdict="skipped", reason="not run: the experiment budget ran out")
-    ran_out = [m for m in arm.runs if m.status == Status.OUT_OF_MEMORY]
+    ran_out = [m for m in arm.runs if _ran_out(m)]
     if ran_out:
         return Experiment(**common, verdict=OUT_OF_MEMORY, reason=_ran_out_reason(ran_out[0], limit))
-    interval = throughput_interval(arm.throughputs("samples/s"), noise)
-    if not arm.ok_runs():
-        failure = arm.runs[-1]
-        text = f"{failure.error.type}: {failure.error.message}" if failure.error else f"ended {failure.status}"
-        return Experiment(**common, verdict="failed", reason=text)
+    rates = arm.throughputs("samples/s")
+    if not arm.ok_runs() or not rates:
+        return Experiment(**common, verdict="failed", reason=failure_text(arm.runs[-1]))
     common["change"] = change_text(arm.changes, ctx)
-    if interval is None:
-        return Experiment(**common, verdict=FITS, reason="fits; one run only, so no interval on its speed")
+    interval = throughput_interval(rates, noise)
+    if interval is None:  # its speed, without an interval
+        return Experiment(**common, verdict=FITS, throughput=rates[0],
+                          reason="fits; one run only (the budget), so no interval on its speed")
     rate, ci = interval
     return Experiment(**common, verdict=FITS, throughput=rate, throughput_ci=ci,
                       reason=_fits_reason(peak, limit, len(arm.ok_runs())))
@@ -169,22 +178,13 @@ def _ran_out_reason(m: Measurement, limit: Optional[int]) -> str:
 
 
 def _headline(results: list[Experiment]) -> Optional[Headline]:
-    """The fastest variant that fits; None when none does."""
-    fitting = [r for r in results if r.verdict == FITS]
+    """The fastest variant that fits; those that fit too and whose interval overlaps its are named beside it (not
+    measurably slower on this machine). None when none fits."""
+    fitting = [r for r in results if r.verdict == FITS and r.throughput is not None]
     if not fitting:
         return None
-    best = max(fitting, key=lambda r: r.throughput or 0.0)
-    label = _label(best)
-    return Headline((label,), None, None, FITS, best.metric, throughput=best.throughput,
-                    throughput_ci=best.throughput_ci)
-
-
-def _label(result: Experiment) -> str:
-    detail = ", ".join(f"{k}={v}" for k, v in result.setting.items())
-    return f"{result.optimization}({detail})" if detail else result.optimization
-
-
-def _skipped(optimization: str, reason: str) -> Experiment:
-    return Experiment(optimization=optimization, setting={}, metric="samples/s", speedup=None, ci=None,
-                      verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
-                      fidelity=REGISTRY[optimization].fidelity)
+    best = max(fitting, key=lambda r: r.throughput)
+    tied = tuple(setting_label(r.optimization, r.setting) for r in fitting if r is not best and r.throughput_ci
+                 and best.throughput_ci and r.throughput_ci[1] >= best.throughput_ci[0])
+    return Headline((setting_label(best.optimization, best.setting),), None, None, FITS, best.metric,
+                    throughput=best.throughput, throughput_ci=best.throughput_ci, tied_with=tied)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.capture.runner import run_in_child
+from diagnose.experiments.records import setting_label
 from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Window
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
@@ -35,8 +36,7 @@ class Arm:
 
     @property
     def label(self) -> str:
-        detail = ", ".join(f"{k}={v}" for k, v in self.setting.items())
-        return f"{self.optimization}({detail})" if detail else self.optimization
+        return setting_label(self.optimization, self.setting)
 
     def ok_runs(self) -> list[Measurement]:
         return [m for m in self.runs if m.windows]

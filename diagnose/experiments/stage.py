@@ -23,6 +23,7 @@ from diagnose.experiments.plan import (
     rest_command,
     run_estimate_s,
 )
+from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
 from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENCE, DataCheck, check_variant
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, loss_drift
@@ -37,7 +38,6 @@ from diagnose.model import (
     Experiment,
     Finding,
     Headline,
-    Measurement,
     Status,
 )
 from diagnose.optimizations import REGISTRY
@@ -80,7 +80,7 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         return _fit_out_of_memory(selection, ids, ctx, run_dir, budget_s, on_progress, on_message)
     if not ids:
         return Outcome(())
-    skipped = [_skipped(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
+    skipped = [skipped_experiment(i, REGISTRY[i].skip_reason(ctx)) for i in ids if REGISTRY[i].skip_reason(ctx)]
     gains = expected_gains(findings)
     if not [i for i in ids if not REGISTRY[i].skip_reason(ctx)]:
         return Outcome(tuple(skipped))  # nothing to measure: no baseline, no ceiling either
@@ -92,7 +92,7 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         if interrupted:
             return Outcome(tuple(skipped), None, True)
         if REGISTRY["batch_size"].skip_reason(ctx):  # no larger batch fits
-            skipped.append(_skipped("batch_size", REGISTRY["batch_size"].skip_reason(ctx)))
+            skipped.append(skipped_experiment("batch_size", REGISTRY["batch_size"].skip_reason(ctx)))
     candidates = order_candidates([Candidate(i, arms_for(i, ctx), gains.get(i, 0.0)) for i in ids
                                    if not REGISTRY[i].skip_reason(ctx)])
     if not candidates:
@@ -120,7 +120,7 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
         return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler),
                        search)
     if not trials.baseline.ok_runs():  # every baseline run failed: nothing could be compared, and that is why
-        reason = f"not run: the baseline (the unchanged script) failed: {_failure(trials.baseline.runs[-1])}"
+        reason = f"not run: the baseline (the unchanged script) failed: {failure_text(trials.baseline.runs[-1])}"
         results = _results(candidates, trials, ctx, reason)
         return Outcome(tuple(results + skipped), None, False, _report(budget_s, chosen, candidates, results, scheduler),
                        search)
@@ -146,7 +146,7 @@ def _search_batch(scheduler: Scheduler, ctx: Context,
         search = largest_batch(scheduler, ctx, fits_at_start=True)
     except (ExperimentsInterrupted, KeyboardInterrupt):
         return None, ctx, True
-    found = search.largest_fitting if search is not None else None
+    found = search.recommended if search is not None else None
     return search, (Context(ctx.capture, ctx.analysis, found) if found else ctx), False
 
 
@@ -200,13 +200,6 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _skipped(optimization: str, reason: str) -> Experiment:
-    return Experiment(optimization=optimization, setting={},
-                      metric=REGISTRY[optimization].metric if optimization in REGISTRY else "steps/s", speedup=None,
-                      ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=None, reason=reason,
-                      fidelity=REGISTRY[optimization].fidelity if optimization in REGISTRY else "")
-
-
 def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
             unrun_reason: str = BUDGET_REASON, noise: Optional[Noise] = None, dropped: str = "") -> Experiment:
     metric = metric or metric_of(arm)
@@ -222,7 +215,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                                                default=None)
     if not ok:
         return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
-                          reason=_failure(arm.runs[-1]))
+                          reason=failure_text(arm.runs[-1]))
     base_values, values = baseline.throughputs(metric), arm.throughputs(metric)
     if len(ok) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
@@ -230,7 +223,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     if len(base_values) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
                           reason=f"nothing to compare with: fewer than two baseline runs measured {metric} "
-                                 f"({_failure(baseline.runs[-1]) if baseline.runs else 'none ran'})")
+                                 f"({failure_text(baseline.runs[-1]) if baseline.runs else 'none ran'})")
     if len(values) < 2:
         return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
                           reason=_too_few_windows(arm, metric))
@@ -300,7 +293,7 @@ def _fidelity_warning(fidelity: str, drift: Optional[float]) -> str:
 def _one_run_reason(arm: Arm, unrun_reason: str) -> str:
     failed = [m for m in arm.runs if not m.windows]
     if failed:
-        return f"only one of {len(arm.runs)} runs reached a timed window; the other: {_failure(failed[-1])}"
+        return f"only one of {len(arm.runs)} runs reached a timed window; the other: {failure_text(failed[-1])}"
     if unrun_reason == INTERRUPTED_REASON:
         return "only one run before the experiments were interrupted (Ctrl-C): no interval without a second one"
     return "only one run fitted in the budget: no interval without a second one"
@@ -312,14 +305,6 @@ def _too_few_windows(arm: Arm, metric: str) -> str:
         return (f"the script finished its epochs after {steps} steps, before two timed windows: "
                 "give it more epochs or data to measure this setting")
     return f"too few timed windows to compare ({metric} unknown for this script?)"
-
-
-def _failure(m: Measurement) -> str:
-    if m.error is not None:
-        return f"{m.error.type}: {m.error.message}"
-    if m.status == "script_finished":
-        return f"the script finished its epochs after {m.steps_seen} steps, before the warm-up ended"
-    return f"the run ended with status {m.status} before a timed window"
 
 
 def _reason(verdict: str, arm: Arm) -> str:
@@ -390,14 +375,9 @@ def _combined_arm(winners: list[Arm], riders: list[str], ctx: Context) -> Option
     joining = [(r, REGISTRY[r].settings(ctx)[0]) for r in riders
                if REGISTRY[r].rides_with in {a.optimization for a in winners}]
     changes = tuple(c for arm in winners for c in arm.changes) + tuple(Change(r, s) for r, s in joining)
-    labels = [a.label for a in winners] + [_label(r, s) for r, s in joining]
+    labels = [a.label for a in winners] + [setting_label(r, s) for r, s in joining]
     return Arm("combined", {"changes": labels}, changes, max(a.extra_warmup for a in winners),
                _combined_burst(winners), unique_data=any(a.unique_data for a in winners))
-
-
-def _label(optimization: str, setting: dict) -> str:
-    detail = ", ".join(f"{k}={v}" for k, v in setting.items())
-    return f"{optimization}({detail})" if detail else optimization
 
 
 def _combined_burst(winners: list[Arm]) -> Optional[int]:

@@ -30,7 +30,7 @@ class GradAccumulation(Optimization):
         """Two micro-batches; where the largest batch that fits was measured, the fewest micro-batches that fit
         it and twice as many (more headroom, for the time it costs): the faster that fits wins."""
         size = ctx.loader.batch_size
-        if not ctx.largest_batch:
+        if not ctx.largest_batch or ctx.largest_batch >= size:  # the batch fits: halve it, as to save memory
             return [{"micro_batches": MICRO_BATCHES, "batch_size": size // MICRO_BATCHES}]
         fewest = micro_batches_to_fit(size, ctx.largest_batch)
         counts = [fewest] + ([micro_batches_to_fit(size, size // fewest // 2)] if size // fewest >= 4 else [])

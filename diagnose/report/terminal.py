@@ -96,6 +96,6 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
                       soft_wrap=True)
         if e.verdict == "flagged":
             console.print(f"            {escape(e.fidelity_warning)}", style="red", highlight=False, soft_wrap=True)
-    search = batch_search_sentence(diagnosis.batch_search, diagnosis.status == "out_of_memory")
+    search = batch_search_sentence(diagnosis.batch_search)
     if search:
         console.print(f"  {search}", style="dim", highlight=False, markup=False, soft_wrap=True)

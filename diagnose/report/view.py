@@ -165,7 +165,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         headline=headline_sentence(diagnosis),
         headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict in ("faster", "fits"),
         result_header="samples/s [99% interval]" if diagnosis.status == "out_of_memory" else "speedup [99% interval]",
-        batch_search=batch_search_sentence(diagnosis.batch_search, diagnosis.status == "out_of_memory"),
+        batch_search=batch_search_sentence(diagnosis.batch_search),
         recovery=recovery_sentence(diagnosis.headline),
         budget=budget_sentence(diagnosis.budget),
         fed_data=fed_data_sentence(diagnosis.experiments),

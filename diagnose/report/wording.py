@@ -158,39 +158,30 @@ def fits_sentence(diagnosis: Diagnosis) -> str:
         fitting = [e for e in tried if e.verdict == "fits"]
         which = f"the only one of the {len(tried)} tried that fits" if len(fitting) == 1 else \
             f"the fastest of the {len(fitting)} of {len(tried)} tried that fit"
+        tied = (f" (not measurably faster than {', '.join(head.tied_with)}: the intervals overlap)"
+                if head.tied_with else "")
         return (f"Fits: {', '.join(head.changes)} trains at "
-                f"{throughput_text(head.throughput, head.throughput_ci, head.metric)}{peak}, {which}"
-                f"{_overlap(best, fitting)}.")
+                f"{throughput_text(head.throughput, head.throughput_ci, head.metric)}{peak}, {which}{tied}.")
     if tried:
         return (f"None of the {len(tried)} variants tried fits: "
                 + "; ".join(f"{e.optimization} {e.reason}" for e in tried) + ".")
     return ""
 
 
-def _overlap(best, fitting) -> str:
-    """Others that fit whose interval overlaps the fastest's: not measurably slower on this machine."""
-    if best is None or not best.throughput_ci:
-        return ""
-    close = [e for e in fitting if e is not best and e.throughput_ci and e.throughput_ci[1] >= best.throughput_ci[0]]
-    if not close:
-        return ""
-    names = ", ".join(f"{e.optimization}({setting_text(e.setting)})" if e.setting else e.optimization for e in close)
-    return f" (not measurably faster than {names}: the intervals overlap)"
-
-
-def batch_search_sentence(search, out_of_memory: bool = False) -> str:
+def batch_search_sentence(search) -> str:
     """The largest batch that fits, how it was found, and (when it is larger than the script's) what a larger
     batch asks of the learning rate."""
     if search is None:
         return ""
     model = (f" (predicted {search.predicted_batch} from {fmt_gib(search.fixed_bytes)} + "
-             f"{fmt_gib(int(search.per_sample_bytes))} a sample)" if search.predicted_batch is not None else "")
+             f"{fmt_gib(int(search.per_sample_bytes))} a sample)"
+             if search.predicted_batch is not None and (search.fixed_bytes or 0) >= 0 else "")
     if search.largest_fitting is None:
         return f"No batch size fits in {fmt_gib(search.limit_bytes)} ({search.limit_source}): {search.note}."
     return (f"Largest batch that fits in {fmt_gib(search.limit_bytes)} ({search.limit_source}): "
             f"{search.largest_fitting}{model}; {search.note}, over {len(search.probes)} short runs."
-            + ("" if out_of_memory else
-               " A larger batch may need a larger learning rate (scale it with the batch, with warm-up)."))
+            + (" A larger batch may need a larger learning rate (scale it with the batch, with warm-up)."
+               if search.start_batch and search.largest_fitting > search.start_batch else ""))
 
 
 def headline_sentence(diagnosis: Diagnosis) -> str:
