@@ -125,3 +125,17 @@ def test_convolution_and_attention_formulas():
     up = [[8, 16, 63, 63], [8, 3, 31, 31], [3, 16, 3, 3]]
     assert op_flops("aten::convolution_backward", up, transposed) == 2 * (2 * 8 * (3 * 16 * 9) * 31 * 31)
     assert op_flops("aten::mm", None, None) is None  # no shapes recorded: not a zero
+
+
+def test_the_tensor_core_ratio_comes_from_the_measured_peaks_before_the_datasheet():
+    from diagnose.analysis.devices import tensor_core_metrics
+    from diagnose.model import Peak
+
+    sheet = datasheet_peaks("NVIDIA H200")
+    assert tensor_core_metrics("9.0", "NVIDIA H200", sheet)["tensor_core_speedup"] == pytest.approx(989 / 67)
+    measured = (Peak("NVIDIA H200", "float32", 50e12, "measured: 8192x8192 matmul, 0.25 s"),
+                Peak("NVIDIA H200", "bfloat16", 800e12, "measured: 8192x8192 matmul, 0.25 s"))
+    rates = tensor_core_metrics("9.0", "NVIDIA H200", sheet + measured)
+    assert rates["tensor_core_speedup"] == pytest.approx(16.0)  # this machine's, not the datasheet's 14.8
+    assert rates["tf32_speedup"] == pytest.approx(494.7 / 67)  # TF32 not measured: the table's ratio, not a mix
+    assert tensor_core_metrics("9.0", "NVIDIA H200")["tensor_core_speedup"] == pytest.approx(989.4 / 67)  # table

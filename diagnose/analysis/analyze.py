@@ -143,7 +143,7 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
         item_calls_per_step=float(sum(1 for x in steady.cpu_ops.names if x == "aten::item")) / n,
         h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
     )
-    m.update(device_metrics(trace, steady, capture, timeline, total_us, n))
+    m.update(device_metrics(trace, steady, capture, timeline, total_us, n, inputs.peaks))
     m.update(trace_loader_metrics(trace))
     m.update(capture_metrics(capture, inputs.samples, n))
     m.update(unprofiled_metrics(capture, stats["mean"]))

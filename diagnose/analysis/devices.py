@@ -1,4 +1,5 @@
-"""What a GPU's tensor cores are worth against its fp32 units, by compute capability.
+"""What a GPU's tensor cores are worth against its fp32 units: from the device's peaks (measured on this machine,
+else its datasheet by name: capture/datasheets.py) where known, else by compute capability from the table below.
 
 Dense peak rates (TFLOP/s) from NVIDIA's datasheets, sparsity figures not used. Where one compute capability
 covers data-centre and GeForce parts, the data-centre part is listed and GeForce parts get half the tensor
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from diagnose.model import Peak
 
 DEFAULT_TENSOR_SPEEDUP = 2.0
 AMD_MARKERS = ("amd", "instinct", "radeon", "mi100", "mi200", "mi210", "mi250", "mi300")
@@ -36,12 +39,16 @@ RATES: dict[str, TensorCoreRates] = {
 }
 
 
-def tensor_core_metrics(capability: Optional[str], gpu_name: Optional[str]) -> dict[str, Optional[float]]:
-    """tensor_core_speedup, tf32_speedup, bf16_supported and the capability as a number; unknown without one."""
+def tensor_core_metrics(capability: Optional[str], gpu_name: Optional[str],
+                        peaks: tuple[Peak, ...] = ()) -> dict[str, Optional[float]]:
+    """tensor_core_speedup, tf32_speedup, bf16_supported and the capability as a number; unknown without one. The
+    ratios come from the device's peaks where they are known (measured on this machine first, else its datasheet
+    by name), else from this table by compute capability."""
     number = _number(capability)
     if number is None:
         return {"tensor_core_speedup": None, "tf32_speedup": None, "bf16_supported": None,
                 "gpu_compute_capability": None}
+    measured = _peak_ratios(peaks)
     name = (gpu_name or "").lower()
     # AMD GPUs report a gfx version as their capability (an MI250 says 9.0): the table is NVIDIA's
     rates = None if any(m in name for m in AMD_MARKERS) else RATES.get(f"{number:.1f}")
@@ -52,8 +59,21 @@ def tensor_core_metrics(capability: Optional[str], gpu_name: Optional[str]) -> d
         half = rates.half / rates.fp32 / (2 if geforce else 1)
         tf32 = rates.tf32 / rates.fp32 / (2 if geforce else 1) if rates.tf32 else None
     amd = any(m in name for m in AMD_MARKERS)
+    if measured is not None:  # a ratio the peaks lack (TF32 not measured) stays the table's
+        half, tf32 = measured[0], measured[1] or tf32
     return {"tensor_core_speedup": max(half, 1.0), "tf32_speedup": max(tf32, 1.0) if tf32 else None,
             "bf16_supported": None if amd else float(number >= 8.0), "gpu_compute_capability": None if amd else number}
+
+
+def _peak_ratios(peaks: tuple[Peak, ...]) -> Optional[tuple[float, Optional[float]]]:
+    """(best of bf16/fp16 over fp32, TF32 over fp32), each ratio within one source: the measured peaks when they
+    hold fp32 and a half precision, else the datasheet's; None when neither does."""
+    for measured in (True, False):
+        rates = {p.dtype: p.per_s for p in peaks if p.source.startswith("measured") == measured}
+        half = max((rates[d] for d in ("bfloat16", "float16") if d in rates), default=None)
+        if rates.get("float32") and half is not None:
+            return half / rates["float32"], (rates["tf32"] / rates["float32"] if "tf32" in rates else None)
+    return None
 
 
 def _number(capability: Optional[str]) -> Optional[float]:

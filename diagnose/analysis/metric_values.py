@@ -45,7 +45,7 @@ def unprofiled_metrics(capture: Optional[Capture], profiled_mean_s: float) -> di
 
 
 def device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], timeline: StepTimeline,
-                    total_us: float, n: int) -> dict:
+                    total_us: float, n: int, peaks: tuple = ()) -> dict:
     used_cuda = capture is not None and capture.memory_kind == "cuda"
     has_gpu = trace.has_gpu or used_cuda
     capability = capture.environment.gpu_capability if capture else _trace_capability(trace)
@@ -55,7 +55,8 @@ def device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], time
         return metrics
     kernels = iv.intersect(iv.union(trace.kernels.intervals()), within)
     fp32_gemm = op_stats.fp32_gemm_time_us(trace, within) / total_us
-    rates = tensor_core_metrics(capability, capture.environment.gpu_name if capture else trace_gpu_name(trace.metadata))
+    name = capture.environment.gpu_name if capture else trace_gpu_name(trace.metadata)
+    rates = tensor_core_metrics(capability, name, peaks)
     speedup = rates["tensor_core_speedup"] or DEFAULT_TENSOR_SPEEDUP  # unknown GPU: the conservative default
     return {
         **metrics,

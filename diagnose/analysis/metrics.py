@@ -63,8 +63,9 @@ METRICS: dict[str, str] = {
     "fp32_gemm_frac": "share of step time in fp32 GEMM/conv kernels that do not use tensor cores",
     "gpu_compute_capability": "the GPU's compute capability as a number (8.0 for A100, 9.0 for H100/H200)",
     "bf16_supported": "1 when the GPU computes bf16 on tensor cores (compute capability >= 8.0)",
-    "tensor_core_speedup": "the GPU's dense bf16 (fp16 before Ampere) tensor-core rate over its fp32 rate, from its "
-                           "datasheet (a conservative 2 for GPUs not in diagnose's table)",
+    "tensor_core_speedup": "the GPU's dense bf16 (fp16 before Ampere) tensor-core rate over its fp32 rate: its peaks "
+                           "measured on this machine, else its datasheet (a conservative 2 for GPUs diagnose does "
+                           "not know)",
     "tf32_speedup": "the GPU's dense TF32 tensor-core rate over its fp32 rate (None before Ampere)",
     "tensor_core_loss_frac": "share of step time the fp32 GEMM/conv kernels would save on tensor cores: "
                              "fp32_gemm_frac x (1 - 1 / tensor_core_speedup)",
