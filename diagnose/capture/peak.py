@@ -28,6 +28,14 @@ def device_name(device: str) -> str:
     return f"{_cpu_model()} ({threads} thread{'' if threads == 1 else 's'})"
 
 
+def cached_machine_peaks(device: str) -> tuple[Peak, ...]:
+    """This machine's peaks if measured before, without measuring; () when not. On CUDA () always: naming the
+    GPU would start CUDA in the caller, which the experiments' runs need free."""
+    if device == "cuda":
+        return ()
+    return tuple(Peak(**p) for p in read_cache().get(_cache_key(device), ()))
+
+
 def machine_peaks(device: str, fresh: bool = False) -> tuple[Peak, ...]:
     """Measured peaks of `device` ("cuda" or "cpu"), from the cache unless `fresh`."""
     key = _cache_key(device)

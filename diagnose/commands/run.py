@@ -69,7 +69,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
 def _measure_peaks(run_dir: Path, capture) -> None:
     """The device's peak FLOP/s per dtype and memory bandwidth, for the speed of light: measured once per machine
     (cached), in a process of its own, while the device is idle between the capture and the experiments."""
-    from diagnose.capture.peak import peaks_in_child
+    from diagnose.capture.peak import cached_machine_peaks, peaks_in_child
     from diagnose.model import MachinePeaks
     from diagnose.runfolder import RunFolder
     from diagnose.serial import write_json
@@ -77,8 +77,8 @@ def _measure_peaks(run_dir: Path, capture) -> None:
     if capture is None:
         return
     device = "cuda" if capture.memory_kind == "cuda" else "cpu"
-    try:
-        peaks = peaks_in_child(device)
+    try:  # a process of its own only to measure (a fresh Python with torch: two seconds)
+        peaks = cached_machine_peaks(device) or peaks_in_child(device)
     except KeyboardInterrupt:  # the run's results matter more than the peak: the report is still written
         return
     if peaks:
