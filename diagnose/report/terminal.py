@@ -39,7 +39,7 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
         console.print(f"  {step.label}: {parts}", soft_wrap=True)
         if step.overhead:
             console.print(f"  {step.overhead}", soft_wrap=True, style="dim")
-    light = speed_sentence(diagnosis.speed_of_light)
+    light = speed_sentence(diagnosis.speed_of_light) if _compute_matters(diagnosis) else ""
     if light:
         console.print(f"  {light}", soft_wrap=True, highlight=False, markup=False)
     memory = memory_sentence(diagnosis.memory) if _memory_matters(diagnosis) else ""
@@ -61,6 +61,12 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
 
 
 MEMORY_SHOWN_FROM = 0.25  # of the limit: below it the terminal leaves memory to the report
+COMPUTE_SHOWN_FROM = 0.3  # of the step computed: below it the step waits, and its MFU is left to the report
+
+
+def _compute_matters(diagnosis: Diagnosis) -> bool:
+    light = diagnosis.speed_of_light
+    return light is not None and (light.busy_frac is None or light.busy_frac >= COMPUTE_SHOWN_FROM)
 
 
 def _memory_matters(diagnosis: Diagnosis) -> bool:
