@@ -95,19 +95,14 @@ def _cuda_fraction(limit_bytes: Optional[int]) -> None:
 
 
 def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
+    """The limit from now on: on the host, the address space may grow by limit_bytes from where it stands."""
     if torch.cuda.is_available():
-        if limit_bytes:
-            _cuda_fraction(limit_bytes)
-        return MemoryLimit(limit_bytes, "cuda")
-    start = int(psutil.Process().memory_info().vms)
-    if not limit_bytes:
-        return MemoryLimit(limit_bytes, "cpu", start)
-    import resource
-
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    soft = start + limit_bytes if hard == resource.RLIM_INFINITY else min(start + limit_bytes, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    return MemoryLimit(limit_bytes, "cpu", start, soft)
+        limit = MemoryLimit(limit_bytes, "cuda")
+    else:
+        start = int(psutil.Process().memory_info().vms)
+        limit = MemoryLimit(limit_bytes, "cpu", start, start + limit_bytes if limit_bytes else None)
+    limit.restore()  # sets it, when there is one (capped by the hard limit as every later restore is)
+    return limit
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
