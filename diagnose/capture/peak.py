@@ -5,6 +5,7 @@ threads) in the user's cache folder, so only the first run on a machine pays for
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -17,6 +18,7 @@ from diagnose.capture.peak_cache import read_cache, write_cache
 from diagnose.model import Peak
 
 SECONDS = 0.25  # per measurement, after one warm-up call
+BURSTS = 5  # a matmul peak is the best of this many bursts of SECONDS / 2, a pause between them
 PLATEAU_S = 0.02  # a product this long is large enough to run at the device's full rate
 CACHE_VERSION = 1
 
@@ -99,8 +101,8 @@ def _matmul_peak(device: str, name: str, dtype: str) -> Optional[Peak]:
             if per_call >= PLATEAU_S or n == 8192:
                 break
             n *= 2
-        per_call = _timed(lambda: torch.mm(a, b), device, min_s=SECONDS)
-        return Peak(name, dtype, 2.0 * n ** 3 / per_call, f"measured: {n}x{n} matmul, {SECONDS} s")
+        per_call = _best_burst(lambda: torch.mm(a, b), device)
+        return Peak(name, dtype, 2.0 * n ** 3 / per_call, f"measured: {n}x{n} matmul, best of {BURSTS} bursts")
     except (RuntimeError, TypeError):  # a dtype this device cannot multiply in
         return None
     finally:
@@ -123,6 +125,17 @@ def _one_copy(device: str, size: int) -> float:
     src = torch.empty(size // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     return _timed(lambda: dst.copy_(src), device, min_s=SECONDS / 3)
+
+
+def _best_burst(call: Callable, device: str) -> float:
+    """Seconds per call in the best of BURSTS short bursts, 50 ms apart: on a shared 2-core VM one 0.25 s
+    measurement in eight read 112 GFLOP/s where the others read 190 to 198 (a neighbour's burst); the best of five
+    bursts read 177 to 203."""
+    best = math.inf
+    for _ in range(BURSTS):
+        best = min(best, _timed(call, device, min_s=SECONDS / 2))
+        time.sleep(0.05)
+    return best
 
 
 def _timed(call: Callable, device: str, min_s: float) -> float:
