@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from diagnose.model import BatchProbe, BatchSearch
 
 MARGIN = 0.05  # of the limit left free by the prediction: a longer run fragments more than three steps do
-MAX_PROBES = 8  # short runs at most: each is a process start and three steps
+MAX_PROBES = 10  # short runs at most: each is a process start and three steps
 RESOLUTION = 8  # bisect until the gap between fit and failure is under 1/RESOLUTION of the batch
 
 Prober = Callable[[int], Optional[BatchProbe]]  # None: no budget left for another run
@@ -80,11 +80,23 @@ class _Search:
         if not found.fits and not found.out_of_memory:
             self.broken = f"the run at batch {batch} failed: {found.detail}"
             return None
+        if not found.fits and self._surprising(batch) and len(self.result.probes) < MAX_PROBES:
+            return self.try_batch(batch)  # once: the second run at this batch is no longer a surprise
         if found.fits:
             self.lo = max(self.lo, batch)
         else:
             self.hi = min(self.hi, batch)
         return found.fits
+
+    def _surprising(self, batch: int) -> bool:
+        """Out of memory the first time at a batch the line (from runs that fitted) says fits: worth one more run.
+        On the host, allocator arenas (64 MiB of address space per thread that allocates, made as threads
+        contend) moved one batch's peak by 50 MiB and more from run to run; one such failure stopped a search at
+        1856 where 4096 fits."""
+        line = fitted_line(self.fitting())
+        if line is None or sum(p.batch_size == batch for p in self.result.probes) > 1:
+            return False
+        return batch <= line.largest_under(self.result.limit_bytes)
 
     def fitting(self) -> list[BatchProbe]:
         return [p for p in self.result.probes if p.fits]
@@ -131,10 +143,13 @@ class _Search:
         line = fitted_line(self.fitting())
         tried = {p.batch_size for p in self.result.probes}
         hi = int(self.hi)
+        # a guess must cut the bracket by a fair share at either end: a line refitted from two nearby fits
+        # (noisy peaks) kept guessing a step above the last fit, spending the runs without closing the gap
+        step = max(1, (hi - self.lo) // 4)
         if line is not None:
             safe = _round_down(line.largest_under(self.result.limit_bytes * (1 - self.result.margin)))
             for guess in (safe, self._past_edge()):
-                if self.lo < guess < hi and guess not in tried:
+                if guess is not None and self.lo + step <= guess <= hi - step and guess not in tried:
                     return guess
         middle = math.isqrt(self.lo * hi) if hi > 4 * self.lo else (self.lo + hi) // 2
         return _round_batch(middle, self.lo, hi)
