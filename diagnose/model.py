@@ -288,6 +288,10 @@ class Capture:
     flops: Optional["FlopCount"] = None  # one warm-up step's FLOPs, by torch's counter
     flops_note: str = ""  # why they were not counted, when they were not
     tf32_matmuls: bool = False  # float32 matrix products allowed to run as TF32 (on a GPU with TF32 units)
+    # a step is an optimizer step: the micro-batches (data loader batches, else backward() calls) in one, as most
+    # of the steps after the warm-up had; 1 without gradient accumulation or an optimizer
+    micro_batches_per_step: int = 1
+    fit_note: str = ""  # long steps: the fewer warm-up and profiled steps that fit --max-seconds, and why
 
 
 @dataclass(frozen=True)
@@ -410,6 +414,8 @@ class FlopCount:
     by_dtype: dict[str, float]  # float32 | bfloat16 | float16 | ...: the dtype of the op's first input
     source: str
     uncounted: tuple[str, ...] = ()  # ops that do arithmetic the count could not read: "name xN" per step
+    # the innermost modules with the most FLOPs (forward and backward), by their names in the model; a run only
+    by_module: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -426,6 +432,41 @@ class MachinePeaks:
     """RUN/peaks.json: the peaks measured on the machine the run ran on (cached per machine)."""
     device: str  # cuda | cpu
     peaks: tuple[Peak, ...] = ()
+
+
+@dataclass(frozen=True)
+class RooflineOp:
+    """One kind of op (name, input shapes, dtype) on the roofline: per call, its FLOPs, the bytes it must move
+    (each input read once, each output written once), the time it took, and where that lies under its roof."""
+    name: str
+    shapes: str  # "[8192, 1024] x [1024, 4096]"
+    dtype: str
+    calls_per_step: float
+    flops: float
+    bytes: float
+    seconds: float  # per call: its kernels' time on a GPU, the op's own time on the host
+    intensity: float  # FLOPs per byte
+    achieved_flops_s: float
+    roof_flops_s: float  # min(the dtype's peak, intensity x memory bandwidth)
+    bound: str  # compute | memory: which side of the machine's balance its intensity lies
+    roof_frac: float  # achieved / roof
+    step_frac: float  # of the step time (profiled mean): calls x seconds
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The ops that do a step's arithmetic against the machine's roof (diagnosis.json `speed_of_light.roofline`):
+    the top ones by time; the totals cover all of them."""
+    bandwidth: Peak  # the memory roof
+    roofs: tuple[Peak, ...]  # the compute roofs: the peak of each dtype the ops computed in
+    balance: float  # FLOPs per byte where the main dtype's peak meets the memory roof
+    timing: str  # "device kernels" | "host op time"
+    ops: tuple[RooflineOp, ...]
+    counted_frac: float  # of the step time in the counted ops (all of them, not only the top)
+    below_roof_frac: float  # of the step time in counted ops reaching under a quarter of their roof
+    below_roof_bound: str  # compute | memory | mixed: which kind that time is
+    below_roof_saving_frac: float  # of the step time those ops would save at a quarter of their roof
+    dtype_frac: dict[str, float]  # of the step time in counted ops, by the dtype they computed in
 
 
 @dataclass(frozen=True)
@@ -447,6 +488,7 @@ class SpeedOfLight:
     # the host, torch ops), the rest it waited (data, host work, syncs); and MFU while it computed
     busy_frac: Optional[float] = None
     mfu_while_busy: Optional[float] = None
+    roofline: Optional[Roofline] = None  # from a trace with shapes, where the memory roof is known
 
 
 @dataclass(frozen=True)
@@ -513,6 +555,10 @@ class Experiment:
     throughput: Optional[float] = None
     throughput_ci: Optional[tuple[float, float]] = None
     limit_bytes: Optional[int] = None  # the memory limit the variant ran under (out-of-memory runs)
+    # MFU against the device's fastest training dtype (a reference every change keeps, mixed precision included):
+    # the baseline's runs, and the variant's (the baseline's x the speedup: the same FLOPs per sample)
+    mfu_before: Optional[float] = None
+    mfu_after: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,11 @@ def test_counted_flops_match_the_closed_form_forward_and_backward(gemm_run):
     assert flops["by_dtype"] == {"float32": flops["per_step"]}
     # the trace's shapes give the same count within 5%
     assert abs(light["cross_check"]["per_step"] / flops["per_step"] - 1) < 0.05
+    # by module: the classifier Linear(512, 1000) (index 6) first, forward and both gradients; the first layer
+    # needs no input gradient
+    modules = flops["by_module"]
+    assert list(modules)[0] == "Sequential.6" and modules["Sequential.6"] == 3 * 2.0 * 256 * WIDTH * CLASSES
+    assert modules["Sequential.0"] == 2 * 2.0 * 256 * WIDTH * WIDTH and len(modules) == LAYERS + 1
 
 
 def test_mfu_is_a_share_of_the_measured_peak_and_higher_for_a_large_batch(gemm_run, tiny_run):
@@ -140,3 +145,24 @@ def test_the_tensor_core_ratio_comes_from_the_measured_peaks_before_the_datashee
     assert rates["tensor_core_speedup"] == pytest.approx(16.0)  # this machine's, not the datasheet's 14.8
     assert rates["tf32_speedup"] == pytest.approx(494.7 / 67)  # TF32 not measured: the table's ratio, not a mix
     assert tensor_core_metrics("9.0", "NVIDIA H200")["tensor_core_speedup"] == pytest.approx(989.4 / 67)  # table
+
+
+def test_the_roofline_of_the_h200_transformer_puts_its_products_under_the_compute_roof():
+    trace = load_trace(H200 / "transformer_fp32.pt.trace.json.gz")
+    analysis = analyze(Inputs(trace, peaks=datasheet_peaks("NVIDIA H200")))
+    roof = analysis.speed_of_light.roofline
+    assert roof.timing == "device kernels" and roof.bandwidth.per_s == 4.8e12
+    assert roof.balance == pytest.approx(67e12 / 4.8e12)  # fp32 peak over HBM3e bandwidth: 14 FLOPs per byte
+    # the FFN's product: [8192, 1024] x [1024, 4096], each matrix moved once, 4 bytes an element
+    [ffn] = [op for op in roof.ops if op.name == "aten::mm" and op.shapes == "[8192, 1024] x [1024, 4096]"]
+    moved = (8192 * 1024 + 1024 * 4096 + 8192 * 4096) * 4
+    assert ffn.flops == 2 * 8192 * 1024 * 4096 and ffn.bytes == moved and ffn.intensity == ffn.flops / moved
+    assert ffn.bound == "compute" and ffn.calls_per_step == 8 and ffn.dtype == "float32"
+    # large fp32 products run at 60-90% of the fp32 peak on an H200 (the step's MFU is 65%)
+    assert all(0.6 < op.roof_frac < 0.9 for op in roof.ops if op.name in ("aten::mm", "aten::addmm")), roof.ops
+    assert ffn.roof_flops_s == 67e12 and ffn.achieved_flops_s == pytest.approx(ffn.flops / ffn.seconds)
+    # the counted ops are most of the GPU's time, and nearly all of it near the roof
+    assert 0.8 < roof.counted_frac <= analysis.metrics["gpu_busy_frac"] + 1e-9
+    assert roof.below_roof_frac < 0.05 and analysis.metrics["below_roof_frac"] == roof.below_roof_frac
+    # fp32 on an H200: priced by the best dtype's peak (bf16, 989 over 67)
+    assert analysis.metrics["faster_dtype_saving_frac"] == pytest.approx(roof.dtype_frac["float32"] * (1 - 67 / 989))

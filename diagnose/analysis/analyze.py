@@ -34,7 +34,8 @@ from diagnose.analysis.metric_values import (
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_metrics, phase_stats
-from diagnose.analysis.speed_of_light import Busy, speed_metrics, speed_of_light
+from diagnose.analysis.roofline import roofline
+from diagnose.analysis.speed_of_light import Busy, preferred_peaks, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
 from diagnose.analysis.trace import Trace
 from diagnose.model import Analysis, Capture, Peak, Samples, SpeedOfLight, StackSamples
@@ -105,8 +106,9 @@ def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float
     counted = capture.flops if capture is not None and capture.flops and capture.flops.per_step else None
     step_s = unprofiled_step_s(capture) or mean_step_s
     tf32 = capture is not None and capture.tf32_matmuls and inputs.trace.has_gpu
+    ops = roofline(inputs.trace, host_windows, preferred_peaks(inputs.peaks), tf32, mean_step_s)
     return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None,
-                          Busy(busy_frac, mean_step_s), tf32)
+                          Busy(busy_frac, mean_step_s), tf32, ops)
 
 
 def within_steps(trace: Trace, windows: np.ndarray) -> Trace:

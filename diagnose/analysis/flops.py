@@ -29,8 +29,7 @@ def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
     ops = trace.flop_ops
     if not len(ops) or not len(host_windows):
         return None
-    inside = np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts))
-    keep = _outermost(ops, inside)
+    keep = outermost_in(ops, host_windows)
     if not keep:
         return None
     phases = point_phases(trace, ops.ts[keep], [ops.tids[i] for i in keep], host_windows)
@@ -43,7 +42,7 @@ def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
             uncounted[ops.names[index]] += 1
             continue
         by_phase[PHASES[phase]] += flops
-        by_dtype[_dtype(ops.types[index])] += flops
+        by_dtype[op_dtype(ops.types[index])] += flops
     steps = len(host_windows)
     return FlopCount(
         per_step=sum(by_phase.values()) / steps,
@@ -53,8 +52,12 @@ def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
         uncounted=tuple(f"{name} x{count // steps or count}" for name, count in uncounted.most_common()))
 
 
+def outermost_in(ops: FlopOps, host_windows: np.ndarray) -> list[int]:
+    """The counted ops inside the steps that are not inside another counted op on the same thread."""
+    return _outermost(ops, np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts)))
+
+
 def _outermost(ops: FlopOps, indices: np.ndarray) -> list[int]:
-    """The ops not inside another counted op on the same thread."""
     keep: list[int] = []
     open_until: dict = {}
     for i in sorted(indices.tolist(), key=lambda k: (ops.ts[k], -ops.dur[k])):
@@ -66,7 +69,7 @@ def _outermost(ops: FlopOps, indices: np.ndarray) -> list[int]:
     return keep
 
 
-def _dtype(types) -> str:
+def op_dtype(types) -> str:
     first = next((t for t in types or () if t and t != "Scalar"), None)
     return DTYPES.get(first, first or "unknown")
 
@@ -100,14 +103,42 @@ def _gemm(name: str, dims) -> float:
 def _convolution(dims, scalars) -> float:
     """input [N, C, *spatial], weight [O, C/groups, *kernel]; stride, padding, dilation, transposed as text."""
     x, w = dims[0], dims[1]
-    stride, padding, dilation = (_ints(scalars[i], len(w) - 2) for i in (3, 4, 5))
     transposed = str(scalars[6]).strip().lower() == "true"
-    if transposed:  # the gradient of a convolution: the same count with input and output swapped
-        out_spatial = x[2:]
-    else:
-        out_spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
-                       for size, k, s, p, d in zip(x[2:], w[2:], stride, padding, dilation)]
-    return 2.0 * x[0] * math.prod(w) * math.prod(out_spatial)
+    # the gradient of a convolution (transposed): the same count with input and output swapped
+    positions = x[2:] if transposed else _conv_output_spatial(x, w, scalars)
+    return 2.0 * x[0] * math.prod(w) * math.prod(positions)
+
+
+def _conv_output_spatial(x, w, scalars) -> list[int]:
+    stride, padding, dilation = (_ints(scalars[i], len(w) - 2) for i in (3, 4, 5))
+    return [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in zip(x[2:], w[2:], stride, padding,
+                                                                                   dilation)]
+
+
+def op_output_elements(name: str, dims, scalars) -> Optional[float]:
+    """Elements an op writes (its outputs, or the gradients a backward computes); None when unreadable."""
+    try:
+        if name in GEMM:
+            with_bias = name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation")
+            a, b = (dims[1], dims[2]) if with_bias else (dims[0], dims[1])
+            batch = a[0] if len(a) == 3 and name != "aten::addbmm" else 1
+            return float(batch * a[-2] * b[-1])
+        if name == "aten::convolution":
+            x, w = dims[0], dims[1]
+            transposed = str(scalars[6]).strip().lower() == "true"
+            if transposed:
+                return None
+            return float(x[0] * w[0] * math.prod(_conv_output_spatial(x, w, scalars)))
+        if name == "aten::convolution_backward":  # the input's and the weight's gradients
+            return float(math.prod(dims[1]) + math.prod(dims[2]))
+        if name in ATTENTION:
+            if name.endswith("_backward"):  # the gradients of query, key and value
+                return float(sum(math.prod(d) for d in dims[1:4]))
+            (b, h, length, _), value = dims[0], dims[2]
+            return float(b * h * length * value[-1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _convolution_backward(dims, scalars) -> float:

@@ -98,11 +98,20 @@ METRICS: dict[str, str] = {
     "mfu": "achieved_flops_s / the device's peak in the dtype the step computes in (measured, else the datasheet's)",
     "mfu_best_dtype": "achieved_flops_s / the device's peak in its fastest training dtype (bf16, fp16, TF32, fp32)",
     "best_dtype_speedup": "the fastest training dtype's peak / the peak of the dtype the step computes in",
+    "counted_ops_frac": "share of the profiled step in the ops whose FLOPs the trace's shapes give (matrix "
+                        "products, convolutions, attention): their kernels on a GPU, the ops on the host",
+    "below_roof_frac": "share of the profiled step in those ops running under a quarter of their roofline "
+                       "(min(peak, intensity x bandwidth))",
+    "below_roof_saving_frac": "share of the profiled step those ops would save at a quarter of their roof",
+    "fp32_ops_frac": "share of the profiled step in those ops computing in float32 (not TF32)",
+    "faster_dtype_saving_frac": "fp32_ops_frac x (1 - fp32 peak / the fastest dtype's peak): what they would save "
+                                "at the fastest dtype's rate",
     # data loading
     "loader_count": "number of DataLoaders the script built",
     "loader_num_workers": "num_workers of the DataLoader that feeds training",
     "loader_multiprocess": "1 when the training DataLoader used worker processes, 0 when not (known from a trace too)",
     "loader_batch_size": "batch_size of the DataLoader that feeds training",
+    "micro_batches_per_step": "micro-batches per step: a step is an optimizer step (gradient accumulation: several)",
     "loader_pin_memory": "1 when that DataLoader pins memory",
     "loader_persistent_workers": "1 when that DataLoader keeps its workers between epochs",
     "dataset_deterministic": "1 when fetching the same index twice gave equal items, 0 when not",

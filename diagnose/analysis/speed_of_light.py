@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from diagnose.model import FlopCount, Peak, SpeedOfLight
+from diagnose.model import FlopCount, Peak, Roofline, SpeedOfLight
 
 # dtypes a training step can switch to by a setting (autocast, TF32); float64 and float8 are not such a switch
 TRAINING_DTYPES = ("float32", "tf32", "bfloat16", "float16")
@@ -24,11 +24,11 @@ class Busy:
 
 def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: tuple[Peak, ...],
                    cross_check: Optional[FlopCount] = None, busy: Optional[Busy] = None,
-                   tf32: bool = False) -> Optional[SpeedOfLight]:
+                   tf32: bool = False, roofline: Optional[Roofline] = None) -> Optional[SpeedOfLight]:
     """`tf32`: float32 matrix products ran as TF32 (allowed in the run), so their peak is the TF32 one."""
     if flops is None or not flops.per_step or not step_s:
         return None
-    chosen = _preferred(peaks)
+    chosen = preferred_peaks(peaks)
     by_dtype = {("tf32" if tf32 and d == "float32" and "tf32" in chosen else d): v for d, v in flops.by_dtype.items()}
     dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
     achieved = flops.per_step / step_s
@@ -42,7 +42,7 @@ def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: t
         light_step_s=flops.per_step / best.per_s if best else None,
         cross_check=cross_check, peaks=peaks, busy_frac=busy.frac if busy is not None else None,
         # over the same (profiled) steps the busy share was measured in
-        mfu_while_busy=at_peak_s / busy_s if at_peak_s is not None and busy_s else None)
+        mfu_while_busy=at_peak_s / busy_s if at_peak_s is not None and busy_s else None, roofline=roofline)
 
 
 def _seconds_at_peak(by_dtype: dict[str, float], chosen: dict[str, Peak]) -> Optional[float]:
@@ -52,7 +52,7 @@ def _seconds_at_peak(by_dtype: dict[str, float], chosen: dict[str, Peak]) -> Opt
     return sum(v / chosen[d].per_s for d, v in by_dtype.items() if v)
 
 
-def _preferred(peaks: tuple[Peak, ...]) -> dict[str, Peak]:
+def preferred_peaks(peaks: tuple[Peak, ...]) -> dict[str, Peak]:
     """One peak per dtype: measured on this machine where there is one, else the datasheet's."""
     chosen: dict[str, Peak] = {}
     for peak in sorted(peaks, key=lambda p: p.source.startswith("measured")):
@@ -63,7 +63,24 @@ def _preferred(peaks: tuple[Peak, ...]) -> dict[str, Peak]:
 def speed_metrics(light: Optional[SpeedOfLight]) -> dict[str, Optional[float]]:
     if light is None:
         return {"mfu": None, "mfu_best_dtype": None, "flops_per_step": None, "achieved_flops_s": None,
-                "best_dtype_speedup": None}
+                "best_dtype_speedup": None, **_roofline_metrics(None, None)}
     ratio = light.best.per_s / light.peak.per_s if light.best and light.peak else None
     return {"mfu": light.mfu, "mfu_best_dtype": light.mfu_best, "flops_per_step": light.flops.per_step,
-            "achieved_flops_s": light.achieved_flops_s, "best_dtype_speedup": ratio}
+            "achieved_flops_s": light.achieved_flops_s, "best_dtype_speedup": ratio,
+            **_roofline_metrics(light.roofline, _fp32_ratio(light))}
+
+
+def _fp32_ratio(light: SpeedOfLight) -> Optional[float]:
+    fp32 = preferred_peaks(light.peaks).get("float32")
+    return light.best.per_s / fp32.per_s if light.best and fp32 else None
+
+
+def _roofline_metrics(roof: Optional[Roofline], fp32_ratio: Optional[float]) -> dict[str, Optional[float]]:
+    """`fp32_ratio`: the best dtype's peak over float32's: what the fp32 ops' time would shrink by at best."""
+    if roof is None:
+        return {"counted_ops_frac": None, "below_roof_frac": None, "below_roof_saving_frac": None,
+                "fp32_ops_frac": None, "faster_dtype_saving_frac": None}
+    fp32 = roof.dtype_frac.get("float32", 0.0)
+    return {"counted_ops_frac": roof.counted_frac, "below_roof_frac": roof.below_roof_frac,
+            "below_roof_saving_frac": roof.below_roof_saving_frac, "fp32_ops_frac": fp32,
+            "faster_dtype_saving_frac": fp32 * (1 - 1 / fp32_ratio) if fp32_ratio and fp32_ratio > 1 else 0.0}

@@ -13,6 +13,7 @@ import torch
 from diagnose.model import FlopCount
 
 SOURCE = "torch.utils.flop_counter over one warm-up step"
+TOP_MODULES = 10
 DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float64: "float64"}
 
 
@@ -32,6 +33,7 @@ class StepFlops:
         self.mode = None
         self.by_phase: dict[str, float] = defaultdict(float)
         self.by_dtype: dict[str, float] = defaultdict(float)
+        self.by_module: dict[str, float] = defaultdict(float)  # every module the FLOPs were spent inside
         self.failed: Counter = Counter()
 
     def start(self) -> str:
@@ -60,11 +62,22 @@ class StepFlops:
             return None
         return FlopCount(per_step=sum(self.by_phase.values()), by_phase=dict(self.by_phase),
                          by_dtype=dict(self.by_dtype), source=SOURCE,
-                         uncounted=tuple(f"{name} x{n}" for name, n in self.failed.most_common()))
+                         uncounted=tuple(f"{name} x{n}" for name, n in self.failed.most_common()),
+                         by_module=top_leaf_modules(self.by_module))
 
-    def add(self, flops: float, args) -> None:
+    def add(self, flops: float, args, modules) -> None:
         self.by_phase[self.phase_of()] += flops
         self.by_dtype[_dtype(args)] += flops
+        for name in modules:
+            self.by_module[name] += flops
+
+
+def top_leaf_modules(by_module: dict[str, float], count: int = TOP_MODULES) -> dict[str, float]:
+    """The innermost modules (none of their submodules did arithmetic of their own) with the most FLOPs, forward
+    and backward together, in order: where the arithmetic is, by the names the model gives its layers."""
+    names = [n for n in by_module if n != "Global"]
+    leaves = [n for n in names if not any(other.startswith(n + ".") for other in names)]
+    return dict(sorted(((n, by_module[n]) for n in leaves), key=lambda item: -item[1])[:count])
 
 
 def _counter(owner: StepFlops):
@@ -82,7 +95,8 @@ def _counter(owner: StepFlops):
             except Exception:  # a shape the formula cannot read: listed, not counted as zero
                 owner.failed[str(func_packet)] += 1
                 return out
-            owner.add(float(flops), args)
+            tracker = getattr(self, "mod_tracker", None)
+            owner.add(float(flops), args, set(tracker.parents) if tracker is not None else ())
             return out
 
     return PhaseFlopCounter(display=False)

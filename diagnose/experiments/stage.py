@@ -2,6 +2,7 @@
 speedups. Input: the capture, analysis and findings; output: Experiment records and the Headline."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -238,12 +239,23 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
         verdict, warning = FLAGGED, f"fed other data than the baseline: {data.detail}"
         reason = (f"measured {comparison.speedup:.2f}x {metric}, but not a speedup: the variant trained on other "
                   "data than the baseline (see fidelity)")
+    mfu_before = _baseline_mfu(baseline, ctx)
     return Experiment(**common, speedup=comparison.speedup, ci=comparison.ci, verdict=verdict,
-                      loss_drift=drift, peak_memory_bytes=peak, reason=reason,
+                      loss_drift=drift, peak_memory_bytes=peak, reason=reason, mfu_before=mfu_before,
+                      mfu_after=mfu_before * comparison.speedup if mfu_before and comparison.speedup else None,
                       first_step_s=ok[0].startup_s,  # to the first step: start-up, worker start, compilation
                       baseline_first_step_s=baseline.ok_runs()[0].startup_s if baseline.ok_runs() else None,
                       change=change_text(arm.changes, ctx), fidelity_warning=warning, data_check=data.verdict,
                       data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm))
+
+
+def _baseline_mfu(baseline: Arm, ctx: Context) -> Optional[float]:
+    """The baseline runs' FLOP/s (the step's FLOPs x their steps/s) over the fastest dtype's peak."""
+    light = ctx.analysis.speed_of_light if ctx.analysis is not None else None
+    rates = baseline.throughputs("steps/s")
+    if light is None or light.best is None or not rates:
+        return None
+    return light.flops.per_step * math.exp(_mean([math.log(r) for r in rates])) / light.best.per_s
 
 
 def _data_check(baseline: Arm, arm: Arm, ctx: Context) -> DataCheck:

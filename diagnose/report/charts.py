@@ -255,3 +255,47 @@ def memory_timeline_chart(t_s: Sequence[float], level: Sequence[int], phases: Se
     c.text((c.left + c.right) / 2, c.bottom + 16, f"time in the step (0 to {end * 1e3:.1f} ms)", color="#555")
     c.legend([(name, color) for name, color in PHASE_COLORS.items() if name in set(phases)], c.height - 4)
     return c.svg("allocated memory over one step by phase")
+
+
+def roofline_chart(points: Sequence[tuple[float, float, str, str]], peaks: dict[str, float],
+                   bandwidth: float) -> str:
+    """Log-log: arithmetic intensity (FLOPs per byte) across, FLOP/s up; each roof the memory slope up to a dtype's
+    peak, each op a point (intensity, achieved, label, dtype) in its dtype's colour."""
+    c = Canvas(300, left=70, top=10)
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points] + list(peaks.values())
+    x_lo, x_hi = 10 ** math.floor(math.log10(min(xs + [1.0]))), 10 ** math.ceil(math.log10(max(xs + [10.0]) * 2))
+    y_hi = 10 ** math.ceil(math.log10(max(ys) * 1.5))
+    y_lo = 10 ** math.floor(math.log10(max(min(ys + [bandwidth * x_lo]), y_hi / 1e7)))
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        fx = (math.log10(x) - math.log10(x_lo)) / (math.log10(x_hi) - math.log10(x_lo))
+        fy = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
+        return c.left + fx * (c.right - c.left), c.bottom - fy * (c.bottom - c.top)
+
+    for k in range(int(math.log10(x_lo)), int(math.log10(x_hi)) + 1):
+        x, _ = at(10.0 ** k, y_lo)
+        c.line(x, c.top, x, c.bottom, "#e3e3e6")
+        c.text(x, c.bottom + 14, f"{10.0 ** k:g}", color="#555")
+    for k in range(int(math.log10(y_lo)), int(math.log10(y_hi)) + 1):
+        _, y = at(x_lo, 10.0 ** k)
+        c.line(c.left, y, c.right, y, "#e3e3e6")
+        c.text(c.left - 6, y + 4, _flops_label(10.0 ** k), anchor="end", color="#555")
+    colors = {dtype: SERIES_COLORS[i % len(SERIES_COLORS)] for i, dtype in enumerate(peaks)}
+    for dtype, peak in peaks.items():
+        knee = peak / bandwidth
+        c.polyline([at(x_lo, bandwidth * x_lo), at(knee, peak), at(x_hi, peak)], colors[dtype])
+    for x, y, label, dtype in points:
+        px, py = at(x, y)
+        c.parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{colors.get(dtype, "#222")}" '
+                       f'fill-opacity="0.75"><title>{escape(label)}</title></circle>')
+    c.text((c.left + c.right) / 2, c.bottom + 30, "arithmetic intensity (FLOPs per byte moved)", color="#555")
+    c.legend([(f"{dtype} roof", color) for dtype, color in colors.items()], c.height - 2)
+    return c.svg("roofline: each op's FLOP/s against its arithmetic intensity, under the device's roofs")
+
+
+def _flops_label(value: float) -> str:
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:g} {unit}FLOP/s"
+    return f"{value:g} FLOP/s"

@@ -242,11 +242,22 @@ def _charts(analysis: Optional[Analysis]) -> dict[str, str]:
         "steps": charts.steps_chart([s.duration_s * 1e3 for s in analysis.steps],
                                     {b: [s.buckets_s[b] * 1e3 for s in analysis.steps] for b in BUCKETS}),
     }
+    light = analysis.speed_of_light
+    if light is not None and light.roofline is not None:
+        result["roofline"] = _roofline_chart(light)
     if any(p.launches_per_step for p in analysis.phases):
         result["phases"] = charts.phases_chart([p.phase for p in analysis.phases],
                                                [p.launches_per_step for p in analysis.phases],
                                                [p.gpu_busy_s_per_step * 1e3 for p in analysis.phases])
     return result
+
+
+def _roofline_chart(light) -> str:
+    roof = light.roofline
+    peaks = {p.dtype: p.per_s for p in roof.roofs}
+    points = [(op.intensity, op.achieved_flops_s, f"{op.name} {op.shapes} ({op.dtype}): {op.roof_frac:.0%} of its roof",
+               op.dtype) for op in roof.ops]
+    return charts.roofline_chart(points, peaks, roof.bandwidth.per_s)
 
 
 def memory_charts(memory) -> dict[str, str]:

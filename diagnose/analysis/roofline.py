@@ -1,0 +1,119 @@
+"""A roofline for the ops that do a step's arithmetic (matrix products, convolutions, attention). Per kind of op
+(name, input shapes, dtype): its FLOPs and the bytes it must move (each input read once, each output written
+once: the least traffic any implementation has), hence its arithmetic intensity; against the machine's balance
+(the dtype's peak FLOP/s over the memory bandwidth) that says which roof bounds it, and its time says how close
+to that roof it ran. Timed by its kernels on a GPU (those launched from inside the op), by the op itself on the
+host. As TraceLens rooflines ops from shapes, but against the peaks measured on the machine."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+
+from diagnose.analysis.flop_ops import FlopOps
+from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements, outermost_in
+from diagnose.analysis.timeline import from_launch
+from diagnose.analysis.trace import Trace
+from diagnose.model import Peak, Roofline, RooflineOp
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "float64": 8}
+TOP = 12  # ops kept in the diagnosis; the totals cover all
+LOW_ROOF = 0.25  # an op under this share of its roof is far from what the machine can do for it
+
+
+def roofline(trace: Trace, host_windows: np.ndarray, peaks: dict[str, Peak], tf32: bool,
+             mean_step_s: float) -> Optional[Roofline]:
+    """`peaks`: one per dtype (and "memory"); `tf32`: float32 products ran as TF32; `mean_step_s`: the profiled
+    step the ops' times are shares of. None without a memory roof or ops with shapes."""
+    ops, bandwidth = trace.flop_ops, peaks.get("memory")
+    if bandwidth is None or not len(ops) or not len(host_windows) or mean_step_s <= 0:
+        return None
+    keep = outermost_in(ops, host_windows)
+    seconds = _kernel_seconds(trace, ops, keep) if trace.has_gpu else {i: ops.dur[i] / 1e6 for i in keep}
+    groups: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # calls, FLOPs, bytes, seconds
+    for i in keep:
+        counted = _flops_and_bytes(ops, i)
+        if counted is None or not seconds.get(i):
+            continue
+        dtype = op_dtype(ops.types[i])
+        if tf32 and dtype == "float32" and "tf32" in peaks:
+            dtype = "tf32"
+        group = groups[(ops.names[i], _shapes(ops.dims[i]), dtype)]
+        for k, value in enumerate((1, *counted, seconds[i])):
+            group[k] += value
+    rows = [r for r in (_row(key, g, peaks, bandwidth, len(host_windows), mean_step_s) for key, g in groups.items())
+            if r is not None]
+    return _summary(rows, peaks, bandwidth, "device kernels" if trace.has_gpu else "host op time") if rows else None
+
+
+def _flops_and_bytes(ops: FlopOps, i: int) -> Optional[tuple[float, float]]:
+    name, dims = ops.names[i], ops.dims[i]
+    flops = op_flops(name, dims, ops.scalars[i])
+    written = op_output_elements(name, dims, ops.scalars[i])
+    element = ELEMENT_BYTES.get(op_dtype(ops.types[i]))
+    if flops is None or written is None or element is None:
+        return None
+    read = sum(math.prod(d) for d in dims if isinstance(d, list) and d)
+    return flops, (read + written) * element
+
+
+def _row(key: tuple, group: list[float], peaks: dict[str, Peak], bandwidth: Peak, steps: int,
+         mean_step_s: float) -> Optional[RooflineOp]:
+    (name, shapes, dtype), (calls, flops, moved, seconds) = key, group
+    peak = peaks.get(dtype)
+    if peak is None or not moved or not seconds:
+        return None
+    intensity = flops / moved
+    roof = min(peak.per_s, intensity * bandwidth.per_s)
+    achieved = flops / seconds
+    return RooflineOp(name=name, shapes=shapes, dtype=dtype, calls_per_step=calls / steps, flops=flops / calls,
+                      bytes=moved / calls, seconds=seconds / calls, intensity=intensity, achieved_flops_s=achieved,
+                      roof_flops_s=roof, bound="compute" if intensity * bandwidth.per_s >= peak.per_s else "memory",
+                      roof_frac=achieved / roof, step_frac=seconds / steps / mean_step_s)
+
+
+def _summary(rows: list[RooflineOp], peaks: dict[str, Peak], bandwidth: Peak, timing: str) -> Roofline:
+    rows.sort(key=lambda r: r.step_frac, reverse=True)
+    by_dtype: dict[str, float] = defaultdict(float)
+    for r in rows:
+        by_dtype[r.dtype] += r.step_frac
+    main = peaks[max(by_dtype, key=by_dtype.get)]
+    low = [r for r in rows if r.roof_frac < LOW_ROOF]
+    kinds = {r.bound for r in low}
+    return Roofline(bandwidth=bandwidth, roofs=tuple(peaks[d] for d in sorted(by_dtype)),
+                    balance=main.per_s / bandwidth.per_s, timing=timing, ops=tuple(rows[:TOP]),
+                    counted_frac=sum(r.step_frac for r in rows), below_roof_frac=sum(r.step_frac for r in low),
+                    below_roof_bound=kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else ""),
+                    below_roof_saving_frac=sum(r.step_frac * (1 - r.roof_frac / LOW_ROOF) for r in low),
+                    dtype_frac=dict(by_dtype))
+
+
+def _shapes(dims) -> str:
+    tensors = [d for d in dims or () if isinstance(d, list) and d]
+    return " x ".join(str(d) for d in tensors[:3]) + (" ..." if len(tensors) > 3 else "")
+
+
+def _kernel_seconds(trace: Trace, ops: FlopOps, keep: list[int]) -> dict[int, float]:
+    """Each op's kernels' time: the kernels launched by the runtime calls made inside the op, on its thread."""
+    runtime, kernels = trace.runtime, trace.kernels
+    launcher = from_launch(trace, kernels, np.arange(len(runtime)))
+    per_call = np.zeros(len(runtime))
+    linked = launcher >= 0
+    np.add.at(per_call, launcher[linked], (kernels.end - kernels.start)[linked] / 1e6)
+    threads: dict = defaultdict(list)
+    for j, tid in enumerate(runtime.tids):
+        threads[tid].append(j)
+    sums = {}
+    for tid, calls in threads.items():
+        calls = np.asarray(calls)[np.argsort(runtime.start[calls], kind="stable")]
+        sums[tid] = (runtime.start[calls], np.concatenate([[0.0], np.cumsum(per_call[calls])]))
+    seconds = {}
+    for i in keep:
+        if ops.tids[i] not in sums:
+            continue
+        starts, cumulative = sums[ops.tids[i]]
+        lo, hi = np.searchsorted(starts, [ops.ts[i], ops.ts[i] + ops.dur[i]])
+        seconds[i] = float(cumulative[hi] - cumulative[lo])
+    return seconds
