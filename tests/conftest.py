@@ -48,6 +48,20 @@ def run_script(script: Path, *script_args: str, out: Path, options: tuple[str, .
     return CliRun(proc.returncode, proc.stdout, proc.stderr, out, time.monotonic() - start)
 
 
+def logged_step_times(command: list[str]) -> dict[int, float]:
+    """Run a script plainly and note when each of its "step N " log lines arrived (time.monotonic())."""
+    import re
+    import time
+
+    seen = {}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
+        for line in process.stdout:
+            match = re.search(r"step (\d+) ", line)
+            if match:
+                seen[int(match.group(1))] = time.monotonic()
+    return seen
+
+
 def line_of(path: Path, text: str) -> int:
     """1-based number of the first line of `path` containing `text`."""
     for number, line in enumerate(path.read_text().splitlines(), start=1):

@@ -3,13 +3,10 @@
 The tests that time experiments (minutes each on 2 cores) are marked slow: `pytest -m slow` runs them."""
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
-import time
 
 import pytest
-from conftest import SAMPLES, run_script
+from conftest import SAMPLES, logged_step_times, run_script
 
 
 def _experiment_run(tmp_path, script: str, *options: str, script_args: tuple[str, ...] = ()):
@@ -29,12 +26,7 @@ def _plain_script_steps_per_s(num_workers: int, *extra: str, first: int = 60, ep
     last = first + 240
     command = [sys.executable, "-u", str(SAMPLES / "slow_loader.py"), "--num-workers", str(num_workers),
                "--epochs", str(epochs), "--log-every", "20", *extra]
-    seen = {}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
-        for line in process.stdout:
-            match = re.search(r"step (\d+) ", line)
-            if match:
-                seen[int(match.group(1))] = time.monotonic()
+    seen = logged_step_times(command)
     return (last - first) / (seen[last] - seen[first])
 
 

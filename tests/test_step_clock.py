@@ -40,4 +40,35 @@ def test_each_closure_step_is_one_step():
 def test_closure_steps_after_plain_backward_calls_still_count():
     seen, source = _loop(2, 5)
     assert source == "optimizer"
-    assert len(seen) == 2 + 5  # the two plain backward() calls, then one boundary per optimizer step
+    # the two plain backward() calls came before any optimizer step, with an optimizer built: not steps
+    assert len(seen) == 5
+
+
+def _accumulating(micro: int, steps: int, with_optimizer: bool = True) -> Instrumentation:
+    seen: list[int] = []
+    instr = Instrumentation(seen.append)
+    instr.install()
+    try:
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(steps):
+            for _ in range(micro):
+                (model(torch.randn(8, 4)).square().mean() / micro).backward()
+            if with_optimizer:
+                optimizer.step()
+                optimizer.zero_grad()
+    finally:
+        instr.uninstall()
+    instr.seen_boundaries = seen
+    return instr
+
+
+def test_with_gradient_accumulation_a_step_is_an_optimizer_step():
+    instr = _accumulating(micro=4, steps=6)
+    # the first iteration's micro-batches come before any optimizer step: none counted; then one per iteration
+    assert instr.seen_boundaries == [1, 2, 3, 4, 5] and instr.clock.micro_per_step == [4, 4, 4, 4]
+
+
+def test_without_an_optimizer_step_each_backward_is_a_step_after_a_while():
+    instr = _accumulating(micro=1, steps=70, with_optimizer=False)  # an optimizer built, never stepped
+    assert len(instr.seen_boundaries) == 70 - instr.clock.MAX_UNSETTLED

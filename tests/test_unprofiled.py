@@ -124,3 +124,54 @@ def test_an_epoch_ending_inside_the_unprofiled_window_is_not_timed_as_a_step():
     short.boundary()
     assert short.epoch_started() is None  # too few steps: timing starts again after the new epoch's start-up
     assert short.start is None and short.rewarm_left == UnprofiledTimer.REWARM_STEPS
+
+
+def test_with_loader_workers_the_window_holds_whole_bursts_after_the_backlog():
+    """8 workers, 2 batches prefetched each: the 16 steps served from the batches prefetched while the trace was
+    written are not timed (nor the 2 re-warm-up steps), and the window holds whole bursts of 8."""
+    timer = UnprofiledTimer(steps=20, budget_s=None, burst=8, backlog=16)
+    for _ in range(UnprofiledTimer.REWARM_STEPS + 16):
+        assert timer.start is None and timer.boundary() is None
+    assert timer.start is not None
+    windows = [timer.boundary() for _ in range(24)]
+    assert windows[:-1] == [None] * 23 and windows[-1].steps == 24  # 20 rounded up to whole bursts
+
+
+def test_a_window_cut_by_the_time_budget_still_holds_two_whole_bursts():
+    timer = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0, burst=4)
+    assert [timer.boundary() for _ in range(7)] == [None] * 7
+    assert timer.boundary().steps == 8
+
+
+def test_an_epoch_end_inside_a_burst_restarts_the_window():
+    timer = UnprofiledTimer(20, None, rewarm_steps=0, burst=4)
+    for _ in range(4):
+        timer.boundary()
+    assert timer.epoch_started() is None and timer.start is None  # 5 steps: not whole bursts of 4
+
+
+def _plain_step_s(num_workers: int) -> float:
+    """slow_loader.py run plainly with `num_workers`: the time per step inside its second epoch (steps 140 to 230 of
+    120-step epochs, by its own log lines), away from the epoch's worker start-up."""
+    import sys
+
+    from conftest import SAMPLES, logged_step_times
+
+    seen = logged_step_times([sys.executable, "-u", str(SAMPLES / "slow_loader.py"), "--num-workers",
+                              str(num_workers), "--epochs", "2", "--log-every", "10"])
+    return (seen[230] - seen[140]) / 90
+
+
+@pytest.mark.slow
+def test_with_eight_workers_the_unprofiled_step_is_a_long_plain_runs(tmp_path):
+    """Workers deliver batches in bursts of 8 and fill their queue while the trace is written: the window starts
+    after that backlog and holds whole bursts, so the step is the loader's pace, not the backlog's."""
+    from conftest import SAMPLES
+
+    run = run_script(SAMPLES / "slow_loader.py", "--num-workers", "8", out=tmp_path / "run",
+                     options=("--warmup", "3", "--steps", "8", "--experiments", "none"))
+    assert run.returncode == 0, run.stderr
+    window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
+    assert window["steps"] % 8 == 0, window
+    step, plain = run.diagnosis["step_time_s"]["unprofiled"], _plain_step_s(8)
+    assert abs(step / plain - 1) <= 0.10, (step, plain)

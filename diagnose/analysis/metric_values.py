@@ -114,6 +114,7 @@ def capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: i
         "loader_num_workers": _num(loader.num_workers if loader else None),
         "loader_multiprocess": _flag(loader.num_workers > 0 if loader else None),
         "loader_batch_size": _num(loader.batch_size if loader else None),
+        "micro_batches_per_step": float(capture.micro_batches_per_step),
         "loader_pin_memory": _flag(loader.pin_memory if loader else None),
         "loader_persistent_workers": _flag(loader.persistent_workers if loader else None),
         "dataset_deterministic": _flag(probe.deterministic if probe else None),

@@ -19,6 +19,9 @@ def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames:
     if from_frames:
         notes.append("code locations come from the trace's Python frames (with_stack): each is a function's first "
                      "line, the function the time was spent in")
+    if capture is not None and capture.micro_batches_per_step > 1:
+        notes.append(f"a step is one optimizer step = {capture.micro_batches_per_step} micro-batches (gradient "
+                     "accumulation): each step's figures cover all of them")
     if capture is not None and capture.step_source not in (None, "dataloader", "manual"):
         notes.append(f"steps were found from {capture.step_source}() calls (no DataLoader drives training)")
     if len(steps) < 3:

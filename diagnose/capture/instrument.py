@@ -59,17 +59,44 @@ class Observed:
 
 
 class StepClock:
-    """Counts step boundaries from the best source seen and calls `on_boundary(step_index)`."""
+    """Counts step boundaries from the best source seen and calls `on_boundary(step_index)`. A step is an optimizer
+    step once one has been seen (as Hugging Face Trainer, Lightning and nanoGPT count steps): the data loader's and
+    backward()'s signals then start a step only when an optimizer stepped since the last boundary, so with gradient
+    accumulation one step spans its micro-batches (their data waits, forwards and backwards, then the update)."""
+    MICRO = ("dataloader", "backward")  # one signal per micro-batch
+    # Until the first optimizer step, a script that built an optimizer may be accumulating: its micro-batches are
+    # not counted as steps (the warm-up would end, the FLOPs be counted, on a micro-batch), at most this many
+    # (an optimizer built and never stepped).
+    MAX_UNSETTLED = 64
 
-    def __init__(self, on_boundary: Callable[[int], None]):
+    def __init__(self, on_boundary: Callable[[int], None], optimizer_built: Callable[[], bool] = lambda: False):
         self.on_boundary = on_boundary
+        self.optimizer_built = optimizer_built
+        self.unsettled = 0
         self.source: Optional[str] = None
         self.boundaries = 0
+        self.optimizer_seen = False
+        self.stepped = False  # an optimizer stepped since the last boundary
+        self.micro = 0  # micro-batches of the step under way
+        self.micro_per_step: list[int] = []  # of each step ended, in order (1 where the source has no micro-batches)
+
+    def optimizer_stepped(self) -> None:
+        self.optimizer_seen = self.stepped = True
 
     def signal(self, source: str) -> None:
         if self.source is not None and PRIORITY[source] < PRIORITY[self.source]:
             return
-        self.source = source
+        if source in self.MICRO and source == self.source and self.optimizer_seen and not self.stepped:
+            self.micro += 1  # another micro-batch of the same optimizer step
+            return
+        if (source in self.MICRO and not self.optimizer_seen and self.unsettled < self.MAX_UNSETTLED
+                and self.optimizer_built()):
+            self.unsettled += 1  # before the first optimizer step: how many micro-batches make a step is unknown
+            self.source = source
+            return
+        if self.boundaries:
+            self.micro_per_step.append(max(self.micro, 1))
+        self.source, self.stepped, self.micro = source, False, 1 if source in self.MICRO else 0
         self.boundaries += 1
         self.on_boundary(self.boundaries)
 
@@ -101,7 +128,7 @@ class Instrumentation:
                  on_batch: Optional[Callable[[Any], None]] = None, on_loss: Optional[Callable[[Any], None]] = None,
                  on_epoch: Optional[Callable[[Any], None]] = None):
         self.seen = Observed()
-        self.clock = StepClock(on_boundary)
+        self.clock = StepClock(on_boundary, optimizer_built=lambda: bool(self.seen.optimizers))
         self.changes = changes or ChangeSet()
         self.on_batch, self.on_loss, self.on_epoch = on_batch, on_loss, on_epoch
         self._undo: list[Callable[[], None]] = []
@@ -339,6 +366,7 @@ class Instrumentation:
             return
         self._in_optimizer_step = False
         self._trained_since_next = True
+        self.clock.optimizer_stepped()
         if self.clock.source == "backward" and self._closure_steps:
             self.clock.source = "optimizer"  # backward() runs inside the closures: the optimizer step is the step
         if self.clock.source in (None, "optimizer"):
@@ -373,9 +401,12 @@ class Instrumentation:
 
         return enter
 
+    first_forward_at: Optional[float] = None  # time.monotonic() of the first model forward: training began
+
     def _before_forward(self, module, inputs) -> None:
         if self._module_depth == 0 and self.seen.root_module is None and _has_parameters(module):
             self.seen.root_module = module
+            self.first_forward_at = time.monotonic()
             for hook in self.changes.model_hooks:
                 hook(module)
         self._module_depth += 1

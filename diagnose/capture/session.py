@@ -3,6 +3,7 @@ RUN/capture.json, samples.json, stacks.json and the trace in tb/."""
 from __future__ import annotations
 
 import gc
+import math
 import os
 import platform
 import threading
@@ -24,6 +25,7 @@ from diagnose.model import (
     Capture,
     Environment,
     FlopCount,
+    LoaderInfo,
     MemorySizes,
     RunConfig,
     ScriptError,
@@ -35,6 +37,11 @@ from diagnose.serial import read_json, write_json
 
 # Ends of the script that leave a completed profiled window complete: the unprofiled window after it is extra.
 ENDS_AFTER_PROFILING = ("script_finished", "timeout")
+# Long steps (_fit_to_time): a profiled step costs about twice a plain one; the warm-up and the profiled steps get
+# this share of the time left (the rest: exporting the trace, the files); at least this many profiled steps.
+PROFILED_COST = 2
+FIT_SHARE = 0.8
+MIN_PROFILED = 2
 
 
 class Session(ScriptHost):
@@ -58,6 +65,9 @@ class Session(ScriptHost):
         self.flop_counter: Optional[StepFlops] = None
         self.flops: Optional[FlopCount] = None
         self.flops_note = "no warm-up step to count in (--warmup 1 or more counts one)"
+        # the warm-up and profiled steps as run: fewer than asked when steps are long against --max-seconds
+        self.warmup, self.steps = config.warmup_steps, config.profile_steps
+        self.fit_note = ""
 
     def own_dirs(self) -> list[Path]:
         return [self.run_dir, self.trace_dir]
@@ -67,12 +77,14 @@ class Session(ScriptHost):
         now = time.monotonic()
         self.boundaries_s.append(now - self.t0)
         step = count - 1  # index of the step that starts now
-        warmup, steps = self.config.warmup_steps, self.config.profile_steps
         self._measure_memory(step)
-        self._count_flops(step)
         if self.plain_timer is not None:
             self._time_unprofiled()
             return
+        if self.profiler is None and step <= self.warmup:
+            self._fit_to_time(step)
+        warmup, steps = self.warmup, self.steps
+        self._count_flops(step)
         self.progress(f"step {count} {warmup + steps}")
         if step == warmup:
             self._start_profiler()
@@ -85,16 +97,72 @@ class Session(ScriptHost):
         if self.profiler is not None:
             self._mark_step(step)
 
+    def _fit_to_time(self, step: int) -> None:
+        """Long steps: when the rest of the warm-up and the profiled steps (the profiler slows them: PROFILED_COST
+        each) would not fit in what is left of --max-seconds, fewer of each, at least MIN_PROFILED profiled."""
+        per_step = self._step_estimate(step)
+        if per_step is None:
+            return
+        now = time.monotonic() - self.t0
+        room = int(FIT_SHARE * (self.config.max_seconds - now) / per_step)  # steps that fit from here
+        if (self.warmup - step) + PROFILED_COST * self.steps <= room:
+            return
+        # one complete step before profiling: the first when it ended at the first boundary (an optimizer's or
+        # backward()'s), else step 0
+        least = step if step >= 1 or self.instr.clock.source in ("optimizer", "backward") else 1
+        # time left over goes to profiled steps first (a script with long steps may end soon), then to warm-up
+        profiled = min(self.steps, max(MIN_PROFILED, (room - (least - step)) // PROFILED_COST))
+        spare = room - (least - step) - PROFILED_COST * profiled if profiled == self.steps else 0
+        self.warmup = least + max(0, min(self.warmup - least, spare))
+        self.steps = profiled
+        limit = f"--max-seconds {self.config.max_seconds:g}"
+        if (self.warmup - step) + PROFILED_COST * profiled <= room:
+            self.fit_note = (f"steps take about {per_step:.1f} s: {self.warmup} warm-up and {profiled} profiled "
+                             f"step(s) fit {limit}")
+        else:
+            self.fit_note = (f"steps take about {per_step:.1f} s: {MIN_PROFILED} profiled steps do not fit {limit}; "
+                             f"run with {self._options_that_fit(per_step)}")
+
+    def _too_few_note(self, status: str) -> str:
+        """No step was profiled: the step time seen, and the options that would have given a diagnosis."""
+        marks = self.boundaries_s
+        step, seen = marks[-1] - marks[-2], len(marks)
+        if status == "script_finished":
+            if seen >= 4:
+                return (f"steps took about {step:.1f} s and the script ran {seen}: run with --warmup 1 "
+                        f"--steps {seen - 2}")
+            return f"steps took about {step:.1f} s: give the script more steps (iterations or data) to profile"
+        return f"steps take about {step:.1f} s: run with {self._options_that_fit(step)}"
+
+    def _options_that_fit(self, step_s: float) -> str:
+        """Start-up, a warm-up step, MIN_PROFILED profiled ones at PROFILED_COST, one more for the trace, rounded up
+        to 10 s."""
+        seconds = math.ceil((self.boundaries_s[0] + (1 + PROFILED_COST * MIN_PROFILED + 1) * step_s) / 10) * 10
+        return f"--warmup 1 --steps {MIN_PROFILED} --max-seconds {seconds}"
+
+    def _step_estimate(self, step: int) -> Optional[float]:
+        """The last complete step's time; before one completed, the time from the model's first forward to the
+        first boundary when that boundary ended a step (an optimizer step's or backward()'s)."""
+        if step >= 1:
+            return self.boundaries_s[-1] - self.boundaries_s[-2]
+        first = self.instr.first_forward_at
+        # ranks decide on a whole step only: the collectives keep those alike, so ranks profile the same steps
+        if self.instr.clock.source in ("optimizer", "backward") and first is not None and current_rank() is None:
+            return max(self.t0 + self.boundaries_s[0] - first, 1e-3)
+        return None
+
     def _measure_memory(self, step: int) -> None:
         """The first training step's sizes, measured from the script's start (the first step boundary may come
-        only after its backward, once the training loader is known) to the second boundary."""
-        if step == 1 and self.step_memory is not None and self.memory_sizes is None:
+        only after its backward, once the training loader is known) to the second boundary; to the first when
+        the step clock held its boundaries until the first optimizer step (that one came after a whole step)."""
+        first_step_done = 0 if self.instr.clock.unsettled else 1
+        if step == first_step_done and self.step_memory is not None and self.memory_sizes is None:
             self.memory_sizes = self._finish_memory()
 
     def _count_flops(self, step: int) -> None:
         """The FLOPs of one warm-up step: the second when there are two (the first makes lazy state), else the
         first; counting slows that step, which is why it is not a profiled or timed one."""
-        warmup = self.config.warmup_steps
+        warmup = self.warmup
         target = min(1, warmup - 1)
         if warmup < 1 or current_rank() not in (None, 0):
             return
@@ -120,7 +188,14 @@ class Session(ScriptHost):
         the step count alone: a rank that stopped earlier than its peers would leave them waiting in a collective."""
         self.progress("timing steps without the profiler")
         budget = self.window[1] - self.window[0] if current_rank() is None else None
-        self.plain_timer = UnprofiledTimer(self.config.profile_steps, budget)
+        loader = self._train_loader()
+        workers = loader.num_workers if loader is not None else 0
+        backlog = workers * (loader.prefetch_factor or 2) if workers else 0
+        self.plain_timer = UnprofiledTimer(self.steps, budget, burst=max(1, workers), backlog=backlog)
+
+    def _train_loader(self) -> Optional[LoaderInfo]:
+        index = self.instr.train_loader_index()
+        return self.instr.seen.loaders[index] if index is not None else None
 
     def _on_epoch(self, iterator) -> None:
         """An epoch ends while the unprofiled steps are timed: its start-up (workers, evaluation, checkpoints
@@ -214,6 +289,8 @@ class Session(ScriptHost):
             self.flop_counter, self.flops_note = None, "the script ended inside the step being counted"
         if self.plain_timer is not None and status in ENDS_AFTER_PROFILING:
             status = "completed"  # the profiled window was complete; only the unprofiled timing was cut short
+        elif not self.profiled and status in ENDS_AFTER_PROFILING and len(self.boundaries_s) >= 2:
+            self.fit_note = self._too_few_note(status)
         self.progress("probing dataset")
         capture = self._capture(status, error, last_complete)
         files = RunFolder(self.run_dir)
@@ -237,9 +314,11 @@ class Session(ScriptHost):
             script=self.config.script,
             script_args=tuple(self.config.script_args),
             step_source=instr.clock.source,
+            micro_batches_per_step=_usual(instr.clock.micro_per_step[self.warmup:]),
+            fit_note=self.fit_note,
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
-            warmup_steps=self.config.warmup_steps,
+            warmup_steps=self.warmup,
             wall_s=time.monotonic() - self.t0,
             environment=environment(),
             boundaries_s=tuple(self.boundaries_s),
@@ -286,16 +365,27 @@ class UnprofiledTimer:
     """Times the steps after the profiled window with the profiler off. The device is synchronised at the window's
     edges only: a sync per step would serialise host and GPU and change what is measured. The window closes after
     as many steps as were profiled, or once it has lasted as long as the profiled window (MIN_STEPS at least), so
-    a slow script does not run twice as long."""
+    a slow script does not run twice as long.
+
+    With N loader workers batches arrive N at a time, so the window holds whole bursts of N steps (any N
+    consecutive steady steps span one worker period). And while the trace was written the workers filled their
+    queue (prefetch_factor x N batches): the steps served from that backlog run faster than the loader can feed
+    them (8 workers at one batch per 8 ms read as 4.6 ms per step), so they are left out with the re-warm-up.
+    A step that waits for its batch does not mean the backlog is gone: batches come in order, and the next may
+    be a slow worker's while the others' are ready."""
     MIN_STEPS = 3
     # The first steps after the trace was written ran up to 2x slower (a CPU CNN: 83, 77, then 38 ms per step; the
     # trace export churns the caches): they are left out, as warm-up steps are.
     REWARM_STEPS = 2
 
-    def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS):
-        self.target = max(steps, self.MIN_STEPS)
+    def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
+                 backlog: int = 0):
+        self.burst = max(1, burst)
+        self.least = max(self.MIN_STEPS, 2 * self.burst if self.burst > 1 else 0)  # two bursts at least
+        self.target = -(-max(steps, self.least) // self.burst) * self.burst
         self.budget_s = budget_s  # None: close on the step count alone
-        self.rewarm_left = rewarm_steps
+        self.backlog = backlog
+        self.rewarm_left = rewarm_steps + backlog
         self.start: Optional[float] = None
         self.steps = 0
         self._begin_when_warm()
@@ -307,18 +397,20 @@ class UnprofiledTimer:
             self._begin_when_warm()
             return None
         self.steps += 1
-        if self.steps < self.target and not self._over_budget():
+        if self.steps % self.burst or (self.steps < self.target and not self._over_budget()):
             return None
         synced = sync_device()
         return UnprofiledWindow(self.steps, time.perf_counter() - self.start, synced)
 
     def epoch_started(self) -> Optional[UnprofiledWindow]:
-        """The epoch ended inside the window: the steps so far are the window when there are enough (the epoch's
-        last step has just finished), else timing starts again after the new epoch's first steps."""
-        if self.start is not None and self.steps + 1 >= self.MIN_STEPS:
+        """The epoch ended inside the window: the steps so far are the window when there are enough whole bursts
+        (the epoch's last step has just finished), else timing starts again after the new epoch's first steps
+        (and the new workers' backlog)."""
+        steps = self.steps + 1
+        if self.start is not None and steps >= self.MIN_STEPS and steps % self.burst == 0:
             synced = sync_device()
-            return UnprofiledWindow(self.steps + 1, time.perf_counter() - self.start, synced)
-        self.start, self.steps, self.rewarm_left = None, 0, self.REWARM_STEPS
+            return UnprofiledWindow(steps, time.perf_counter() - self.start, synced)
+        self.start, self.steps, self.rewarm_left = None, 0, self.REWARM_STEPS + self.backlog
         return None
 
     def _begin_when_warm(self) -> None:
@@ -327,8 +419,13 @@ class UnprofiledTimer:
             self.start = time.perf_counter()
 
     def _over_budget(self) -> bool:
-        return (self.budget_s is not None and self.steps >= self.MIN_STEPS
+        return (self.budget_s is not None and self.steps >= self.least
                 and time.perf_counter() - self.start >= self.budget_s)
+
+
+def _usual(counts: list[int]) -> int:
+    """The most common count (the larger on a tie); 1 when none."""
+    return max(set(counts), key=lambda c: (counts.count(c), c)) if counts else 1
 
 
 def _read_or_none(read):

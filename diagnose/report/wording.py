@@ -98,7 +98,9 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         ranks = f" on each of {len(capture.ranks)} ranks" if len(capture.ranks) > 1 else ""
         timed = capture.unprofiled_window
         plain = f", timed {timed.steps} more without the profiler" if timed else ""
-        return f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped {name}."
+        fitted = f" ({capture.fit_note})" if capture.fit_note else ""
+        return (f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped "
+                f"{name}{fitted}.")
     if capture.status == "out_of_memory":
         covered = (f"Results cover the {steps} step(s) profiled before that." if steps else
                    "No step was profiled before that: the sizes below are as far as it got.")
@@ -112,13 +114,20 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     if capture.status == "stopped":
         return f"Stopped by a signal (SIGTERM) after {capture.steps_seen} steps; {steps} were profiled."
     if capture.status == "timeout":
-        return f"Stopped at the time limit after {capture.steps_seen} steps; {steps} were profiled."
+        return (f"Stopped at the time limit after {capture.steps_seen} steps; {steps} were profiled."
+                + _long_step_hint(capture))
     if capture.status == "no_steps":
         return (f"{name} ran for {capture.wall_s:.0f} s without reaching a training step (no DataLoader batch, "
                 "backward() or optimizer step). Mark steps with diagnose.step() (see the README).")
     if capture.status == "script_finished":
-        return f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
+        return (f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
+                + _long_step_hint(capture))
     return f"Capture ended with status {capture.status}."
+
+
+def _long_step_hint(capture: Capture) -> str:
+    """Long steps: the fewer steps profiled, or when none was the options that would give a diagnosis."""
+    return f" {capture.fit_note[0].upper()}{capture.fit_note[1:]}." if capture.fit_note else ""
 
 
 def speedup_text(speedup: Optional[float], ci, digits: Optional[int] = None) -> str:
