@@ -261,7 +261,7 @@ def roofline_chart(points: Sequence[tuple[float, float, str, str]], peaks: dict[
                    bandwidth: float) -> str:
     """Log-log: arithmetic intensity (FLOPs per byte) across, FLOP/s up; each roof the memory slope up to a dtype's
     peak, each op a point (intensity, achieved, label, dtype) in its dtype's colour."""
-    c = Canvas(300, left=70, top=10)
+    c = Canvas(300, left=95, top=10)
     xs = [p[0] for p in points]
     ys = [p[1] for p in points] + list(peaks.values())
     x_lo, x_hi = 10 ** math.floor(math.log10(min(xs + [1.0]))), 10 ** math.ceil(math.log10(max(xs + [10.0]) * 2))

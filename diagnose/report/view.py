@@ -254,7 +254,8 @@ def _charts(analysis: Optional[Analysis]) -> dict[str, str]:
 
 def _roofline_chart(light) -> str:
     roof = light.roofline
-    peaks = {p.dtype: p.per_s for p in roof.roofs}
+    # the roofs of the dtypes the ops ran in, and the fastest the device offers: where they could be
+    peaks = {p.dtype: p.per_s for p in (*roof.roofs, *((light.best,) if light.best else ()))}
     points = [(op.intensity, op.achieved_flops_s, f"{op.name} {op.shapes} ({op.dtype}): {op.roof_frac:.0%} of its roof",
                op.dtype) for op in roof.ops]
     return charts.roofline_chart(points, peaks, roof.bandwidth.per_s)
