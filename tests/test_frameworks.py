@@ -145,3 +145,19 @@ def test_a_fused_optimizer_is_not_suggested_to_a_trainer_that_already_uses_one()
     assert "per_device_train_batch_size=32" in fused and "optim=" not in fused
     plain = frameworks.fix_code("huggingface", "train.py:12", ("optimizer.fused",), {"optimizer_multi_tensor": 0})
     assert 'optim="adamw_torch_fused"' in plain
+
+
+@pytest.mark.slow
+def test_hf_trainer_at_batch_2_logging_every_step_names_logging_steps_and_tries_the_batch(tmp_path):
+    """The findings' own choice of experiments (no --experiments): a handful of samples per step gets the batch
+    tried whatever the mean op time, and the Trainer's per-step logging is said as logging_steps."""
+    pytest.importorskip("transformers",
+                        reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    script, run = _run(tmp_path, "hf_trainer.py", options=("--warmup", "10", "--steps", "10", "--budget-seconds",
+                                                           "120"))
+    rules = {f["rule"] for f in run.findings}
+    assert "utilization.small-batch" in rules or "utilization.dispatch-bound" in rules, rules
+    fixes = " ".join(f["fix_code"] for f in run.findings)
+    assert "logging_steps=" in fixes and "per_device_train_batch_size=" in fixes, fixes
+    batch = [e for e in run.diagnosis["experiments"] if e["optimization"] == "batch_size"]
+    assert [e for e in batch if e["verdict"] in ("faster", "slower", "no-change")], batch
