@@ -166,3 +166,20 @@ def test_the_roofline_of_the_h200_transformer_puts_its_products_under_the_comput
     assert roof.below_roof_frac < 0.05 and analysis.metrics["below_roof_frac"] == roof.below_roof_frac
     # fp32 on an H200: priced by the best dtype's peak (bf16, 989 over 67)
     assert analysis.metrics["faster_dtype_saving_frac"] == pytest.approx(roof.dtype_frac["float32"] * (1 - 67 / 989))
+
+
+def test_elementwise_work_weighs_more_once_the_products_run_in_bf16():
+    """The same transformer on the H200: in bf16 its products take a third of the time they take in fp32, so the
+    elementwise and normalization kernels (the same work in both) weigh as much as the products; in fp32 the
+    products dominate and the fusion finding stays silent."""
+    def analysed(name):
+        return analyze(Inputs(load_trace(H200 / f"{name}.pt.trace.json.gz"), peaks=datasheet_peaks("NVIDIA H200")))
+
+    fp32, bf16 = analysed("transformer_fp32"), analysed("transformer_bf16")
+    assert fp32.metrics["elementwise_frac"] < 0.15 < 0.3 < bf16.metrics["elementwise_frac"]
+    assert fp32.metrics["counted_ops_frac"] > 0.8 > 0.5 > bf16.metrics["counted_ops_frac"]
+    from diagnose.optimizations import REGISTRY
+    from diagnose.rules import evaluate, load_rules
+
+    fired = {f.rule for f in evaluate(load_rules(optimization_ids=REGISTRY), fp32)}
+    assert "utilization.elementwise-bound" not in fired and "utilization.tensor-cores-unused" in fired

@@ -33,7 +33,7 @@ from diagnose.analysis.metric_values import (
 )
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
-from diagnose.analysis.phases import optimizer_metrics, phase_stats
+from diagnose.analysis.phases import optimizer_intervals, optimizer_metrics, phase_stats
 from diagnose.analysis.roofline import roofline
 from diagnose.analysis.speed_of_light import Busy, preferred_peaks, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
@@ -72,6 +72,10 @@ def analyze(inputs: Inputs) -> Analysis:
     syncs = gpu.sync_sources(steady, top, len(steps), frames) if trace.has_gpu and steps else ()
     phases = phase_stats(steady, timeline)
     metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline)
+    if not metrics["has_gpu"] and steps:  # on the host the CPU runs the elementwise ops itself
+        metrics["elementwise_frac"] = op_stats.elementwise_op_self_us(steady.cpu_ops, self_t,
+                                                                      optimizer_intervals(steady)) / (
+            sum(s.duration_s for s in steps) * 1e6)
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))

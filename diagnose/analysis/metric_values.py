@@ -64,6 +64,7 @@ def device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], time
         "gpu_busy_frac": iv.total(kernels) / total_us,
         "tensor_core_gpu": None if capability is None else float(float(capability) >= 7.0),
         "fp32_gemm_frac": fp32_gemm,
+        "elementwise_frac": op_stats.elementwise_kernel_time_us(trace, within) / total_us,
         "tensor_core_loss_frac": fp32_gemm * (1 - 1 / speedup),
         "syncs_per_step": float(gpu.sync_points(steady).sum()) / n,
         **gpu.idle_attribution(trace, windows, total_us),

@@ -98,6 +98,8 @@ METRICS: dict[str, str] = {
     "mfu": "achieved_flops_s / the device's peak in the dtype the step computes in (measured, else the datasheet's)",
     "mfu_best_dtype": "achieved_flops_s / the device's peak in its fastest training dtype (bf16, fp16, TF32, fp32)",
     "best_dtype_speedup": "the fastest training dtype's peak / the peak of the dtype the step computes in",
+    "elementwise_frac": "share of the profiled step in elementwise, normalization and reduction work (memory-bound): "
+                        "those kernels' time on a GPU, those ops' self time on the host outside optimizer.step()",
     "counted_ops_frac": "share of the profiled step in the ops whose FLOPs the trace's shapes give (matrix "
                         "products, convolutions, attention): their kernels on a GPU, the ops on the host",
     "below_roof_frac": "share of the profiled step in those ops running under a quarter of their roofline "

@@ -15,6 +15,33 @@ TENSOR_CORE_KERNEL = re.compile(r"h884|h1688|h16816|s1688|s16816|i8816|hmma|tens
                                 r"16816|1688|884|bf16|f16|tf32|wmma|_tc_", re.I)
 
 
+# Elementwise, normalization and reduction work: each reads and writes its whole tensor for little arithmetic,
+# so it is bound by memory bandwidth, and a chain of them is what a compiler fuses into one pass.
+ELEMENTWISE_KERNEL = re.compile(r"elementwise|reduce_kernel|vectorized|softmax|layer_?norm|batch_?norm|dropout|"
+                                r"CatArray", re.I)
+ELEMENTWISE_OPS = frozenset(
+    "add add_ sub sub_ mul mul_ div div_ neg exp log pow sqrt rsqrt tanh sigmoid relu relu_ gelu silu "
+    "threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward native_layer_norm "
+    "native_layer_norm_backward _softmax _softmax_backward_data _log_softmax _log_softmax_backward_data "
+    "native_dropout native_dropout_backward masked_fill masked_fill_ where clamp clamp_min fill_ zero_ copy_ "
+    "addcmul_ addcdiv_ lerp_ mean sum var_mean native_batch_norm native_batch_norm_backward".split())
+
+
+def elementwise_kernel_time_us(trace: Trace, within: np.ndarray) -> float:
+    """GPU time of elementwise, normalization and reduction kernels inside the measured steps."""
+    mask = trace.kernels.mask(lambda n: bool(ELEMENTWISE_KERNEL.search(n)) and not GEMM_KERNEL.search(n))
+    return iv.total(iv.intersect(iv.union(trace.kernels.intervals(mask)), within))
+
+
+def elementwise_op_self_us(ops: Spans, self_t: np.ndarray, optimizer: np.ndarray) -> float:
+    """Host self time of elementwise, normalization and reduction ops (the CPU runs them itself), outside the
+    `optimizer` intervals: an optimizer's update is its own diagnosis (a fused or foreach optimizer)."""
+    if not len(ops):
+        return 0.0
+    mask = ops.mask(lambda n: n.removeprefix("aten::") in ELEMENTWISE_OPS) & ~iv.contains(optimizer, ops.start)
+    return float(self_t[mask].sum())
+
+
 def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
     n = len(ops)
