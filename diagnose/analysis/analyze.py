@@ -72,10 +72,10 @@ def analyze(inputs: Inputs) -> Analysis:
     syncs = gpu.sync_sources(steady, top, len(steps), frames) if trace.has_gpu and steps else ()
     phases = phase_stats(steady, timeline)
     metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline)
-    if not metrics["has_gpu"] and steps:  # on the host the CPU runs the elementwise ops itself
-        metrics["elementwise_frac"] = op_stats.elementwise_op_self_us(steady.cpu_ops, self_t,
-                                                                      optimizer_intervals(steady)) / (
-            sum(s.duration_s for s in steps) * 1e6)
+    steps_us = sum(s.duration_s for s in steps) * 1e6
+    if not metrics["has_gpu"] and steps_us > 0:  # on the host the CPU runs the elementwise ops itself
+        elementwise_us = op_stats.elementwise_op_self_us(steady.cpu_ops, self_t, optimizer_intervals(steady))
+        metrics["elementwise_frac"] = elementwise_us / steps_us
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))
