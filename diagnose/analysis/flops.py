@@ -90,9 +90,14 @@ def op_flops(name: str, dims, scalars) -> Optional[float]:
     return None
 
 
-def _gemm(name: str, dims) -> float:
+def _gemm_operands(name: str, dims) -> tuple:
+    """The two matrices multiplied: after the bias for the ops that add one."""
     with_bias = name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation")
-    a, b = (dims[1], dims[2]) if with_bias else (dims[0], dims[1])
+    return (dims[1], dims[2]) if with_bias else (dims[0], dims[1])
+
+
+def _gemm(name: str, dims) -> float:
+    a, b = _gemm_operands(name, dims)
     if len(a) == 2:
         (m, k), (_, n) = a, b
         return 2.0 * m * k * n
@@ -119,8 +124,7 @@ def op_output_elements(name: str, dims, scalars) -> Optional[float]:
     """Elements an op writes (its outputs, or the gradients a backward computes); None when unreadable."""
     try:
         if name in GEMM:
-            with_bias = name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation")
-            a, b = (dims[1], dims[2]) if with_bias else (dims[0], dims[1])
+            a, b = _gemm_operands(name, dims)
             batch = a[0] if len(a) == 3 and name != "aten::addbmm" else 1
             return float(batch * a[-2] * b[-1])
         if name == "aten::convolution":
