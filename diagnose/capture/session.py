@@ -107,13 +107,12 @@ class Session(ScriptHost):
         room = int(FIT_SHARE * (self.config.max_seconds - now) / per_step)  # steps that fit from here
         if (self.warmup - step) + PROFILED_COST * self.steps <= room:
             return
-        # one complete step before profiling: the first when it ended at the first boundary (an optimizer's or
-        # backward()'s), else step 0
-        least = step if step >= 1 or self.instr.clock.source in ("optimizer", "backward") else 1
-        # time left over goes to profiled steps first (a script with long steps may end soon), then to warm-up
-        profiled = min(self.steps, max(MIN_PROFILED, (room - (least - step)) // PROFILED_COST))
-        spare = room - (least - step) - PROFILED_COST * profiled if profiled == self.steps else 0
-        self.warmup = least + max(0, min(self.warmup - least, spare))
+        # profiling may start now: a complete step came before (_step_estimate measured one, or at step 0 the
+        # first boundary ended one); time left over goes to profiled steps first (a script with long steps may
+        # end soon), then to warm-up
+        profiled = min(self.steps, max(MIN_PROFILED, room // PROFILED_COST))
+        spare = room - PROFILED_COST * profiled if profiled == self.steps else 0
+        self.warmup = step + max(0, min(self.warmup - step, spare))
         self.steps = profiled
         limit = f"--max-seconds {self.config.max_seconds:g}"
         if (self.warmup - step) + PROFILED_COST * profiled <= room:
