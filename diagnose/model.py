@@ -56,6 +56,7 @@ class MeasurePlan:
     """How a timed (unprofiled) run measures: warm up, then time windows of steps."""
     changes: tuple[Change, ...] = ()
     train_loader_location: Optional[str] = None
+    framework: Optional[str] = None  # the script trains through it: changes it has a setting for are applied so
     warmup_steps: int = 5
     warmup_s: float = 1.0
     window_s: float = 1.0
@@ -134,6 +135,7 @@ class FrameworkSite:
     name: str  # huggingface | lightning
     location: Optional[str]  # "file:line" of the configuring call, None when it was made outside the user's code
     entry: Optional[str] = None  # "file:line" of the call into the framework's training loop
+    settings: dict[str, str] = field(default_factory=dict)  # values of the framework's watched settings, as text
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ def _in_framework_terms(rule: Rule, location: Optional[str], fix_code: str, metr
     if framework is None or not site.location:
         return location, fix_code
     configured = display_location(site.location)
-    wording = frameworks.fix_code(site.name, configured, rule.optimizations, metrics)
+    wording = frameworks.fix_code(site.name, configured, rule.optimizations, metrics, site.settings)
     own = bool(rule.optimizations) and rule.optimizations[0] in framework.settings
     if not wording or not (framework.builds_loops or own):
         return location, fix_code

@@ -139,6 +139,71 @@ def test_a_finding_under_the_hf_trainer_is_written_as_training_arguments():
     assert 'precision="bf16-mixed"' in frameworks.fix_code("lightning", "train.py:40", ("amp",), {})
 
 
+def test_logging_is_suggested_only_where_the_trainer_logs_more_often_than_every_50_steps():
+    every_step = {"logging_strategy": "steps", "logging_steps": "1"}
+    assert "logging_steps=50" in frameworks.fix_code("huggingface", "t.py:3", ("reduce_host_work",), {}, every_step)
+    for current in ({"logging_strategy": "steps", "logging_steps": "500"},  # the default: already rarer
+                    {"logging_strategy": "steps", "logging_steps": "0.01"},  # a fraction of the run
+                    {"logging_strategy": "epoch", "logging_steps": "1"}):
+        assert frameworks.fix_code("huggingface", "t.py:3", ("reduce_host_work",), {}, current) == "", current
+    assert "log_every_n_steps=50" in frameworks.fix_code("lightning", "t.py:3", ("reduce_host_work",), {},
+                                                         {"log_every_n_steps": "5"})
+
+
+def test_a_change_the_framework_has_a_setting_for_is_applied_as_that_setting():
+    """Under the HF Trainer the batch and the logging interval are TrainingArguments fields, set as the user's
+    call runs; outside a framework (or for a change it has no setting for) the optimization's hooks apply it."""
+    from diagnose.model import Change
+    from diagnose.optimizations.runtime import build_change_set
+
+    changes = [Change("batch_size", {"batch_size": 32}), Change("reduce_host_work", {"every": 50}),
+               Change("dataloader.pin_memory", {})]
+    under = build_change_set(changes, "train.py:9", "huggingface")
+    assert under.framework_settings == {"huggingface": {"per_device_train_batch_size": 32, "logging_steps": 50}}
+    assert under.applied[:2] == ["TrainingArguments(per_device_train_batch_size=32)",
+                                 "TrainingArguments(logging_steps=50)"]
+    assert len(under.loader_edits) == 1  # pin_memory: the DataLoader the Trainer builds
+    plain = build_change_set(changes[:1], "train.py:9")
+    assert plain.framework_settings == {} and len(plain.loader_edits) == 1
+    # a loop accumulating 4 micro-batches, split once more: the Trainer's count is the product, not 2
+    split = build_change_set([Change("grad_accumulation", {"micro_batches": 2, "batch_size": 8, "accumulating": 4})],
+                             "train.py:9", "huggingface")
+    assert split.framework_settings == {"huggingface": {"per_device_train_batch_size": 8,
+                                                        "gradient_accumulation_steps": 8}}
+
+
+def test_the_users_training_arguments_call_receives_the_setting_as_if_written():
+    pytest.importorskip("transformers",
+                        reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
+    from transformers import TrainingArguments
+
+    from diagnose.capture import frameworks as capture_frameworks
+
+    undo = capture_frameworks.install({"huggingface": {"logging_steps": 50, "per_device_train_batch_size": 32}})
+    try:
+        args = TrainingArguments(output_dir="unused", logging_steps=1, per_device_train_batch_size=2, use_cpu=True)
+    finally:
+        undo()
+    assert (args.logging_steps, args.per_device_train_batch_size, args.train_batch_size) == (50, 32, 32)
+    after = TrainingArguments(output_dir="unused", logging_steps=1, use_cpu=True)
+    assert after.logging_steps == 1  # undone: the next run's calls are the user's own
+
+
+def test_the_users_lightning_trainer_call_receives_the_setting_as_if_written(tmp_path):
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install '.[frameworks]')")
+    from lightning.pytorch import Trainer
+
+    from diagnose.capture import frameworks as capture_frameworks
+
+    undo = capture_frameworks.install({"lightning": {"log_every_n_steps": 50}})
+    try:
+        trainer = Trainer(log_every_n_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                          default_root_dir=tmp_path)
+    finally:
+        undo()
+    assert trainer.log_every_n_steps == 50
+
+
 def test_a_fused_optimizer_is_not_suggested_to_a_trainer_that_already_uses_one():
     fused = frameworks.fix_code("huggingface", "train.py:12", ("batch_size", "optimizer.fused"),
                                 {"loader_batch_size": 2, "optimizer_multi_tensor": 1})
@@ -159,5 +224,13 @@ def test_hf_trainer_at_batch_2_logging_every_step_names_logging_steps_and_tries_
     assert "utilization.small-batch" in rules or "utilization.dispatch-bound" in rules, rules
     fixes = " ".join(f["fix_code"] for f in run.findings)
     assert "logging_steps=" in fixes and "per_device_train_batch_size=" in fixes, fixes
+    decided = ("faster", "slower", "no-change")
     batch = [e for e in run.diagnosis["experiments"] if e["optimization"] == "batch_size"]
-    assert [e for e in batch if e["verdict"] in ("faster", "slower", "no-change")], batch
+    assert [e for e in batch if e["verdict"] in decided], batch
+    # both measured as the setting the user will change, applied by the Trainer's own code
+    assert all(e["applied"] == [f"TrainingArguments(per_device_train_batch_size={e['setting']['batch_size']})"]
+               for e in batch), batch
+    [logging] = [e for e in run.diagnosis["experiments"] if e["optimization"] == "reduce_host_work"]
+    assert logging["verdict"] in decided and logging["applied"] == ["TrainingArguments(logging_steps=50)"], logging
+    assert "+args = TrainingArguments(output_dir=\"hf_out\", per_device_train_batch_size=2, logging_steps=50," \
+        in logging["change"], logging["change"]

@@ -1,7 +1,8 @@
 """The hook contract: what a change may do inside the child process, without touching the user's code.
 
 Optimizations (diagnose.optimizations) fill a ChangeSet; the capture hooks (instrument.py) call its edits when the
-script builds its DataLoader or optimizer, first calls its model, or calls backward()."""
+script builds its DataLoader or optimizer, first calls its model, or calls backward(); framework settings are
+given to the user's configuring call (TrainingArguments(...), Lightning's Trainer(...)) as it runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ class ChangeSet:
     model_hooks: list[Callable[[Any], None]] = field(default_factory=list)
     loss_transforms: list[Callable[[Any], Any]] = field(default_factory=list)  # tensor passed to backward()
     start_hooks: list[Callable[[], None]] = field(default_factory=list)
+    framework_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # framework -> setting -> value
     replay_first_batch: bool = False
     applied: list[str] = field(default_factory=list)  # what actually happened, for the record
 

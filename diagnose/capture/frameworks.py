@@ -1,6 +1,7 @@
 """Where a framework-built DataLoader or optimizer is configured: the user's TrainingArguments(...) or
 Trainer(...) line, recorded on the object when it is made (frameworks are imported lazily by the user's script,
-so an import hook patches their classes as their modules load)."""
+so an import hook patches their classes as their modules load). A timed run that applies a change as the
+framework's setting (logging_steps=50) sets it there too, as if the user's call had said it."""
 from __future__ import annotations
 
 import functools
@@ -15,9 +16,11 @@ from diagnose.capture.sites import is_framework_file, is_user_file, user_locatio
 from diagnose.model import FrameworkSite
 
 STAMP = "_diagnose_location"
+# framework name -> setting -> value, for the configuring calls made while installed (a timed run's changes)
+_SETTINGS: dict[str, dict[str, Any]] = {}
 
 
-def _stamp(cls: type, method: str) -> None:
+def _stamp(cls: type, method: str, framework: str) -> None:
     original = cls.__dict__.get(method)
     if original is None or getattr(original, "_diagnose_stamp", False):
         return
@@ -27,6 +30,12 @@ def _stamp(cls: type, method: str) -> None:
         if getattr(obj, STAMP, None) is None:
             # set before the original runs: a frozen or validating class may refuse it afterwards
             object.__setattr__(obj, STAMP, user_location(sys._getframe(1)))
+        settings = _SETTINGS.get(framework, {})
+        if method == "__init__":
+            kwargs.update(settings)  # the configuring call's keywords (Lightning's Trainer takes keywords only)
+        else:  # a dataclass's __post_init__: its fields are set, not yet validated or derived from
+            for name, value in settings.items():
+                object.__setattr__(obj, name, value)
         return original(obj, *args, **kwargs)
 
     stamped._diagnose_stamp = True
@@ -36,7 +45,7 @@ def _stamp(cls: type, method: str) -> None:
 class _StampingFinder(importlib.abc.MetaPathFinder):
     """Patches each framework class as soon as its module has run."""
 
-    def __init__(self, wanted: dict[str, list[tuple[str, str]]]):
+    def __init__(self, wanted: dict[str, list[tuple[str, str, str]]]):
         self.wanted = wanted
 
     def find_spec(self, name, path=None, target=None):
@@ -49,26 +58,35 @@ class _StampingFinder(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             execute(module)
-            for cls_name, method in classes:
+            for cls_name, method, framework in classes:
                 if isinstance(getattr(module, cls_name, None), type):
-                    _stamp(getattr(module, cls_name), method)
+                    _stamp(getattr(module, cls_name), method, framework)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-def install() -> callable:
-    """Record the configuring calls' lines from now on; returns the undo."""
-    wanted: dict[str, list[tuple[str, str]]] = {}
+def install(settings: Optional[dict[str, dict[str, Any]]] = None) -> callable:
+    """Record the configuring calls' lines from now on, and give them `settings` (framework -> setting -> value);
+    returns the undo."""
+    _SETTINGS.clear()
+    _SETTINGS.update(settings or {})
+    wanted: dict[str, list[tuple[str, str, str]]] = {}
     for framework in frameworks.FRAMEWORKS.values():
         for module, cls, method in framework.stamps:
             if module in sys.modules:  # already imported (by an earlier run in this process)
-                _stamp(getattr(sys.modules[module], cls), method)
+                _stamp(getattr(sys.modules[module], cls), method, framework.name)
             else:
-                wanted.setdefault(module, []).append((cls, method))
+                wanted.setdefault(module, []).append((cls, method, framework.name))
     finder = _StampingFinder(wanted)
     sys.meta_path.insert(0, finder)
-    return lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None
+
+    def undo() -> None:
+        _SETTINGS.clear()
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+
+    return undo
 
 
 def built_by_framework(frame: Optional[FrameType], obj: Any) -> bool:
@@ -115,4 +133,14 @@ def site(frame: Optional[FrameType]) -> Optional[FrameworkSite]:
     framework, trainer, trainer_frame = found
     config = framework.config_of(trainer)
     return FrameworkSite(name=framework.name, location=getattr(config, STAMP, None),
-                         entry=user_location(trainer_frame))
+                         entry=user_location(trainer_frame), settings=_watched(framework, config))
+
+
+def _watched(framework: frameworks.Framework, config: Any) -> dict[str, str]:
+    """The values the run had of the settings the framework's fixes change (an enum as its value)."""
+    values = {}
+    for name in framework.watched:
+        value = getattr(config, name, None)
+        if value is not None:
+            values[name] = str(getattr(value, "value", value))
+    return values

@@ -154,7 +154,7 @@ class Instrumentation:
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
         self._undo += [pre.remove, post.remove]
-        self._undo.append(frameworks.install())
+        self._undo.append(frameworks.install(self.changes.framework_settings))
         diagnose._step_hook = lambda: self.clock.signal("manual")
         for start in self.changes.start_hooks:
             start()

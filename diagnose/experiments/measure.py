@@ -105,7 +105,8 @@ class FedSamples:
 class MeasureSession(ScriptHost):
     def __init__(self, config, run_dir, progress):
         self.plan = config.measure
-        changes = build_change_set(list(self.plan.changes), self.plan.train_loader_location)
+        changes = build_change_set(list(self.plan.changes), self.plan.train_loader_location,
+                                    self.plan.framework)
         instr = Instrumentation(self.boundary, changes, on_batch=self.on_batch, on_loss=self.on_loss,
                                 on_epoch=self.on_epoch)
         super().__init__(config, run_dir, progress, instr)

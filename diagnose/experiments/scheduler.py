@@ -94,6 +94,7 @@ class Scheduler:
         self.step_s = max(times.get("unprofiled") or times.get("mean", 0.05), 1e-4)
         loader = ctx.loader
         self.train_location = loader.location if loader else None
+        self.framework = ctx.capture.framework.name if ctx.capture.framework else None
         self.script_workers = loader.num_workers if loader else 0
         config = RunFolder(run_dir).config
         # every rank gets the same change; windows then close on step counts alone, so all ranks stop at the
@@ -154,7 +155,7 @@ class Scheduler:
     def _timed_plan(self, arm: Arm) -> MeasurePlan:
         burst = self._burst(arm)
         in_step = bool(self.launcher)
-        return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location,
+        return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location, framework=self.framework,
                            warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
                            window_s=0.0 if in_step else self.window_s(),
                            min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
@@ -166,8 +167,8 @@ class Scheduler:
         """Three steps and one short window: the optimizer's state is made in the first step, so by the third
         the step's memory has reached its steady peak."""
         burst = self._burst(arm)
-        return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location, warmup_steps=2,
-                           warmup_s=0.0, window_s=0.0, min_window_steps=burst, max_window_steps=burst,
+        return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location, framework=self.framework,
+                           warmup_steps=2, warmup_s=0.0, window_s=0.0, min_window_steps=burst, max_window_steps=burst,
                            rewarm_steps=burst, burst_steps=burst, windows=1, min_windows=1)
 
     def _burst(self, arm: Arm) -> int:

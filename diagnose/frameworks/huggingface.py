@@ -2,7 +2,7 @@
 is the user's TrainingArguments(...) call and each change is one of its fields."""
 from __future__ import annotations
 
-from diagnose.frameworks.catalog import Framework
+from diagnose.frameworks.catalog import LOG_EVERY, Framework, accumulation, sparse_logging
 
 
 def _batch(metrics: dict) -> dict:
@@ -32,11 +32,16 @@ FRAMEWORK = Framework(
         "compile": lambda s: {"torch_compile": "True"},
         "optimizer.fused": lambda s: {"optim": '"adamw_torch_fused"'},
         "grad_accumulation": lambda s: {**({"per_device_train_batch_size": str(s["batch_size"])} if "batch_size" in s
-                                           else {}), "gradient_accumulation_steps": str(s.get("micro_batches", 2))},
+                                           else {}), "gradient_accumulation_steps": str(accumulation(s))},
         "activation_checkpointing": lambda s: {"gradient_checkpointing": "True"},
         # logging_steps=1 reads the loss back (a device sync) and formats a log line in every step
-        "reduce_host_work": lambda s: {"logging_steps": "50"},
+        "reduce_host_work": lambda s: {"logging_steps": str(s.get("every", LOG_EVERY))},
     },
+    applied_as_setting=frozenset({"reduce_host_work", "batch_size", "grad_accumulation"}),
+    watched=("logging_strategy", "logging_steps", "disable_tqdm", "per_device_train_batch_size",
+             "gradient_accumulation_steps"),
+    covered={"reduce_host_work": sparse_logging("logging_steps", "logging_strategy")},
+    notes={"reduce_host_work": "the progress bar is per-step host work too: disable_tqdm=True turns it off"},
     suggest={
         "dataloader.num_workers": _workers,
         "dataloader.persistent_workers": dict,

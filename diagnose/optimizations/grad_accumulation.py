@@ -30,11 +30,14 @@ class GradAccumulation(Optimization):
         """Two micro-batches; where the largest batch that fits was measured, the fewest micro-batches that fit
         it and twice as many (more headroom, for the time it costs): the faster that fits wins."""
         size = ctx.loader.batch_size
+        # a loop that accumulates already: a framework's setting replaces its count, so it says the product
+        accumulating = ctx.capture.micro_batches_per_step
+        already = {"accumulating": accumulating} if accumulating > 1 else {}
         if not ctx.largest_batch or ctx.largest_batch >= size:  # the batch fits: halve it, as to save memory
-            return [{"micro_batches": MICRO_BATCHES, "batch_size": size // MICRO_BATCHES}]
+            return [{"micro_batches": MICRO_BATCHES, "batch_size": size // MICRO_BATCHES, **already}]
         fewest = micro_batches_to_fit(size, ctx.largest_batch)
         counts = [fewest] + ([micro_batches_to_fit(size, size // fewest // 2)] if size // fewest >= 4 else [])
-        return [{"micro_batches": k, "batch_size": size // k} for k in dict.fromkeys(counts)]
+        return [{"micro_batches": k, "batch_size": size // k, **already} for k in dict.fromkeys(counts)]
 
     def apply(self, setting, changes):
         k = setting["micro_batches"]
