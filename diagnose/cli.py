@@ -170,11 +170,14 @@ def compare(a, b, out, fail_if_slower, run_noise, force, rules_dirs, templates_d
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
 @click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
-              help="Stop the script after this long, whatever happened.")
+              help="Stop the script this long after its first step, whatever happened.")
+@click.option("--startup-seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
+              help="Time the script may take to reach its first step (imports, loading, compiling, data "
+                   "preparation); --max-seconds starts counting there.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
+def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script, script_args):
     """Capture one rank of a job you launch yourself, e.g.
     `torchrun --nnodes 2 --nproc-per-node 8 ... -m diagnose capture --out RUN train.py ARGS`;
     then `diagnose report RUN` analyses what all ranks wrote. Run it in every rank, with the same RUN folder."""
@@ -185,7 +188,7 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
     code = capture_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
-                           with_stack=with_stack)
+                           startup_seconds=startup_seconds, with_stack=with_stack)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # user threads or DataLoader workers must not keep the rank alive
@@ -197,7 +200,10 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
 @click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
-              help="Stop the script after this long, whatever happened.")
+              help="Stop the script this long after its first step, whatever happened.")
+@click.option("--startup-seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
+              help="Time the script may take to reach its first step (imports, loading, compiling, data "
+                   "preparation); --max-seconds starts counting there.")
 @click.option("--experiments", default="findings", show_default=True, metavar="findings|none|all|ID[,ID...]",
               help="Optimizations to apply and measure: those the findings recommend, none, all, or a list of ids.")
 @click.option("--budget-seconds", default=240.0, show_default=True, type=click.FloatRange(min=10),
@@ -231,8 +237,9 @@ def capture(out, warmup, steps, max_seconds, with_stack, script, script_args):
 @click.option("--standalone", is_flag=True, help="torchrun: single-node rendezvous on a free port.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs, templates_dir, with_stack, as_json,
-        open_report, baseline, fail_if_slower, run_noise, memory_limit, script, script_args, **torchrun):
+def run(out, warmup, steps, max_seconds, startup_seconds, experiments, budget_seconds, rules_dirs, templates_dir,
+        with_stack, as_json, open_report, baseline, fail_if_slower, run_noise, memory_limit, script, script_args,
+        **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
 
@@ -255,7 +262,8 @@ def run(out, warmup, steps, max_seconds, experiments, budget_seconds, rules_dirs
 
     args = script_args[1:] if script_args[:1] == ("--",) else script_args
     code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
-                       experiments=_experiments(experiments), budget_seconds=budget_seconds, with_stack=with_stack,
+                       startup_seconds=startup_seconds, experiments=_experiments(experiments),
+                       budget_seconds=budget_seconds, with_stack=with_stack,
                        rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
                        launcher=_torchrun_args(torchrun), baseline=baseline,
                        fail_if_slower=fail_if_slower, run_noise=run_noise, memory_limit_bytes=limit_bytes)

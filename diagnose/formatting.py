@@ -59,3 +59,18 @@ def display_location(location: str | None, cwd: Path | None = None) -> str | Non
 
 # the same names in both environments (the report's and the rules')
 NUMBER_FILTERS = {"pct": fmt_pct, "ms": fmt_ms, "gib": fmt_gib, "flops": fmt_flops}
+
+
+# what the start-up watch calls the script's own code before training, and the first step once a forward has run
+OWN_CODE = "your code"
+FIRST_STEP = "the first step"
+
+
+def startup_place(activity: str, place: str) -> str:
+    """'in torch/_inductor (compiling)', 'in your code at prep.py:88', 'in the first step (at train.py:40)'."""
+    where = display_location(place) or place
+    if activity == OWN_CODE:
+        return f"in your code at {where}"
+    if activity == FIRST_STEP:
+        return f"in the first step (at {where})"
+    return f"in {where} ({activity})"

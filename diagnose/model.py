@@ -77,7 +77,7 @@ class RunConfig:
     out_dir: str
     warmup_steps: int
     profile_steps: int
-    max_seconds: float
+    max_seconds: float  # from the first step; from the start when startup_seconds is None (timed runs)
     experiments: str = "none"
     rules_dirs: tuple[str, ...] = ()
     measure: Optional[MeasurePlan] = None  # set for experiment runs: no profiler, timed windows
@@ -87,6 +87,7 @@ class RunConfig:
     memory_limit_bytes: Optional[int] = None  # --memory-limit: run as if the device had this much memory
     # set in the child's environment before it starts: settings read once, when torch starts (an allocator's)
     environment: tuple[tuple[str, str], ...] = ()
+    startup_seconds: Optional[float] = None  # the limit on the time before the first step (compiling, loading)
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,19 @@ class UnprofiledWindow:
 
 
 @dataclass(frozen=True)
+class Startup:
+    """The time from the script's start to its first step, split by what the main thread was doing (sampled):
+    compiling, loading weights, preparing data, importing, distributed start-up, your code, the first step."""
+    seconds: float
+    by_activity: dict[str, float]  # activity -> seconds, largest first
+    places: dict[str, str]  # activity -> where most of it was: a package, or the user's file:line
+    last_activity: str = ""  # what it was doing last (when no step came: what it was doing when stopped)
+    last_place: str = ""
+    reached_step: bool = True
+    stopped_at_limit: bool = False  # --startup-seconds ended it before its first step
+
+
+@dataclass(frozen=True)
 class Capture:
     """What the child process saw while running the user's script (RUN/capture.json)."""
     status: str  # a Status's value
@@ -277,8 +291,9 @@ class Capture:
     error: Optional[ScriptError] = None
     notes: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()  # ranks that wrote a capture, in a multi-process run
-    redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> copy in RUN/sandbox
-    skipped_removals: tuple[str, ...] = ()
+    redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> what the script left, in RUN/sandbox
+    restored_files: tuple[str, ...] = ()  # the user's files and folders put back after the script changed or removed
+    unrestored_files: tuple[str, ...] = ()  # changed by another process during the run, no copy from before: as left
     unprofiled_window: Optional[UnprofiledWindow] = None  # None: not measured (script ended first, old capture)
     autocast_dtypes: tuple[str, ...] = ()  # dtypes of the enabled autocast regions the script entered
     framework: Optional[FrameworkSite] = None  # the training framework the script runs under, if any
@@ -294,6 +309,8 @@ class Capture:
     # of the steps after the warm-up had; 1 without gradient accumulation or an optimizer
     micro_batches_per_step: int = 1
     fit_note: str = ""  # long steps: the fewer warm-up and profiled steps that fit --max-seconds, and why
+    startup: Optional[Startup] = None  # before the first step (the profiled capture only)
+    startup_limit_s: Optional[float] = None  # --startup-seconds; None: --max-seconds counted from the start
 
 
 @dataclass(frozen=True)
@@ -732,3 +749,4 @@ class Diagnosis:
     memory: Optional[MemoryBreakdown] = None  # the peak, its parts and its phase
     batch_search: Optional[BatchSearch] = None  # the largest batch that fits, when it was searched
     speed_of_light: Optional[SpeedOfLight] = None  # FLOPs per step, MFU, the speed-of-light step time
+    startup: Optional[Startup] = None  # the time before the first step and what it went to

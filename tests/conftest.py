@@ -40,11 +40,13 @@ def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def run_script(script: Path, *script_args: str, out: Path, options: tuple[str, ...] = FAST, cwd: Path = REPO) -> CliRun:
+def run_script(script: Path, *script_args: str, out: Path, options: tuple[str, ...] = FAST, cwd: Path = REPO,
+               env: dict | None = None, timeout: float = 240) -> CliRun:
     import time
 
     start = time.monotonic()
-    proc = diagnose_cli("run", "--out", str(out), *options, str(script), *script_args, cwd=cwd)
+    proc = diagnose_cli("run", "--out", str(out), *options, str(script), *script_args, cwd=cwd, env=env,
+                        timeout=timeout)
     return CliRun(proc.returncode, proc.stdout, proc.stderr, out, time.monotonic() - start)
 
 

@@ -67,10 +67,11 @@ def test_sigterm_while_the_scripts_error_is_read_keeps_the_error_and_the_results
     assert (run.run_dir / "capture.json").is_file() and (run.run_dir / "report.html").is_file()
 
 
-def test_script_that_never_reaches_a_step_stops_at_max_seconds_and_says_how_to_mark_steps(tmp_path):
-    run = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "run", options=("--max-seconds", "6"))
+def test_script_that_never_reaches_a_step_stops_at_the_startup_limit_and_says_how_to_mark_steps(tmp_path):
+    """Its own code, nothing of training in sight (no model call, DataLoader or optimizer): its steps need marking."""
+    run = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "run", options=("--startup-seconds", "6"))
     assert run.returncode == 3
-    assert "diagnose.step()" in run.stderr
+    assert "diagnose.step()" in run.stderr and "in your code at tests/scripts/no_steps.py:" in run.stderr
     assert run.diagnosis["status"] == "no_steps" and run.diagnosis["steps_profiled"] == 0
     assert run.seconds < 60
 
@@ -193,7 +194,7 @@ def test_a_fresh_output_folder_idiom_leaves_the_users_folder_and_its_files_in_pl
     assert (work / "ckpt" / "model.pt").read_bytes() == b"last week's model"
     assert sorted(p.name for p in work.iterdir()) == ["ckpt", "train.py"]
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
-    assert str(work / "ckpt") in capture["skipped_removals"]
+    assert str(work / "ckpt" / "model.pt") in capture["restored_files"]
 
 
 def test_paths_that_leave_a_folder_the_script_made_still_cannot_touch_the_users_files(tmp_path):

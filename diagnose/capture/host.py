@@ -13,7 +13,7 @@ from typing import Optional
 
 from diagnose.capture.instrument import Instrumentation, StopCapture
 from diagnose.capture.memory import MemoryLimit, apply_memory_limit, is_out_of_memory, out_of_memory
-from diagnose.capture.sandbox import WriteSandbox
+from diagnose.capture.sandbox import WriteSandbox, exempt_folders
 from diagnose.model import OutOfMemory, RunConfig, ScriptError, Status
 from diagnose.runfolder import RunFolder
 
@@ -43,14 +43,28 @@ class ScriptHost:
         self.script_running = False  # stop signals raise only while the script runs, never in our own handling
         self.memory = MemoryLimit(None, "cpu")
         self.oom: Optional[OutOfMemory] = None  # set when the script ran out of memory
+        self.first_step_at: Optional[float] = None  # time.monotonic() of the first step boundary
 
     def boundary(self, count: int) -> None:
         """Called by the hooks at each step boundary (main thread only)."""
-        if self.stop_reason is None and time.monotonic() - self.t0 > self.config.max_seconds:
+        if self.first_step_at is None:
+            self.first_step_at = time.monotonic()
+            if self.config.startup_seconds is not None:  # start-up is over: --max-seconds counts from here
+                self._start_timer(self.config.max_seconds)
+            self.on_first_step()
+        if self.stop_reason is None and self.measured_s() > self.config.max_seconds:
             self.stop_reason = "timeout"  # also checked here: the script may handle the deadline signal itself
         if self.stop_reason is not None:
             raise StopCapture(self.stop_reason)  # again and again: a bare `except:` in the script cannot keep it
         self.on_boundary(count)
+
+    def measured_s(self) -> float:
+        """Seconds of the part --max-seconds bounds: from the first step when start-up has a limit of its own."""
+        start = self.t0 if self.config.startup_seconds is None or self.first_step_at is None else self.first_step_at
+        return time.monotonic() - start
+
+    def on_first_step(self) -> None:
+        pass
 
     def stop(self, reason: str) -> None:
         self.stop_reason = reason
@@ -82,7 +96,10 @@ class ScriptHost:
         sys.argv = [self.config.script, *self.config.script_args]
         sys.path.insert(0, os.path.dirname(script))
         self.instr.install()
-        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], RunFolder(self.run_dir).sandbox, self.own_dirs())
+        # in this process alone (no parent restoring: `diagnose capture` in a rank the user launched), only the
+        # paths the script's Python touches are protected: its peers write in the same folders meanwhile
+        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], RunFolder(self.run_dir).sandbox,
+                                    [*self.own_dirs(), *exempt_folders(self.run_dir)], listed=False)
         self.sandbox.install()
         self.start_samplers()
         self.memory = apply_memory_limit(self.config.memory_limit_bytes)  # last: our own set-up is outside it
@@ -107,7 +124,14 @@ class ScriptHost:
 
         signal.signal(DEADLINE_SIGNAL, on_deadline)
         signal.signal(signal.SIGTERM, on_terminate)
-        self.timer = threading.Timer(self.config.max_seconds, os.kill, (os.getpid(), DEADLINE_SIGNAL))
+        first = self.config.startup_seconds
+        self._start_timer(first if first is not None else self.config.max_seconds)
+
+    def _start_timer(self, seconds: float) -> None:
+        previous = getattr(self, "timer", None)
+        if previous is not None:
+            previous.cancel()
+        self.timer = threading.Timer(seconds, os.kill, (os.getpid(), DEADLINE_SIGNAL))
         self.timer.daemon = True
         self.timer.start()
 

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -133,6 +134,7 @@ class Instrumentation:
         self.on_batch, self.on_loss, self.on_epoch = on_batch, on_loss, on_epoch
         self._undo: list[Callable[[], None]] = []
         self._module_depth = 0
+        self._global_module_hooks: list[Callable[[], None]] = []
         self._replayed: dict[int, Any] = {}
         self._pid, self._main_ident = os.getpid(), threading.main_thread().ident
         self.timing = False  # measure the time in each loader's next() (during the profiled window)
@@ -153,7 +155,13 @@ class Instrumentation:
         self._undo += [handle.remove, pre_step.remove]
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
-        self._undo += [pre.remove, post.remove]
+        self._global_module_hooks = [pre.remove, post.remove]
+        self._undo.append(self._remove_global_module_hooks)
+        self._patch(torch, "compile", self._wrap_compile)
+        self._patch(torch.nn.Module, "compile", self._wrap_module_compile)
+        saved_filters = warnings.filters[:]
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+        self._undo.append(lambda: setattr(warnings, "filters", saved_filters))
         self._undo.append(frameworks.install(self.changes.framework_settings))
         diagnose._step_hook = lambda: self.clock.signal("manual")
         for start in self.changes.start_hooks:
@@ -402,14 +410,68 @@ class Instrumentation:
         return enter
 
     first_forward_at: Optional[float] = None  # time.monotonic() of the first model forward: training began
+    compiled = False  # torch.compile or module.compile ran: no FLOP counter over compiled code
 
     def _before_forward(self, module, inputs) -> None:
         if self._module_depth == 0 and self.seen.root_module is None and _has_parameters(module):
-            self.seen.root_module = module
+            self.seen.root_module = getattr(module, "_orig_mod", module)  # torch.compile's wrapper: the model
             self.first_forward_at = time.monotonic()
             for hook in self.changes.model_hooks:
                 hook(module)
+        if self._module_depth == 0 and self._global_module_hooks and type(module).__name__ == "OptimizedModule":
+            self._track_on(module)
         self._module_depth += 1
+
+    # -- compiled models ------------------------------------------------------------------------------
+    # Global module hooks fire twice on a torch.compile'd module, once traced into its graph (torch warns about it
+    # on every call). A compiled model called at the top (not a block inside a model) is tracked by hooks of its
+    # own instead, which run outside the compiled code; compiled blocks keep the global hooks, warning silenced.
+    def _wrap_compile(self, original):
+        instr = self
+
+        @functools.wraps(original)
+        def compile(model=None, *args, **kwargs):
+            result = original(model, *args, **kwargs)
+            instr.compiled = instr.compiled or isinstance(result, torch.nn.Module)
+            return result
+
+        return compile
+
+    def _wrap_module_compile(self, original):
+        """module.compile() compiles the module's own call, hooks included: the forward is tracked around it."""
+        instr = self
+
+        @functools.wraps(original)
+        def compile(module, *args, **kwargs):
+            result = original(module, *args, **kwargs)
+            instr.compiled = True
+            compiled = getattr(module, "_compiled_call_impl", None)
+            if compiled is not None:
+                def tracked_call(*call_args, **call_kwargs):
+                    if instr._module_depth == 0:
+                        instr._remove_global_module_hooks()
+                    instr._before_forward(module, call_args)
+                    try:
+                        return compiled(*call_args, **call_kwargs)
+                    finally:
+                        instr._after_forward(module, call_args, None)
+
+                module._compiled_call_impl = tracked_call
+            return result
+
+        return compile
+
+    def _track_on(self, module) -> None:
+        """From now on forwards are tracked on `module` alone (its hooks run before and after its compiled code)."""
+        self._remove_global_module_hooks()
+        pre = module.register_forward_pre_hook(self._before_forward)
+        post = module.register_forward_hook(self._after_forward)
+        self._undo += [pre.remove, post.remove]
+
+    def _remove_global_module_hooks(self) -> None:
+        for remove in self._global_module_hooks:
+            remove()
+        self._global_module_hooks = []
 
     def _after_forward(self, module, inputs, output) -> None:
         self._module_depth = max(0, self._module_depth - 1)

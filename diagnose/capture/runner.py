@@ -8,11 +8,12 @@ import subprocess
 import sys
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
 import diagnose
+from diagnose.capture import sandbox
 from diagnose.errors import UserError
 from diagnose.model import Capture, RunConfig
 from diagnose.runfolder import RunFolder
@@ -77,15 +78,83 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
     capture, or a timed run when the experiments pass their own entry."""
     run_dir = run_dir.resolve()  # the script may chdir; the child must still find its run folder
     write_json(RunFolder(run_dir).config, config)
-    if config.launcher:
-        return _run_ranks(config, run_dir, on_output, on_progress, entry)
+    folder = RunFolder(run_dir).sandbox
+    files = sandbox.prepare(folder, [Path.cwd(), Path(config.script).parent], sandbox.exempt_folders(run_dir))
+    env = (*config.environment, (sandbox.STATE_ENV, str(files.state)))
+    outcome = None
+    try:
+        with _stops_as_interrupts():
+            run = _run_ranks if config.launcher else _run_one
+            outcome = run(config, run_dir, on_output, on_progress, entry, env)
+    finally:
+        with _signals_held():
+            restored = _restore(folder)
+        if restored.unrestored and (outcome is None or outcome.capture is None):  # no report will say it
+            on_output(f"diagnose: your files, not restored: {'; '.join(restored.unrestored)}", True)
+    return _with_restore(outcome, restored, RunFolder(run_dir).capture)
+
+
+class _stops_as_interrupts:
+    """SIGTERM and SIGHUP (a job's time limit, a closed terminal) stop the parent as Ctrl-C does: the child is
+    told to stop and the user's files are restored before the parent goes."""
+
+    def __enter__(self):
+        self.previous = {}
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                self.previous[sig] = signal.signal(sig, _raise_interrupt)
+            except ValueError:  # not the main thread: signals go to the main thread's handlers anyway
+                pass
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+class _signals_held:
+    """Ctrl-C, SIGTERM and SIGHUP wait while the user's files are put back: after, not half-way."""
+    HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+    def __enter__(self):
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.HELD)
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
+def _restore(folder: Path) -> sandbox.RestoreResult:
+    """The user's folders as they were, whatever became of the child (a kill leaves its journal behind)."""
+    try:
+        return sandbox.restore(folder) or sandbox.RestoreResult({}, (), ())
+    except Exception as exc:  # a damaged state file: the results still get written, the originals are named
+        return sandbox.RestoreResult({}, (), (f"could not restore your files: {exc}; the originals are in "
+                                              f"{sandbox.SandboxFiles(folder).originals}",))
+
+
+def _with_restore(outcome: CaptureOutcome, restored: sandbox.RestoreResult, capture_file: Path) -> CaptureOutcome:
+    if outcome.capture is None:
+        return outcome
+    capture = replace(outcome.capture, redirected_writes={**outcome.capture.redirected_writes, **restored.kept},
+                      restored_files=tuple(sorted({*outcome.capture.restored_files, *restored.restored})),
+                      unrestored_files=restored.unrestored)
+    if capture_file.exists():
+        write_json(capture_file, capture)
+    return replace(outcome, capture=capture)
+
+
+def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,
+             env: tuple[tuple[str, str], ...]) -> CaptureOutcome:
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd, config.environment))
+                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd, env))
     os.close(write_fd)
     threads = _start_relays(proc, run_dir, os.fdopen(read_fd, "r", errors="replace"), on_output, on_progress)
-    interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S)
+    interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S)
     for t in threads:
         t.join(timeout=5)
     capture_file = RunFolder(run_dir).capture
@@ -94,7 +163,8 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
                           interrupted or (capture is not None and capture.status == "interrupted"))
 
 
-def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str) -> CaptureOutcome:
+def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,
+               extra_env: tuple[tuple[str, str], ...]) -> CaptureOutcome:
     """One process per rank through torchrun, each running the capture child; rank 0 reports progress through
     a named pipe (torchrun does not pass inherited descriptors on). torchrun gets its own process group, so a
     deadline can stop it and every rank together."""
@@ -103,13 +173,13 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
 
     fifo = RunFolder(run_dir).progress_fifo
     os.mkfifo(fifo)
-    env = {**child_env(-1, config.environment), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
+    env = {**child_env(-1, extra_env), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
     env.pop("DIAGNOSE_PROGRESS_FD")
     cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
                             errors="replace", env=env, start_new_session=True)
     threads = _start_relays(proc, run_dir, _FifoLines(fifo), on_output, on_progress)
-    interrupted = _wait(proc, config.max_seconds + KILL_GRACE_S, group=True)
+    interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S, group=True)
     _FifoLines.release(fifo)
     for t in threads:
         t.join(timeout=5)

@@ -21,6 +21,7 @@ from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.memory import StepMemory
 from diagnose.capture.sampler import StackSampler, SystemSampler
+from diagnose.capture.startup import StartupWatch
 from diagnose.model import (
     Capture,
     Environment,
@@ -29,6 +30,7 @@ from diagnose.model import (
     MemorySizes,
     RunConfig,
     ScriptError,
+    Startup,
     Status,
     UnprofiledWindow,
 )
@@ -62,6 +64,9 @@ class Session(ScriptHost):
         self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
         self.memory_sizes: Optional[MemorySizes] = None
         self.stacks = StackSampler(threading.main_thread().ident)
+        self.startup_watch = StartupWatch(threading.main_thread().ident, self.t0, progress,
+                                          lambda: self.instr.first_forward_at is not None)
+        self.startup: Optional[Startup] = None
         self.flop_counter: Optional[StepFlops] = None
         self.flops: Optional[FlopCount] = None
         self.flops_note = "no warm-up step to count in (--warmup 1 or more counts one)"
@@ -103,8 +108,7 @@ class Session(ScriptHost):
         per_step = self._step_estimate(step)
         if per_step is None:
             return
-        now = time.monotonic() - self.t0
-        room = int(FIT_SHARE * (self.config.max_seconds - now) / per_step)  # steps that fit from here
+        room = int(FIT_SHARE * (self.config.max_seconds - self.measured_s()) / per_step)  # steps that fit from here
         if (self.warmup - step) + PROFILED_COST * self.steps <= room:
             return
         # profiling may start now: a complete step came before (_step_estimate measured one, or at step 0 the
@@ -134,9 +138,11 @@ class Session(ScriptHost):
         return f"steps take about {step:.1f} s: run with {self._options_that_fit(step)}"
 
     def _options_that_fit(self, step_s: float) -> str:
-        """Start-up, a warm-up step, MIN_PROFILED profiled ones at PROFILED_COST, one more for the trace, rounded up
-        to 10 s."""
-        seconds = math.ceil((self.boundaries_s[0] + (1 + PROFILED_COST * MIN_PROFILED + 1) * step_s) / 10) * 10
+        """A warm-up step, MIN_PROFILED profiled ones at PROFILED_COST, one more for the trace (and start-up, when
+        --max-seconds counts it), rounded up to 10 s."""
+        startup = self.boundaries_s[0] if self.config.startup_seconds is None else 0.0
+        steps_s = (1 + PROFILED_COST * MIN_PROFILED + 1) * step_s / FIT_SHARE  # as _fit_to_time counts the room
+        seconds = math.ceil((startup + steps_s) / 10) * 10
         return f"--warmup 1 --steps {MIN_PROFILED} --max-seconds {seconds}"
 
     def _step_estimate(self, step: int) -> Optional[float]:
@@ -165,7 +171,9 @@ class Session(ScriptHost):
         target = min(1, warmup - 1)
         if warmup < 1 or current_rank() not in (None, 0):
             return
-        if step == target:
+        if step == target and self.instr.compiled:  # a dispatch mode over compiled code would recompile it
+            self.flops_note = "the model is compiled: its FLOPs are counted from the profiled ops instead"
+        elif step == target:
             self.flop_counter = StepFlops(self.instr.current_phase)
             why_not = self.flop_counter.start()
             if why_not:
@@ -271,9 +279,13 @@ class Session(ScriptHost):
             # stopped, 19-21 ms with this collection.
             gc.collect()
 
+    def on_first_step(self) -> None:
+        self.startup = self.startup_watch.finish(self.first_step_at - self.t0, stopped_at_limit=False)
+
     def start_samplers(self) -> None:
         self.system.start()
         self.stacks.start()
+        self.startup_watch.start()
         self.step_memory = StepMemory(lambda: self.instr.seen.root_module)
 
     # -- finishing ----------------------------------------------------------------------------------
@@ -290,6 +302,8 @@ class Session(ScriptHost):
             status = "completed"  # the profiled window was complete; only the unprofiled timing was cut short
         elif not self.profiled and status in ENDS_AFTER_PROFILING and len(self.boundaries_s) >= 2:
             self.fit_note = self._too_few_note(status)
+        if self.startup is None:  # no step came: what it was doing when it ended
+            self.startup = self.startup_watch.finish(None, stopped_at_limit=self.stop_reason == "timeout")
         self.progress("probing dataset")
         capture = self._capture(status, error, last_complete)
         files = RunFolder(self.run_dir)
@@ -315,6 +329,8 @@ class Session(ScriptHost):
             step_source=instr.clock.source,
             micro_batches_per_step=_usual(instr.clock.micro_per_step[self.warmup:]),
             fit_note=self.fit_note,
+            startup=self.startup,
+            startup_limit_s=self.config.startup_seconds,
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.warmup,
@@ -336,8 +352,9 @@ class Session(ScriptHost):
             memory_kind=kind,
             allocator=allocator_stats(),
             error=error,
-            redirected_writes=self.sandbox.written(),
-            skipped_removals=tuple(self.sandbox.skipped_removals),
+            redirected_writes=self.sandbox.written(),  # in a process of its own: filled in by the parent (runner.py)
+            restored_files=tuple(self.sandbox.restored),
+            unrestored_files=tuple(self.sandbox.unrestored),
             unprofiled_window=self.unprofiled,
             autocast_dtypes=tuple(sorted(instr.seen.autocast_dtypes)),
             framework=instr.seen.framework,
@@ -480,10 +497,13 @@ def progress_writer():
     except OSError:
         stream = None
 
+    lock = threading.Lock()  # the main thread and the start-up watch both write lines
+
     def write(line: str) -> None:
         if stream is not None:
             try:
-                stream.write(line + "\n")
+                with lock:
+                    stream.write(line + "\n")
             except OSError:
                 pass
 

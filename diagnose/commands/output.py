@@ -53,7 +53,8 @@ def progress_bar(console: Console) -> Progress:
 def finish_output(console: Console, result, as_json: bool, open_report: bool) -> None:
     print_summary(console, result.diagnosis, verdict(result.diagnosis, result.analysis),
                   status_sentence(result.capture, result.analysis), result.run_dir, result.report_path,
-                  len(result.capture.redirected_writes) if result.capture else 0)
+                  len(result.capture.redirected_writes) if result.capture else 0,
+                  result.capture.unrestored_files if result.capture else ())
     if as_json:
         sys.stdout.write(dumps(result.diagnosis).decode() + "\n")
         sys.stdout.flush()

@@ -22,6 +22,7 @@ PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_
 
 def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
                 max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool,
+                startup_seconds: Optional[float] = None,
                 rules_dirs: tuple[str, ...], templates_dir: Optional[str], as_json: bool, open_report: bool,
                 launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
                 fail_if_slower: Optional[float] = None, run_noise: Optional[float] = None,
@@ -40,6 +41,7 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
                   highlight=False)
     config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
                        with_stack=with_stack, profile_steps=steps, max_seconds=max_seconds, experiments=experiments,
+                       startup_seconds=startup_seconds,
                        rules_dirs=tuple(rules_dirs), launcher=launcher, memory_limit_bytes=memory_limit_bytes)
     out_stream = Console(stderr=True) if as_json else Console()
     with progress_bar(console) as progress:

@@ -20,6 +20,7 @@ from diagnose.report.wording import (
     memory_sentence,
     result_text,
     speed_sentence,
+    startup_sentence,
 )
 from diagnose.runfolder import RunFolder
 
@@ -27,9 +28,12 @@ STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
 
 def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: str, run_dir: Path,
-                  report: Optional[Path], redirected: int = 0) -> None:
+                  report: Optional[Path], redirected: int = 0, unrestored: tuple[str, ...] = ()) -> None:
     console.print()
     console.print(status, style="dim", soft_wrap=True, markup=False, highlight=False)  # errors hold [brackets]
+    startup = startup_sentence(diagnosis.startup)
+    if startup:
+        console.print(startup, style="dim", soft_wrap=True, markup=False, highlight=False)
     _print_headline(console, diagnosis)
     console.print(verdict, style="bold", soft_wrap=True, markup=False, highlight=False)
     if diagnosis.breakdown:
@@ -56,8 +60,13 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     if folder.tb.is_dir():
         console.print(f"Traces:  tensorboard --logdir {folder.tb}", soft_wrap=True, markup=False)
     if redirected:
-        console.print(f"Files:   the script wrote {redirected} file(s) in your folders; they are in "
-                      f"{folder.sandbox}, yours are untouched", soft_wrap=True, markup=False, style="dim")
+        console.print(f"Files:   the script wrote {redirected} file(s) in your folders; after the run they were "
+                      f"moved to {folder.sandbox} and yours put back as they were", soft_wrap=True, markup=False,
+                      style="dim")
+    if unrestored:
+        console.print(f"Files:   changed during the run by another process, with no copy from before to restore "
+                      f"(left as they are): {', '.join(unrestored[:5])}" + (" ..." if len(unrestored) > 5 else ""),
+                      soft_wrap=True, markup=False, style="yellow")
 
 
 MEMORY_SHOWN_FROM = 0.25  # of the limit: below it the terminal leaves memory to the report

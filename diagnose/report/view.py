@@ -22,6 +22,7 @@ from diagnose.report.wording import (
     result_text,
     setting_text,
     speed_sentence,
+    startup_sentence,
     status_sentence,
     verdict,
 )
@@ -99,6 +100,7 @@ class ReportView:
     verdict: str
     status: str
     status_sentence: str
+    startup_sentence: str
     diagnosis: Diagnosis
     capture: Optional[Capture]
     analysis: Optional[Analysis]
@@ -147,6 +149,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         verdict=verdict(diagnosis, analysis),
         status=diagnosis.status,
         status_sentence=status_sentence(capture, analysis),
+        startup_sentence=startup_sentence(diagnosis.startup),
         diagnosis=diagnosis,
         capture=capture,
         analysis=analysis,

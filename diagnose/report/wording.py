@@ -1,11 +1,12 @@
 """The sentences the report and the terminal share: the verdict and what happened to the script."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
-from diagnose.formatting import fmt_flops, fmt_gib, fmt_ms
-from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory
+from diagnose.formatting import OWN_CODE, display_location, fmt_flops, fmt_gib, fmt_ms, startup_place
+from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory, Startup
 
 CATEGORY_NAMES = {
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
@@ -117,12 +118,51 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         return (f"Stopped at the time limit after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
     if capture.status == "no_steps":
-        return (f"{name} ran for {capture.wall_s:.0f} s without reaching a training step (no DataLoader batch, "
-                "backward() or optimizer step). Mark steps with diagnose.step() (see the README).")
+        return _no_step_sentence(capture, name)
     if capture.status == "script_finished":
         return (f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
     return f"Capture ended with status {capture.status}."
+
+
+def _no_step_sentence(capture: Capture, name: str) -> str:
+    """Why no step came, from what the script was doing: still starting (compiling, loading, preparing data, or its
+    own set-up before a model, DataLoader or optimizer it has built) needs more time; its own code with nothing
+    of training in sight needs its steps marked."""
+    start = capture.startup
+    mark = " Mark steps with diagnose.step() (see the README)."
+    plain = (f"{name} ran for {capture.wall_s:.0f} s without reaching a training step (no DataLoader batch, "
+             "backward() or optimizer step)")
+    if start is None or not start.by_activity:
+        return plain + "." + mark
+    split = startup_split(start)
+    training_ahead = capture.model is not None or bool(capture.loaders) or bool(capture.optimizers)
+    limit = capture.startup_limit_s
+    if start.stopped_at_limit and limit and (start.last_activity != OWN_CODE or training_ahead):
+        more = max(limit * 2, math.ceil(start.seconds * 2 / 60) * 60)
+        return (f"{name} was still starting when --startup-seconds {limit:g} ran out, "
+                f"{startup_place(start.last_activity, start.last_place)} (start-up so far: {split}). No step was "
+                f"measured: give it more time, e.g. --startup-seconds {more:g}.")
+    split = f" (start-up: {split})" if len(start.by_activity) > 1 else ""
+    return plain + f"; it was {startup_place(start.last_activity, start.last_place)}{split}." + mark
+
+
+def startup_split(start: Startup, least_s: float = 0.5) -> str:
+    """'compiling 48 s (torch/_inductor), your code 3 s (prep.py:88), importing 2 s'."""
+    parts = []
+    for activity, seconds in start.by_activity.items():
+        if seconds >= least_s:
+            place = start.places.get(activity, "")
+            where = f" ({display_location(place) or place})" if place and place != "imports" else ""
+            parts.append(f"{activity} {seconds:.0f} s{where}")
+    return ", ".join(parts) or f"{start.seconds:.0f} s"
+
+
+def startup_sentence(start: Optional[Startup]) -> str:
+    """'Start-up: 52 s before the first step: compiling 48 s (torch/_inductor), importing 3 s.'; '' when short."""
+    if start is None or not start.reached_step or start.seconds < 5:
+        return ""
+    return f"Start-up: {start.seconds:.0f} s before the first step: {startup_split(start, 1.0)}."
 
 
 def _long_step_hint(capture: Capture) -> str:

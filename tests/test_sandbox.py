@@ -1,0 +1,113 @@
+"""The sandbox keeps the run working and the user's files as they were: what the script writes is where it and the
+processes it starts expect it during the run, and afterwards the user's folders are put back, even when the run
+was killed."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from conftest import run_script
+
+from diagnose.capture import sandbox
+
+QUICK = ("--warmup", "2", "--steps", "4", "--experiments", "none")
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _project(tmp_path: Path, source: str) -> Path:
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "train.py").write_text(source)
+    return work
+
+
+TRAIN_STEPS = (
+    "model = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for step in range(30):\n"
+    "    loss = model(torch.randn(8, 4)).pow(2).mean()\n    opt.zero_grad(); loss.backward(); opt.step()\n")
+
+
+def test_a_file_the_script_writes_is_read_by_the_subprocess_it_starts(tmp_path):
+    """What inductor does before g++ compiles: write a source file from Python, start a process that reads it."""
+    work = _project(tmp_path, (
+        "import subprocess, sys, torch\n"
+        "open('generated.txt', 'w').write('made by the script')\n"
+        "open('settings.txt', 'w').write('the script changed this')\n"
+        "for name in ('generated.txt', 'settings.txt'):\n"
+        "    out = subprocess.run([sys.executable, '-c', f'print(open({name!r}).read())'], capture_output=True,\n"
+        "                         text=True, check=True).stdout\n"
+        "    print('subprocess read:', out.strip())\n" + TRAIN_STEPS))
+    (work / "settings.txt").write_text("the user's settings")
+    before = _contents(work)
+    run = run_script(work / "train.py", out=tmp_path / "run", options=QUICK, cwd=work)
+    assert run.returncode == 0, run.stderr[-2000:]
+    log = (tmp_path / "run" / "script.log").read_text()
+    assert "subprocess read: made by the script" in log and "subprocess read: the script changed this" in log
+    assert _contents(work) == before  # the user's file back, byte for byte; the script's own file gone
+    kept = tmp_path / "run" / "sandbox" / "project"
+    assert (kept / "generated.txt").read_text() == "made by the script"
+    assert (kept / "settings.txt").read_text() == "the script changed this"
+    capture = json.loads((tmp_path / "run" / "capture.json").read_text())
+    assert str(work / "settings.txt") in capture["restored_files"]
+    assert str(work / "generated.txt") in capture["redirected_writes"]
+
+
+def test_a_run_killed_mid_way_still_gets_the_users_files_back(tmp_path):
+    work = _project(tmp_path, (
+        "import os, signal, torch\n" + TRAIN_STEPS +
+        "    if step == 3:  # a warm-up step: the run is not over yet\n"
+        "        open('notes.txt', 'w').write('overwritten')\n"
+        "        os.remove('data.csv')\n"
+        "        open('new.txt', 'w').write('new')\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would\n"))
+    (work / "notes.txt").write_text("my notes")
+    (work / "data.csv").write_text("a,b\n1,2\n")
+    before = _contents(work)
+    run_script(work / "train.py", out=tmp_path / "run", options=QUICK, cwd=work)
+    assert _contents(work) == before
+    assert (tmp_path / "run" / "sandbox" / "project" / "new.txt").read_text() == "new"
+
+
+def test_a_change_made_by_another_process_is_named_and_left_as_it_is(tmp_path):
+    """No copy from before it exists (diagnose sees Python's writes only): restoring is not possible, saying so is."""
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "edited.txt").write_text("before")
+    (work / "kept.txt").write_text("kept")
+    folder = tmp_path / "run" / "sandbox"
+    sandbox.prepare(folder, [work], [tmp_path / "run"])
+    (work / "edited.txt").write_text("changed by a compiler")  # not through the patched open(): unseen
+    os.utime(work / "edited.txt", ns=(1, 1))
+    result = sandbox.restore(folder)
+    assert result.unrestored == (str(work / "edited.txt"),)
+    assert (work / "edited.txt").read_text() == "changed by a compiler" and (work / "kept.txt").read_text() == "kept"
+    assert sandbox.restore(folder) is None  # restored once; the state is gone
+
+
+def test_what_lands_in_a_folder_the_script_made_goes_aside_and_other_new_files_stay(tmp_path, monkeypatch):
+    """Inductor makes its cache folder from Python, g++ (another process) writes into it: both go aside with the
+    run. A file the script's Python did not make (the user's editor saving meanwhile) is not the run's to move."""
+    work = tmp_path / "project"
+    (work / "src").mkdir(parents=True)
+    (work / "src" / "model.py").write_text("x = 1")
+    folder = tmp_path / "run" / "sandbox"
+    files = sandbox.prepare(folder, [work], [tmp_path / "run"])
+    monkeypatch.setenv(sandbox.STATE_ENV, str(files.state))
+    child = sandbox.WriteSandbox([work], folder, [tmp_path / "run"])
+    child.install()
+    try:
+        os.makedirs(work / "inductor-cache" / "ab")
+    finally:
+        child.uninstall()
+    (work / "inductor-cache" / "ab" / "main.so").write_bytes(b"\x7fELF")  # as g++ would leave it
+    (work / "notes.md").write_text("saved by the user's editor during the run")
+    result = sandbox.restore(folder)
+    assert _contents(work) == {"src/model.py": b"x = 1", "notes.md": b"saved by the user's editor during the run"}
+    assert sorted(os.listdir(work)) == ["notes.md", "src"]
+    assert result.kept == {str(work / "inductor-cache" / "ab" / "main.so"):
+                           str(folder / "project" / "inductor-cache" / "ab" / "main.so")}
+    assert result.unrestored == ()
