@@ -749,4 +749,5 @@ class Diagnosis:
     memory: Optional[MemoryBreakdown] = None  # the peak, its parts and its phase
     batch_search: Optional[BatchSearch] = None  # the largest batch that fits, when it was searched
     speed_of_light: Optional[SpeedOfLight] = None  # FLOPs per step, MFU, the speed-of-light step time
+    startup_s: Optional[float] = None  # the script's start to its first step (startup.seconds)
     startup: Optional[Startup] = None  # the time before the first step and what it went to

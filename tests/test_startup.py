@@ -19,7 +19,7 @@ def _startup_attributed_to_the_loader(run, seconds: float) -> None:
     d = run.diagnosis
     assert d["status"] == "completed" and d["steps_profiled"] >= 4, d["status"]
     start = d["startup"]
-    assert seconds <= start["seconds"] < seconds + 30, start
+    assert seconds <= start["seconds"] < seconds + 30 and d["startup_s"] == start["seconds"], start
     assert start["by_activity"]["your code"] >= seconds - 2, start
     assert start["places"]["your code"].endswith(f"slow_start.py:{line_of(SLOW_START, 'time.sleep(seconds)')}")
     assert "Start-up: " in run.stderr and "your code " in run.stderr, run.stderr[-2000:]

@@ -150,6 +150,8 @@ class Session(ScriptHost):
         first boundary when that boundary ended a step (an optimizer step's or backward()'s)."""
         if step >= 1:
             return self.boundaries_s[-1] - self.boundaries_s[-2]
+        if self.instr.compiled:  # the first step compiled the model: its time says nothing of the steps after
+            return None
         first = self.instr.first_forward_at
         # ranks decide on a whole step only: the collectives keep those alike, so ranks profile the same steps
         if self.instr.clock.source in ("optimizer", "backward") and first is not None and current_rank() is None:

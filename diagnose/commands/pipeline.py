@@ -49,6 +49,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         memory=_memory(capture, analysis),
         batch_search=experiments.batch_search,
         speed_of_light=analysis.speed_of_light if analysis else None,
+        startup_s=capture.startup.seconds if capture and capture.startup else None,
         startup=capture.startup if capture else None,
     )
 
