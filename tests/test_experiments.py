@@ -45,10 +45,17 @@ def test_slow_loader_on_a_60_s_budget_verifies_more_workers_and_the_claim_holds_
     assert "+" in best["change"] and "num_workers=" in best["change"]  # a unified diff of the script
     assert best["change"].startswith("--- a/sample_runs/slow_loader.py\n+++ b/sample_runs/slow_loader.py")  # git apply
     [combined] = _by(d["experiments"], "combined")
-    # an independent check: the script alone, twice as long, with the chosen setting passed as its own option
-    plain = _plain_script_steps_per_s(0)
-    measured = _plain_script_steps_per_s(best["setting"]["num_workers"]) / plain
-    assert abs(best["speedup"] / measured - 1) <= 0.2, (best["speedup"], measured)
+    # an independent check: the script alone, twice as long, with the chosen setting passed as its own option;
+    # each side twice, interleaved, the best of each (a busy machine only slows a run down)
+    workers_n = best["setting"]["num_workers"]
+    sides = {"plain": (0,), "workers": (workers_n,), "both": (workers_n, "--persistent-workers")}
+    runs = {name: [] for name in sides}
+    for _ in range(2):
+        for name, args in sides.items():
+            runs[name].append(_plain_script_steps_per_s(*args))
+    plain = max(runs["plain"])
+    measured = max(runs["workers"]) / plain
+    assert abs(best["speedup"] / measured - 1) <= 0.2, (best["speedup"], measured, runs)
     # the combination (persistent workers ride on the workers) is what is left of 60 s: on a slow machine it may
     # not fit, and then it is said, not claimed. When it ran, its claim must hold on a plain run: never above it
     # (an over-claim is the bug); with 16 workers on 2 cores its two or three short runs may read low.
@@ -60,8 +67,8 @@ def test_slow_loader_on_a_60_s_budget_verifies_more_workers_and_the_claim_holds_
     assert combined["setting"]["changes"] == [
         best_label := f"dataloader.num_workers(num_workers={best['setting']['num_workers']})",
         "dataloader.persistent_workers(persistent_workers=True)"], best_label
-    both = _plain_script_steps_per_s(best["setting"]["num_workers"], "--persistent-workers") / plain
-    assert combined["speedup"] <= 1.2 * both and combined["ci"][0] > 1, (combined["speedup"], both)
+    both = max(runs["both"]) / plain
+    assert combined["speedup"] <= 1.2 * both and combined["ci"][0] > 1, (combined["speedup"], both, runs)
 
 
 @pytest.mark.slow

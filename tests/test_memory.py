@@ -178,7 +178,7 @@ def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
     assert search["limit_bytes"] == 700 * 10**6 and search["limit_source"] == "--memory-limit"
     assert search["per_sample_bytes"] > 0 and search["predicted_batch"] > 256
     # bisected to an eighth of the batch, or stopped by its run limit and saying so (allocators make memory jump)
-    assert largest >= 2048 and largest < search["smallest_failing"]
+    assert largest >= 2048 and largest < search["smallest_failing"], search
     assert search["smallest_failing"] - largest <= largest // 8 or "short runs were spent" in search["note"], search
     assert "Largest batch that fits in" in run.stderr + run.stdout
     assert _plain_under_limit("--batch-size", str(largest), "--steps", "12") == 0

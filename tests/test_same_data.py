@@ -134,9 +134,11 @@ def test_a_sharded_stream_is_verified_on_unique_samples_and_the_claim_holds_on_a
     assert best["data_check"] == "same-samples" and not best["fidelity_warning"], best  # worker k reads k, k+N, ...
     assert 0 < best["fingerprint_step_s"] < 0.002
     assert d["headline"]["verdict"] == "faster" and "same samples, reordered" in proc.stderr
-    plain = _plain_samples_per_s("--shard")
-    workers = _plain_samples_per_s("--shard", "--num-workers", str(best["setting"]["num_workers"]))
-    assert best["speedup"] <= 1.25 * workers / plain, (best["speedup"], workers / plain)
+    # plain runs, each side three times interleaved, the best of each (a busy machine only slows a run down)
+    n = str(best["setting"]["num_workers"])
+    pairs = [(_plain_samples_per_s("--shard"), _plain_samples_per_s("--shard", "--num-workers", n)) for _ in range(3)]
+    plain, workers = max(p for p, _ in pairs), max(w for _, w in pairs)
+    assert best["speedup"] <= 1.25 * workers / plain, (best["speedup"], workers / plain, pairs)
 
 
 @pytest.mark.slow

@@ -168,10 +168,12 @@ def test_with_eight_workers_the_unprofiled_step_is_a_long_plain_runs(tmp_path):
     after that backlog and holds whole bursts, so the step is the loader's pace, not the backlog's."""
     from conftest import SAMPLES
 
+    before = _plain_step_s(8)  # plain runs on either side in time: the machine's pace while diagnose ran
     run = run_script(SAMPLES / "slow_loader.py", "--num-workers", "8", out=tmp_path / "run",
                      options=("--warmup", "3", "--steps", "8", "--experiments", "none"))
+    after = _plain_step_s(8)
     assert run.returncode == 0, run.stderr
     window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
     assert window["steps"] % 8 == 0, window
-    step, plain = run.diagnosis["step_time_s"]["unprofiled"], _plain_step_s(8)
-    assert abs(step / plain - 1) <= 0.10, (step, plain)
+    step = run.diagnosis["step_time_s"]["unprofiled"]
+    assert 0.9 * min(before, after) <= step <= 1.1 * max(before, after), (step, before, after)
