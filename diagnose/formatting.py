@@ -74,3 +74,10 @@ def startup_place(activity: str, place: str) -> str:
     if activity == FIRST_STEP:
         return f"in the first step (at {where})"
     return f"in {where} ({activity})"
+
+
+def setting_label(optimization: str, setting: dict) -> str:
+    """'grad_accumulation(micro_batches=2, batch_size=4096)'; the bare id for a setting of nothing. The combined
+    run's list of changes is left out: it is said apart (setting_text)."""
+    detail = ", ".join(f"{k}={v}" for k, v in setting.items() if k != "changes")
+    return f"{optimization}({detail})" if detail else optimization

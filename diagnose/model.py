@@ -728,6 +728,12 @@ class Comparison:
     notes: tuple[str, ...] = ()
 
 
+def stated_step_s(step_time_s: dict) -> Optional[float]:
+    """The step time every report states: timed without the profiler when it was (`unprofiled`), else the
+    profiled steps' `mean`; None when neither was measured."""
+    return step_time_s.get("unprofiled") or step_time_s.get("mean") or None
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """The stable contract written to RUN/diagnosis.json (schema 1)."""

@@ -17,7 +17,7 @@ from diagnose.analysis.metrics import METRICS
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
 from diagnose.formatting import NUMBER_FILTERS, display_location, fmt_int
-from diagnose.model import CATEGORIES, Analysis, Finding, FrameworkSite
+from diagnose.model import CATEGORIES, Analysis, Finding, FrameworkSite, stated_step_s
 from diagnose.resources import bundled
 
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
@@ -223,7 +223,8 @@ def _context(analysis: Analysis) -> dict:
     locations = {k: display_location(v) for k, v in analysis.locations.items()}
     metrics = analysis.metrics
     # the step time the report states: the one timed without the profiler when measured, else the profiled mean
-    step_s = metrics.get("step_time_unprofiled_s") or metrics.get("step_time_mean_s")
+    step_s = stated_step_s({"unprofiled": metrics.get("step_time_unprofiled_s"),
+                            "mean": metrics.get("step_time_mean_s")})
     return {**dict.fromkeys(METRICS), **metrics, "step_s": step_s, "locations": locations,
             "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",

@@ -93,6 +93,10 @@ def test_script_with_required_arguments_and_sibling_import_runs_with_its_argumen
 def test_double_dash_separates_script_arguments(sample_run):
     run = sample_run("args_and_import/train.py", "--", "--lr", "0.01", "256")
     assert run.returncode == 0, run.stderr
+    # the script got its own arguments after `--`: 256 samples at batch 32 are 8 steps an epoch, 3 epochs
+    assert run.diagnosis["steps_profiled"] == 8 and run.diagnosis["metrics"]["loader_batch_size"] == 32
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["script_args"] == ["--lr", "0.01", "256"] and capture["loaders"][0]["dataset_len"] == 256
 
 
 def test_manual_update_without_dataloader_or_optimizer_still_gets_steps(sample_run):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from diagnose.experiments.scheduler import Arm
-from diagnose.model import Analysis, Capture, Finding
+from diagnose.model import Analysis, Capture, Finding, stated_step_s
 
 MIN_RUNS = 4  # two of the baseline and two of one setting: the fewest that give an interval
 PRIMARY_WEIGHT = 0.8  # a finding's later optimizations are less likely to be its fix than its first
@@ -62,7 +62,7 @@ def order_candidates(candidates: list[Candidate]) -> list[Candidate]:
 def run_estimate_s(capture: Capture, analysis: Optional[Analysis], window_s: float, warmup_steps: int = 5) -> float:
     """One timed run before any has run: start-up as the capture saw it, the warm-up, three windows."""
     times = analysis.step_time_s if analysis is not None else {}
-    step = times.get("unprofiled") or times.get("mean") or 0.05
+    step = stated_step_s(times) or 0.05
     startup = capture.boundaries_s[0] if capture.boundaries_s else 3.0
     windows = 3 * max(window_s, 5 * step)
     return PROCESS_START_S + startup + max(warmup_steps * step, 0.3) + windows + STOP_S

@@ -2,14 +2,11 @@
 write the same way: a setting's label, an optimization skipped with its reason, why a run failed."""
 from __future__ import annotations
 
+from diagnose.formatting import setting_label
 from diagnose.model import Experiment, Measurement
 from diagnose.optimizations import REGISTRY
 
-
-def setting_label(optimization: str, setting: dict) -> str:
-    """'grad_accumulation(micro_batches=2, batch_size=4096)'; the bare id for a setting of nothing."""
-    detail = ", ".join(f"{k}={v}" for k, v in setting.items())
-    return f"{optimization}({detail})" if detail else optimization
+__all__ = ["setting_label", "skipped_experiment", "failure_text"]
 
 
 def skipped_experiment(optimization: str, reason: str, metric: str = "") -> Experiment:

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments.records import setting_label
-from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Window
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Window, stated_step_s
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.runfolder import RunFolder
@@ -91,7 +91,7 @@ class Scheduler:
         self.probe_durations: list[float] = []  # short runs that ask whether a batch fits
         # timed runs have the profiler off: the unprofiled step time is theirs, when it was measured
         times = ctx.analysis.step_time_s if ctx.analysis is not None else {}
-        self.step_s = max(times.get("unprofiled") or times.get("mean", 0.05), 1e-4)
+        self.step_s = max(stated_step_s(times) or 0.05, 1e-4)
         loader = ctx.loader
         self.train_location = loader.location if loader else None
         self.framework = ctx.capture.framework.name if ctx.capture.framework else None

@@ -10,7 +10,7 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 
-from diagnose.formatting import fmt_ms
+from diagnose.formatting import fmt_ms, setting_label
 from diagnose.model import Diagnosis
 from diagnose.report.view import step_time_view
 from diagnose.report.wording import (
@@ -102,8 +102,7 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
     for e in diagnosis.experiments:
         if e.verdict == "skipped" and e.optimization not in ("combined", "ceiling"):
             continue
-        setting = ", ".join(f"{k}={v}" for k, v in e.setting.items() if k != "changes")
-        label = f"{e.optimization}({setting})" if setting else e.optimization
+        label = setting_label(e.optimization, e.setting)
         result = escape(result_text(e))
         data = f"  ({DATA_WORDS[e.data_check]})" if e.data_check in DATA_WORDS else ""
         style = VERDICT_STYLE.get(e.verdict, "default")

@@ -10,7 +10,17 @@ from typing import Optional
 import diagnose.report.charts as charts
 from diagnose import __version__
 from diagnose.formatting import fmt_ms
-from diagnose.model import BUCKETS, Analysis, Capture, Diagnosis, Experiment, Finding, Samples, Status
+from diagnose.model import (
+    BUCKETS,
+    Analysis,
+    Capture,
+    Diagnosis,
+    Experiment,
+    Finding,
+    Samples,
+    Status,
+    stated_step_s,
+)
 from diagnose.report.wording import (
     CATEGORY_NAMES,
     batch_search_sentence,
@@ -81,7 +91,7 @@ class StepTimeView:
 def step_time_view(diagnosis: Diagnosis) -> StepTimeView:
     profiled = diagnosis.step_time_s.get("mean") or 0.0
     plain = diagnosis.step_time_s.get("unprofiled")
-    shown = plain if plain else profiled
+    shown = stated_step_s(diagnosis.step_time_s) or 0.0
     factor = profiled / plain if plain and profiled else None
     return StepTimeView(
         seconds=shown, unprofiled=bool(plain), profiled_s=profiled, overhead_factor=factor,

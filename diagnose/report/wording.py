@@ -5,8 +5,16 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from diagnose.formatting import OWN_CODE, display_location, fmt_flops, fmt_gib, fmt_ms, startup_place
-from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory, Startup
+from diagnose.formatting import (
+    OWN_CODE,
+    display_location,
+    fmt_flops,
+    fmt_gib,
+    fmt_ms,
+    setting_label,
+    startup_place,
+)
+from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory, Startup, stated_step_s
 
 CATEGORY_NAMES = {
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
@@ -22,9 +30,8 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     ranked = [f for f in diagnosis.findings if f.severity in ("high", "medium")]
     if not ranked:
         compute = diagnosis.breakdown.get("compute", 0.0)
-        plain = diagnosis.step_time_s.get("unprofiled")
-        step = (f"step {plain * 1e3:.1f} ms" if plain
-                else f"mean profiled step {diagnosis.step_time_s['mean'] * 1e3:.1f} ms")
+        shown = stated_step_s(diagnosis.step_time_s) or 0.0
+        step = f"{'step' if diagnosis.step_time_s.get('unprofiled') else 'mean profiled step'} {shown * 1e3:.1f} ms"
         return f"No bottleneck found: {compute:.0%} of each step is compute in torch ops ({step})."
     top = ranked[0]
     where = f" ({top.location})" if top.location else ""
@@ -270,8 +277,7 @@ def _unverified_sentence(diagnosis: Diagnosis) -> str:
         return ("No change was verified faster on this machine." + flagged).strip()
     best = max(alone, key=lambda e: e.speedup)
     speedup, _, interval = speedup_text(best.speedup, best.ci).partition(" ")
-    detail = ", ".join(f"{k}={v}" for k, v in best.setting.items())
-    label = f"{best.optimization}({detail})" if detail else best.optimization
+    label = setting_label(best.optimization, best.setting)
     return (f"No combination of changes was verified faster; on its own, {label} was {speedup} faster"
             f"{' ' + interval if interval else ''}, {best.metric}.{flagged}")
 
