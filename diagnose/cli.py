@@ -4,15 +4,18 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from diagnose import __version__
 from diagnose.errors import UserError
-from diagnose.model import Status
+from diagnose.model import RunConfig, Status
+from diagnose.serial import UnknownFieldsWarning
 
 
 def _experiments(value: str) -> str:
@@ -108,6 +111,61 @@ def _torchrun_args(options: dict) -> tuple[str, ...]:
     return tuple(args)
 
 
+def _options(*decorators):
+    """Several click options as one decorator, declared once for every command that takes them."""
+    def apply(function):
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+    return apply
+
+
+RULES = click.option("--rules", "rules_dirs", multiple=True, metavar="DIR",
+                     help="Extra folder of rule files (repeatable).")
+TEMPLATES = click.option("--templates", "templates_dir", metavar="DIR",
+                         help="Folder of templates overriding the bundled ones.")
+OPEN = click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+
+
+def _json(what: str = "diagnosis.json", note: str = ""):
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} to stdout{note}.")
+
+
+def _out(help_text: str, required: bool = False):
+    return click.option("--out", metavar="DIR", required=required, help=help_text)
+
+
+CAPTURE = _options(
+    click.option("--warmup", default=5, show_default=True, type=click.IntRange(0),
+                 help="Steps to skip before profiling."),
+    click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile."),
+    click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
+                 help="Stop the script this long after its first step, whatever happened."),
+    click.option("--startup-seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
+                 help="Time the script may take to reach its first step (imports, loading, compiling, data "
+                      "preparation); --max-seconds starts counting there."),
+    click.option("--with-stack", is_flag=True,
+                 help="Record Python stacks in the trace (python_function events); slows Python-heavy steps."),
+)
+SCRIPT = _options(click.argument("script"), click.argument("script_args", nargs=-1, type=click.UNPROCESSED))
+SCRIPT_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _gate(prefix: str):
+    return _options(
+        click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
+                     help=f"{prefix}exit with code 4 when it is slower by more than PCT percent, beyond the noise "
+                          "(a CI gate)."),
+        click.option("--run-noise", "run_noise", type=click.FloatRange(min=0, min_open=True), metavar="PCT",
+                     help=f"{prefix}run-to-run variation of step time you measured on this machine, in percent "
+                          "(default: the runs' own repeats, at least 5%)."),
+    )
+
+
+def _script_args(script_args: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(script_args[1:] if script_args[:1] == ("--",) else script_args)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="diagnose")
 def cli() -> None:
@@ -116,11 +174,8 @@ def cli() -> None:
 
 @cli.command(short_help="Diagnose torch.profiler traces you already have.")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--out", metavar="DIR", help="Folder for the report (default: diagnose_runs/<timestamp>-analyze-<name>).")
-@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
-@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
-@click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
-@click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+@_out("Folder for the report (default: diagnose_runs/<timestamp>-analyze-<name>).")
+@_options(RULES, TEMPLATES, _json(), OPEN)
 def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
     """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz), a folder of them
     (one per rank or worker), or a `diagnose run` folder (its tb/ traces). Writes the same report.html and
@@ -140,17 +195,10 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
-@click.option("--out", metavar="DIR", help="Folder for compare.html and compare.json "
-              "(default: diagnose_runs/<timestamp>-compare-<A>-vs-<B>).")
-@click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
-              help="Exit with code 4 when B is slower than A by more than PCT percent, beyond the noise (a CI gate).")
-@click.option("--run-noise", "run_noise", type=click.FloatRange(min=0, min_open=True), metavar="PCT",
-              help="Run-to-run variation of step time you measured on this machine, in percent (default: the runs' "
-                   "own repeats, at least 5%).")
+@_out("Folder for compare.html and compare.json (default: diagnose_runs/<timestamp>-compare-<A>-vs-<B>).")
+@_gate("B against A: ")
 @click.option("--force", is_flag=True, help="Compare runs of different scripts.")
-@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
-@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
-@click.option("--json", "as_json", is_flag=True, help="Print compare.json to stdout.")
+@_options(RULES, TEMPLATES, _json("compare.json"))
 def compare(a, b, out, fail_if_slower, run_noise, force, rules_dirs, templates_dir, as_json):
     """Compare B against A: step time with an interval honest about two separate runs, the breakdown and phases
     side by side, the ops and kernels that moved, findings resolved and new, what differs in the setup.
@@ -164,19 +212,11 @@ def compare(a, b, out, fail_if_slower, run_noise, force, rules_dirs, templates_d
                              force=force, fail_if_slower=fail_if_slower, run_noise=run_noise))
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+@cli.command(context_settings=SCRIPT_SETTINGS,
              short_help="Capture one rank of a job you launch yourself (torchrun, srun).")
-@click.option("--out", metavar="DIR", required=True, help="Run folder shared by all ranks.")
-@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
-@click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
-@click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
-              help="Stop the script this long after its first step, whatever happened.")
-@click.option("--startup-seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
-              help="Time the script may take to reach its first step (imports, loading, compiling, data "
-                   "preparation); --max-seconds starts counting there.")
-@click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace.")
-@click.argument("script")
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@_out("Run folder shared by all ranks.", required=True)
+@CAPTURE
+@SCRIPT
 def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script, script_args):
     """Capture one rank of a job you launch yourself, e.g.
     `torchrun --nnodes 2 --nproc-per-node 8 ... -m diagnose capture --out RUN train.py ARGS`;
@@ -186,42 +226,26 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
         sys.path.pop(0)  # as `python SCRIPT` has it: the script's folder first, not the current one
     from diagnose.commands.capture import capture_command
 
-    args = script_args[1:] if script_args[:1] == ("--",) else script_args
-    code = capture_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
-                           startup_seconds=startup_seconds, with_stack=with_stack)
+    code = capture_command(RunConfig(script=script, script_args=_script_args(script_args), out_dir=out,
+                                     warmup_steps=warmup, profile_steps=steps, max_seconds=max_seconds,
+                                     with_stack=with_stack, startup_seconds=startup_seconds))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # user threads or DataLoader workers must not keep the rank alive
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+@cli.command(context_settings=SCRIPT_SETTINGS,
              short_help="Profile a training script, find its bottleneck, verify fixes.")
-@click.option("--out", metavar="DIR", help="Run folder (default: diagnose_runs/<timestamp>-<script>).")
-@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0), help="Steps to skip before profiling.")
-@click.option("--steps", default=20, show_default=True, type=click.IntRange(1), help="Steps to profile.")
-@click.option("--max-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
-              help="Stop the script this long after its first step, whatever happened.")
-@click.option("--startup-seconds", default=600.0, show_default=True, type=click.FloatRange(min=1),
-              help="Time the script may take to reach its first step (imports, loading, compiling, data "
-                   "preparation); --max-seconds starts counting there.")
+@_out("Run folder (default: diagnose_runs/<timestamp>-<script>).")
+@CAPTURE
 @click.option("--experiments", default="findings", show_default=True, metavar="findings|none|all|ID[,ID...]",
               help="Optimizations to apply and measure: those the findings recommend, none, all, or a list of ids.")
 @click.option("--budget-seconds", default=240.0, show_default=True, type=click.FloatRange(min=10),
               help="Time for all experiments together.")
-@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
-@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
-@click.option("--with-stack", is_flag=True,
-              help="Record Python stacks in the trace (python_function events); slows Python-heavy steps.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print diagnosis.json to stdout (the script's output goes to stderr).")
-@click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
+@_options(RULES, TEMPLATES, _json(note=" (the script's output goes to stderr)"), OPEN)
 @click.option("--baseline", metavar="RUN_DIR", type=click.Path(path_type=Path),
               help="An earlier run folder to compare this run with (writes compare.html into the run folder).")
-@click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
-              help="With --baseline: exit with code 4 when this run is slower by more than PCT percent, "
-                   "beyond the noise.")
-@click.option("--run-noise", "run_noise", type=click.FloatRange(min=0, min_open=True), metavar="PCT",
-              help="With --baseline: run-to-run variation of step time you measured on this machine, in percent.")
+@_gate("With --baseline: ")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE",
               help="Run as if the device had SIZE of memory (e.g. 24GB): CUDA's per-process fraction, on the host an "
                    "address-space limit; the experiments run under it too.")
@@ -235,10 +259,9 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
 @click.option("--master-addr", metavar="HOST", help="torchrun: address of the rank 0 node.")
 @click.option("--master-port", metavar="PORT", help="torchrun: port on the rank 0 node.")
 @click.option("--standalone", is_flag=True, help="torchrun: single-node rendezvous on a free port.")
-@click.argument("script")
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(out, warmup, steps, max_seconds, startup_seconds, experiments, budget_seconds, rules_dirs, templates_dir,
-        with_stack, as_json, open_report, baseline, fail_if_slower, run_noise, memory_limit, script, script_args,
+@SCRIPT
+def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiments, budget_seconds, rules_dirs,
+        templates_dir, as_json, open_report, baseline, fail_if_slower, run_noise, memory_limit, script, script_args,
         **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
@@ -258,23 +281,20 @@ def run(out, warmup, steps, max_seconds, startup_seconds, experiments, budget_se
         if value is not None and baseline is None:
             raise UserError(f"{option} needs --baseline", "pass the earlier run folder to compare with: "
                             "--baseline RUN_DIR")
+    from diagnose.commands.options import BaselineGate, OutputOptions
     from diagnose.commands.run import run_command
 
-    args = script_args[1:] if script_args[:1] == ("--",) else script_args
-    code = run_command(script, tuple(args), out=out, warmup=warmup, steps=steps, max_seconds=max_seconds,
-                       startup_seconds=startup_seconds, experiments=_experiments(experiments),
-                       budget_seconds=budget_seconds, with_stack=with_stack,
-                       rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json, open_report=open_report,
-                       launcher=_torchrun_args(torchrun), baseline=baseline,
-                       fail_if_slower=fail_if_slower, run_noise=run_noise, memory_limit_bytes=limit_bytes)
-    sys.exit(code)
+    config = RunConfig(script=script, script_args=_script_args(script_args), out_dir=out or "", warmup_steps=warmup,
+                       profile_steps=steps, max_seconds=max_seconds, startup_seconds=startup_seconds,
+                       with_stack=with_stack, experiments=_experiments(experiments), budget_seconds=budget_seconds,
+                       rules_dirs=tuple(rules_dirs), launcher=_torchrun_args(torchrun), memory_limit_bytes=limit_bytes)
+    sys.exit(run_command(config, OutputOptions(tuple(rules_dirs), templates_dir, as_json, open_report),
+                         BaselineGate(baseline, fail_if_slower, run_noise)))
 
 
 @cli.command(short_help="Analyse a run folder again and re-render its report.")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
-@click.option("--templates", "templates_dir", metavar="DIR", help="Folder of templates overriding the bundled ones.")
-@click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json to stdout.")
+@_options(RULES, TEMPLATES, _json())
 def report(run_dir, rules_dirs, templates_dir, as_json):
     """Analyse RUN_DIR again (new rules, new templates) and re-render its report. RUN_DIR is a folder made by
     `diagnose run` or `diagnose capture` (merging the ranks' captures); for an `analyze` folder or your own
@@ -290,7 +310,7 @@ def report(run_dir, rules_dirs, templates_dir, as_json):
 
 
 @cli.command(name="rules", short_help="List the rules and their fixes, or the metrics they use.")
-@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files (repeatable).")
+@RULES
 @click.option("--metrics", "show_metrics", is_flag=True, help="List the metrics that rule conditions can use.")
 @click.option("--check", is_flag=True, help="Run each rule's own test cases and report failures.")
 def rules_command(rules_dirs, show_metrics, check):
@@ -313,7 +333,19 @@ def peak(device, fresh, as_json):
     sys.exit(peak_command(device, fresh, as_json))
 
 
+def _show_notes(message, category, filename, lineno, file=None, line=None) -> None:
+    """diagnose's own warnings as one line to the user, without the source line; others as Python shows them."""
+    if issubclass(category, UnknownFieldsWarning):
+        Console(stderr=True).print(f"[yellow]note:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main() -> None:
+    warnings.showwarning = _show_notes
     try:
         cli.main(standalone_mode=False)
     except UserError as exc:

@@ -16,7 +16,17 @@ PHASES = ("data", "forward", "backward", "optimizer", "other")
 
 
 
-class Status(str, Enum):
+class Word(str, Enum):
+    """A word the JSON files and the terminal show as itself: equal to its string, formatted as it."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Status(Word):
     """How the captured script ended (capture.json and diagnosis.json keep it as its string), the exit code
     `diagnose run` and `diagnose report` give it, and whether it is ok: its profiled steps are whole, so they
     are analysed and experimented on."""
@@ -28,6 +38,11 @@ class Status(str, Enum):
     NO_STEPS = "no_steps", 3, False
     INTERRUPTED = "interrupted", 130, False
     STOPPED = "stopped", 143, False  # SIGTERM
+    # `diagnose analyze`'s traces, or a run folder whose capture.json is missing (`diagnose report` exits 1 there:
+    # the run did not end well); no run to experiment on
+    ANALYZED = "analyzed", 1, False
+    NO_CAPTURE = "no_capture", 1, False  # the script did not start under the profiler: nothing measured
+    CRASHED = "crashed", 1, False  # a timed run's process died without writing its measurement
 
     def __new__(cls, value: str, exit_code: int, ok: bool):
         member = str.__new__(cls, value)
@@ -36,12 +51,28 @@ class Status(str, Enum):
 
     @classmethod
     def exit_code_of(cls, status: str) -> int:
-        """1 for any other status (a crashed run, a diagnosis without a capture)."""
+        """1 for a status this version does not know (a run folder written by another)."""
         return cls(status).exit_code if status in cls._value2member_map_ else 1
 
     @classmethod
     def is_ok(cls, status: str) -> bool:
         return status in cls._value2member_map_ and cls(status).ok
+
+
+class Verdict(Word):
+    """What a timed comparison or a run under a memory limit concluded (Experiment, Headline, compare.json)."""
+    FASTER = "faster"  # the 99% interval of the speedup lies above 1.0
+    SLOWER = "slower"  # below 1.0
+    NO_CHANGE = "no-change"  # it includes 1.0
+    FAILED = "failed"  # the setting's runs crashed or measured nothing
+    SKIPPED = "skipped"  # not run (budget, no loader...) or too few runs for an interval
+    FLAGGED = "flagged"  # measured, but it fed other data than the baseline: never a verified speedup
+    FITS = "fits"  # a memory lever on a run that ran out of memory: it fitted under the limit
+    OUT_OF_MEMORY = "out-of-memory"  # it ran out of memory again
+
+
+MEASURED = frozenset({Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE})  # a timed comparison was made
+VERIFIED = frozenset({Verdict.FASTER, Verdict.FITS})  # what a report may present as a verified change
 
 
 @dataclass(frozen=True)
@@ -744,7 +775,7 @@ class Diagnosis:
     breakdown: dict[str, float]
     findings: tuple[Finding, ...]
     experiments: tuple[Experiment, ...] = ()
-    status: str = "completed"
+    status: str = Status.COMPLETED
     metrics: dict[str, Optional[float]] = field(default_factory=dict)
     headline: Optional[Headline] = None
     ranks: tuple[RankSummary, ...] = ()

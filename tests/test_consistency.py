@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 from diagnose import rules as rule_engine
+from diagnose.analysis.metrics import METRICS
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.recommendation import Recommendation
 
@@ -135,3 +136,24 @@ def test_every_category_has_its_wording_and_every_rule_one_of_them():
 
     assert set(CATEGORY_NAMES) == set(CATEGORIES)  # a category without words is a KeyError while rendering
     assert {r.category for r in RULES} <= set(CATEGORIES)
+
+
+def _metric_reads(tree: ast.AST):
+    """(line, name) for each metric read by a literal name: `ctx.metric("x")`, `metrics.get("x")`, `metrics["x"]`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            reader, owner = node.func.attr, ast.unparse(node.func.value)
+            if (reader == "metric" or (reader == "get" and owner.endswith("metrics"))) \
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                yield node.lineno, node.args[0].value
+        if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("metrics") \
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            yield node.lineno, node.slice.value
+
+
+def test_every_metric_the_code_reads_by_name_is_in_the_registry():
+    package = Path(rule_engine.__file__).parent
+    reads = [(f"{path.relative_to(package.parent)}:{line}", name) for path in sorted(package.rglob("*.py"))
+             for line, name in _metric_reads(ast.parse(path.read_text(encoding="utf-8")))]
+    assert len(reads) >= 10  # the scan finds the reads outside the rules (optimizations, compare, report...)
+    assert [(where, name) for where, name in reads if name not in METRICS] == []

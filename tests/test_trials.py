@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
-from diagnose.experiments.plan import Candidate
+import pytest
+
+from diagnose.experiments.plan import Candidate, covered, runs_needed
 from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.trials import Trials
 from diagnose.model import Change, Measurement, ScriptError, Window
@@ -19,6 +21,12 @@ class SimulatedScheduler:
 
     def can_run(self, arm: Arm) -> bool:
         return self.left > 0
+
+    def remaining_s(self) -> float:
+        return self.left * 10.0
+
+    def estimate_s(self, arm: Arm) -> float:
+        return 10.0
 
     def run(self, arm: Arm):
         if self.left <= 0:
@@ -51,7 +59,7 @@ def test_successive_halving_keeps_the_best_setting_and_decides_it_in_few_runs():
     assert len(variant_runs) == Candidate("dataloader.num_workers", arms, 0.9).min_runs() == 6
     best = arms[-1]
     assert len(best.runs) == 2 and trials.comparison(best).verdict == "faster"
-    assert "dropped from the sweep" in trials.dropped[id(arms[0])]
+    assert "dropped from the sweep" in arms[0].dropped
 
 
 def test_a_setting_that_crashes_is_not_run_again_by_the_sweep():
@@ -73,3 +81,87 @@ def test_an_undecided_setting_gets_a_third_run_and_a_clear_one_does_not():
     trials.decide(Candidate("compile", [clear], 0.5))
     trials.decide(Candidate("tf32", [close], 0.5))
     assert len(clear.runs) == 2 and len(close.runs) == 3
+
+
+class ClockedScheduler(SimulatedScheduler):
+    """A simulated clock: every run takes `run_s` seconds of a `budget_s` budget, as the scheduler counts them
+    (a run starts only when its estimate fits in what is left)."""
+
+    def __init__(self, rates: dict[str, float | None], budget_s: float, run_s: float):
+        super().__init__(rates)
+        self.budget_s, self.run_s, self.clock = budget_s, run_s, 0.0
+
+    def remaining_s(self) -> float:
+        return self.budget_s - self.clock
+
+    def estimate_s(self, arm: Arm) -> float:
+        return self.run_s
+
+    def can_run(self, arm: Arm) -> bool:
+        return self.remaining_s() >= self.run_s
+
+    def run(self, arm: Arm):
+        if not self.can_run(arm):
+            return None
+        self.clock += self.run_s
+        return super().run(arm)
+
+
+def _clearly_faster(settings: int) -> tuple[list[Arm], dict[str, float]]:
+    arms = _sweep([2 ** (i + 1) for i in range(settings)])
+    return arms, {"baseline": 10.0, **{a.label: 10.0 * (2 + i) for i, a in enumerate(arms)}}
+
+
+@pytest.mark.parametrize("settings, runs", [(1, 4), (2, 6), (4, 10), (5, 16)])
+def test_the_plans_run_count_is_the_runs_the_trials_make(settings, runs):
+    arms, rates = _clearly_faster(settings)
+    candidate = Candidate("dataloader.num_workers", arms, 0.9)
+    predicted = runs_needed([candidate])
+    run_s = 7.0
+    # a budget of exactly the predicted runs covers the whole sweep...
+    assert covered([candidate], predicted * run_s, run_s) == [candidate]
+    assert covered([candidate], (predicted - 1) * run_s, run_s) != [candidate]
+    # ...and with runs to spare, the trials make exactly those runs, ending with a verdict on the best setting
+    scheduler = ClockedScheduler(rates, (predicted + 5) * run_s, run_s)
+    trials = Trials(scheduler, Arm("baseline", {}, ()))
+    trials.start()
+    trials.decide_in_budget([candidate], keep_for_combination=True)
+    assert (predicted, len(scheduler.log)) == (runs, runs)
+    survivor_runs = {1: 2, 2: 2, 4: 2, 5: 3}[settings]  # rounds it ran in: 5 settings -> 5, 3, 2
+    assert trials.comparison(arms[-1]).verdict == "faster" and len(arms[-1].runs) == survivor_runs
+
+
+def test_a_budget_one_run_short_trims_the_sweep_and_the_trials_stay_within_it():
+    arms, rates = _clearly_faster(5)
+    candidate = Candidate("dataloader.num_workers", arms, 0.9)
+    run_s = 7.0
+    budget_s = (runs_needed([candidate]) - 1) * run_s
+    chosen = covered([candidate], budget_s, run_s)
+    assert len(chosen[0].arms) == 4 and chosen[0].arms == arms[-4:]  # the strongest settings kept
+    scheduler = ClockedScheduler(rates, budget_s, run_s)
+    trials = Trials(scheduler, Arm("baseline", {}, ()))
+    trials.start()
+    trials.decide_in_budget(chosen)
+    assert len(scheduler.log) == runs_needed(chosen) <= budget_s / run_s
+
+
+def test_several_optimizations_and_their_combination_make_the_runs_the_plan_counted():
+    workers, rates = _clearly_faster(4)
+    single = Arm("compile", {}, (Change("compile"),))
+    pair = _sweep([32, 64])
+    rates.update({"compile": 25.0, pair[0].label: 30.0, pair[1].label: 40.0})
+    combined = Arm("combined", {}, (Change("compile"),))
+    rates["combined"] = 90.0
+    candidates = [Candidate("dataloader.num_workers", workers, 0.9), Candidate("compile", [single], 0.5),
+                  Candidate("dataloader.num_workers", pair, 0.4)]
+    run_s = 5.0
+    together = Candidate("combined", [combined], 1.0)
+    predicted = runs_needed(candidates + [together])
+    assert covered(candidates, predicted * run_s, run_s, combine=True) == candidates
+    scheduler = ClockedScheduler(rates, (predicted + 5) * run_s, run_s)  # runs to spare: none may be used
+    trials = Trials(scheduler, Arm("baseline", {}, ()))
+    trials.start()
+    trials.decide_in_budget(candidates, keep_for_combination=True)
+    trials.decide_in_budget([together])
+    assert len(scheduler.log) == predicted == 2 + (6 + 2 + 3 + 2) + 6  # baseline: first two, then one per two
+    assert len(combined.runs) == 2

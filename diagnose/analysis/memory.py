@@ -15,7 +15,7 @@ import numpy as np
 from diagnose.analysis.memory_events import CPU, CUDA, MemoryEvents
 from diagnose.analysis.phases import point_phases
 from diagnose.analysis.trace import Trace
-from diagnose.model import PHASES, Capture, MemoryBreakdown, MemoryPart, MemorySizes, Samples
+from diagnose.model import PHASES, Capture, MemoryBreakdown, MemoryPart, MemorySizes, Samples, Status
 
 TIMELINE_POINTS = 300
 # parts alive at a peak in each phase: activations are held from forward until backward frees them; gradients
@@ -177,7 +177,7 @@ def estimated_breakdown(capture: Capture) -> Optional[MemoryBreakdown]:
 
 def memory_metrics(memory: Optional[MemoryBreakdown], capture: Optional[Capture]) -> dict[str, Optional[float]]:
     """The breakdown as shares of the peak, for the memory rules; unknown (None) without a measured peak."""
-    oom = capture is not None and capture.status == "out_of_memory"
+    oom = capture is not None and capture.status == Status.OUT_OF_MEMORY
     values: dict[str, Optional[float]] = {"out_of_memory": 1.0 if oom else (0.0 if capture is not None else None)}
     peak = memory.peak_bytes if memory is not None else None
     parts = {p.name: p.bytes for p in memory.parts} if memory is not None else {}

@@ -53,7 +53,7 @@ class ScriptHost:
                 self._start_timer(self.config.max_seconds)
             self.on_first_step()
         if self.stop_reason is None and self.measured_s() > self.config.max_seconds:
-            self.stop_reason = "timeout"  # also checked here: the script may handle the deadline signal itself
+            self.stop_reason = Status.TIMEOUT  # also checked here: the script may handle the deadline signal itself
         if self.stop_reason is not None:
             raise StopCapture(self.stop_reason)  # again and again: a bare `except:` in the script cannot keep it
         self.on_boundary(count)
@@ -112,15 +112,15 @@ class ScriptHost:
         self.instr.uninstall()
         self.sandbox.uninstall()
         if self.instr.clock.boundaries == 0 and Status.is_ok(status):
-            status = "no_steps"
+            status = Status.NO_STEPS
         return self.finish(status, error)
 
     def _arm_deadline(self) -> None:
         def on_deadline(signum, frame):
-            self.on_stop_signal("timeout")
+            self.on_stop_signal(Status.TIMEOUT)
 
         def on_terminate(signum, frame):  # e.g. torchrun stopping the other ranks after one failed
-            self.on_stop_signal("stopped")
+            self.on_stop_signal(Status.STOPPED)
 
         signal.signal(DEADLINE_SIGNAL, on_deadline)
         signal.signal(signal.SIGTERM, on_terminate)
@@ -143,7 +143,7 @@ class ScriptHost:
             return stop.reason, None
         except KeyboardInterrupt:  # Ctrl-C while the script's own error was being read: keep what was measured
             self.script_running = False
-            return "interrupted", None
+            return Status.INTERRUPTED, None
 
     def _outcome(self, script: str) -> tuple[str, Optional[ScriptError]]:
         import runpy
@@ -152,18 +152,18 @@ class ScriptHost:
             self.script_running = True
             runpy.run_path(script, run_name="__main__")
             self.script_running = False
-            return "script_finished", None
+            return Status.SCRIPT_FINISHED, None
         except StopCapture as stop:
             self.script_running = False
             return stop.reason, None
         except KeyboardInterrupt:
             self.script_running = False
-            return "interrupted", None
+            return Status.INTERRUPTED, None
         except SystemExit as exc:
             self.script_running = False
             if exc.code in (None, 0):
-                return "script_finished", None
-            return "script_error", self._script_error(exc)
+                return Status.SCRIPT_FINISHED, None
+            return Status.SCRIPT_ERROR, self._script_error(exc)
         except BaseException as exc:  # the user's own error: report it as theirs
             self.script_running = False
             if is_out_of_memory(exc):  # the most common way training fails: a diagnosis, not a crash
@@ -171,8 +171,8 @@ class ScriptHost:
                 # the first step has no boundary yet while it runs (the training loader is known after its backward)
                 step = started - 1 if started else (0 if phase != "other" else None)
                 self.oom = out_of_memory(exc, step, phase, self.memory)
-                return "out_of_memory", self._script_error(exc)
-            return "script_error", self._script_error(exc)
+                return Status.OUT_OF_MEMORY, self._script_error(exc)
+            return Status.SCRIPT_ERROR, self._script_error(exc)
 
     def _script_error(self, exc: BaseException) -> ScriptError:
         text = user_traceback(exc)

@@ -7,12 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from diagnose.model import Capture, Measurement
+from diagnose.model import Capture, Measurement, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 RANK_DIR = re.compile(r"^rank(\d+)$")
-FAILED = ("script_error", "out_of_memory", "crashed")
+FAILED = (Status.SCRIPT_ERROR, Status.OUT_OF_MEMORY, Status.CRASHED)
 
 
 def rank_dirs(run_dir: Path) -> dict[int, Path]:
@@ -35,7 +35,7 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     chosen = failed[0] if failed else min(captures)
     capture = captures[chosen]
     notes = [f"rank {r}: {c.status}" + (f" ({c.error.type}: {c.error.message})" if c.error else "")
-             for r, c in captures.items() if r != chosen and c.status not in ("completed", "script_finished")]
+             for r, c in captures.items() if r != chosen and c.status not in (Status.COMPLETED, Status.SCRIPT_FINISHED)]
     notes += [f"rank {r} wrote no results (stopped by the launcher before it could)" for r in silent]
     if capture.error is not None:
         capture = replace(capture, error=replace(capture.error, message=f"rank {chosen}: {capture.error.message}"))

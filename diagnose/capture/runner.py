@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import diagnose
 from diagnose.capture import sandbox
 from diagnose.errors import UserError
-from diagnose.model import Capture, RunConfig
+from diagnose.model import Capture, RunConfig, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
@@ -160,7 +160,7 @@ def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: st
     capture_file = RunFolder(run_dir).capture
     capture = read_json(capture_file, Capture) if capture_file.exists() else None
     return CaptureOutcome(capture, proc.returncode,
-                          interrupted or (capture is not None and capture.status == "interrupted"))
+                          interrupted or (capture is not None and capture.status == Status.INTERRUPTED))
 
 
 def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,
@@ -186,7 +186,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     fifo.unlink(missing_ok=True)
     capture = merge_rank_captures(run_dir)
     return CaptureOutcome(capture, proc.returncode,
-                          interrupted or (capture is not None and capture.status == "interrupted"))
+                          interrupted or (capture is not None and capture.status == Status.INTERRUPTED))
 
 
 class _FifoLines:

@@ -38,7 +38,7 @@ from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 # Ends of the script that leave a completed profiled window complete: the unprofiled window after it is extra.
-ENDS_AFTER_PROFILING = ("script_finished", "timeout")
+ENDS_AFTER_PROFILING = (Status.SCRIPT_FINISHED, Status.TIMEOUT)
 # Long steps (_fit_to_time): a profiled step costs about twice a plain one; the warm-up and the profiled steps get
 # this share of the time left (the rest: exporting the trace, the files); at least this many profiled steps.
 PROFILED_COST = 2
@@ -130,7 +130,7 @@ class Session(ScriptHost):
         """No step was profiled: the step time seen, and the options that would have given a diagnosis."""
         marks = self.boundaries_s
         step, seen = marks[-1] - marks[-2], len(marks)
-        if status == "script_finished":
+        if status == Status.SCRIPT_FINISHED:
             if seen >= 4:
                 return (f"steps took about {step:.1f} s and the script ran {seen}: run with --warmup 1 "
                         f"--steps {seen - 2}")
@@ -214,11 +214,11 @@ class Session(ScriptHost):
 
     def _time_unprofiled(self) -> None:
         if self.unprofiled is not None:  # closed at an epoch's end
-            self.stop("completed")
+            self.stop(Status.COMPLETED)
         window = self.plain_timer.boundary()
         if window is not None:
             self.unprofiled = window
-            self.stop("completed")
+            self.stop(Status.COMPLETED)
 
     def _start_profiler(self) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -301,11 +301,11 @@ class Session(ScriptHost):
             self.flop_counter.stop()
             self.flop_counter, self.flops_note = None, "the script ended inside the step being counted"
         if self.plain_timer is not None and status in ENDS_AFTER_PROFILING:
-            status = "completed"  # the profiled window was complete; only the unprofiled timing was cut short
+            status = Status.COMPLETED  # the profiled window was complete; only the unprofiled timing was cut short
         elif not self.profiled and status in ENDS_AFTER_PROFILING and len(self.boundaries_s) >= 2:
             self.fit_note = self._too_few_note(status)
         if self.startup is None:  # no step came: what it was doing when it ended
-            self.startup = self.startup_watch.finish(None, stopped_at_limit=self.stop_reason == "timeout")
+            self.startup = self.startup_watch.finish(None, stopped_at_limit=self.stop_reason == Status.TIMEOUT)
         self.progress("probing dataset")
         capture = self._capture(status, error, last_complete)
         files = RunFolder(self.run_dir)

@@ -3,25 +3,24 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 from diagnose.capture.runner import check_script
 from diagnose.errors import UserError
 from diagnose.model import RunConfig
 
 
-def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warmup: int, steps: int,
-                    max_seconds: float, with_stack: bool, startup_seconds: Optional[float] = None) -> int:
+def capture_command(config: RunConfig) -> int:
     """This process is one rank of a job the user launched (torchrun, srun...): run the capture in it, writing
     into the shared folder OUT (RUN/ranks/rankN and RUN/tb/rankN.*); `diagnose report OUT` merges them."""
     from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, run_child
     from diagnose.runfolder import RunFolder, foreign_entries
     from diagnose.serial import write_json
 
-    check_script(script)
+    check_script(config.script)
     os.environ[DISTRIBUTED_ENV] = "1"
-    run_dir = Path(out).resolve()
+    run_dir = Path(config.out_dir).resolve()
     rank = current_rank()
     mine = RunFolder(run_dir).rank(rank) if rank is not None else run_dir
     if RunFolder(mine).capture.exists():
@@ -31,9 +30,7 @@ def capture_command(script: str, script_args: tuple[str, ...], *, out: str, warm
         raise UserError(f"--out {run_dir} holds files diagnose did not write: {', '.join(foreign[:5])}",
                         "pass a new or empty folder for each job")
     run_dir.mkdir(parents=True, exist_ok=True)
-    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
-                       profile_steps=steps, max_seconds=max_seconds, with_stack=with_stack,
-                       startup_seconds=startup_seconds)
+    config = replace(config, out_dir=str(run_dir))
     if not RunFolder(run_dir).config.exists() or rank in (None, 0):
         write_json(RunFolder(run_dir).config, config)  # every rank writes the same config; the write is atomic
     code = run_child(run_dir)

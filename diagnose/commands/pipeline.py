@@ -38,7 +38,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         breakdown=analysis.breakdown if analysis else {},
         findings=tuple(findings),
         experiments=experiments.experiments,
-        status=capture.status if capture else ("analyzed" if analysis is not None else "no_capture"),
+        status=capture.status if capture else (Status.ANALYZED if analysis is not None else Status.NO_CAPTURE),
         metrics=analysis.metrics if analysis else {},
         headline=experiments.headline,
         ranks=analysis.ranks if analysis else (),
@@ -59,7 +59,7 @@ def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
     what the capture measured."""
     from diagnose.analysis.memory import estimated_breakdown
 
-    if capture is not None and capture.status == "out_of_memory" and (analysis is None or analysis.memory is None):
+    if capture is not None and capture.status == Status.OUT_OF_MEMORY and (analysis is None or analysis.memory is None):
         return estimated_breakdown(capture)
     return analysis.memory if analysis is not None else None
 
@@ -76,8 +76,9 @@ def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> 
     return capture is not None and Status.is_ok(capture.status) and analysis is not None and len(analysis.steps) > 0
 
 
-def run_experiments_stage(selection: str, run_dir: Path, capture: Capture, analysis: Analysis, findings: list[Finding],
+def run_experiments_stage(selection: str, capture: Capture, analysis: Analysis, findings: list[Finding], run_dir: Path,
                           budget_s: float, on_progress, on_message=lambda text: None) -> ExperimentResults:
+    """The experiments stage, its arguments in its own order, its results kept in RUN/experiments.json."""
     from diagnose.experiments.stage import run_experiments
 
     outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)

@@ -3,12 +3,14 @@ compare this run with an earlier one."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
 
 from diagnose.capture.runner import check_script, run_in_child
+from diagnose.commands.options import BaselineGate, OutputOptions
 from diagnose.commands.output import check_out_dir, finish_output, new_run_dir, progress_bar
 from diagnose.commands.pipeline import can_experiment, diagnose_capture, run_experiments_stage, write_outputs
 from diagnose.commands.rules import load_rules
@@ -20,32 +22,26 @@ PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_
                   "ActivityProfilerController", "Memory block of unknown size")
 
 
-def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str], warmup: int, steps: int,
-                max_seconds: float, experiments: str, budget_seconds: float, with_stack: bool,
-                startup_seconds: Optional[float] = None,
-                rules_dirs: tuple[str, ...], templates_dir: Optional[str], as_json: bool, open_report: bool,
-                launcher: tuple[str, ...] = (), baseline: Optional[Path] = None,
-                fail_if_slower: Optional[float] = None, run_noise: Optional[float] = None,
-                memory_limit_bytes: Optional[int] = None) -> int:
+def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = BaselineGate()) -> int:
+    """`config` as the command line gave it; its out_dir empty for a new folder under diagnose_runs/."""
     import torch
 
     from diagnose import __version__
 
+    script, rules_dirs, templates_dir = config.script, output.rules_dirs, output.templates_dir
     check_script(script)
-    check_out_dir(out)
+    check_out_dir(config.out_dir or None)
     rules = load_rules(rules_dirs)  # a broken rule file fails now, not after the run
-    baseline_side = _load_baseline(baseline, script, rules)  # so does a baseline that cannot be compared
-    run_dir = new_run_dir(out, Path(script).stem)
+    baseline_side = _load_baseline(gate.baseline, script, rules)  # so does a baseline that cannot be compared
+    run_dir = new_run_dir(config.out_dir or None, Path(script).stem)
+    config = replace(config, out_dir=str(run_dir))
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim",
                   highlight=False)
-    config = RunConfig(script=script, script_args=script_args, out_dir=str(run_dir), warmup_steps=warmup,
-                       with_stack=with_stack, profile_steps=steps, max_seconds=max_seconds, experiments=experiments,
-                       startup_seconds=startup_seconds,
-                       rules_dirs=tuple(rules_dirs), launcher=launcher, memory_limit_bytes=memory_limit_bytes)
-    out_stream = Console(stderr=True) if as_json else Console()
+    out_stream = Console(stderr=True) if output.as_json else Console()
+    experiments, warmup = config.experiments, config.warmup_steps
     with progress_bar(console) as progress:
-        task = progress.add_task("profiling", total=warmup + steps, note="starting")
+        task = progress.add_task("profiling", total=warmup + config.profile_steps, note="starting")
         outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
                                _progress_handler(progress, task, warmup))
         progress.update(task, note="measuring the machine's peak")
@@ -56,14 +52,16 @@ def run_command(script: str, script_args: tuple[str, ...], *, out: Optional[str]
         progress.update(task, note="done")
         results = ExperimentResults()
         if experiments != "none" and not outcome.interrupted and can_experiment(outcome.capture, analysis):
-            results = _experiments(progress, experiments, run_dir, outcome.capture, analysis, findings, budget_seconds)
+            results = _experiments(progress, experiments, outcome.capture, analysis, findings, run_dir,
+                                   config.budget_seconds)
     result = write_outputs(run_dir, script, outcome.capture, analysis, findings, results, templates_dir)
-    finish_output(console, result, as_json, open_report)
+    finish_output(console, result, output.as_json, output.open_report)
     if outcome.interrupted or results.interrupted:
         return Status.INTERRUPTED.exit_code
     code = Status.exit_code_of(result.diagnosis.status)
     if baseline_side is not None:
-        gate_code = _compare_baseline(console, baseline_side, result, rules, templates_dir, (fail_if_slower, run_noise))
+        gate_code = _compare_baseline(console, baseline_side, result, rules, templates_dir,
+                                      (gate.fail_if_slower, gate.run_noise))
         return code or gate_code
     return code
 
@@ -112,7 +110,7 @@ def _compare_baseline(console: Console, baseline, result, rules, templates_dir, 
     return compare_with_baseline(console, baseline, result.run_dir, rules, templates_dir, *gate)
 
 
-def _experiments(progress, selection, run_dir, capture, analysis, findings, budget_seconds) -> ExperimentResults:
+def _experiments(progress, selection, capture, analysis, findings, run_dir, budget_seconds) -> ExperimentResults:
     task = progress.add_task("experiments", total=None, note="planning")
     count = [0]
 
@@ -124,7 +122,7 @@ def _experiments(progress, selection, run_dir, capture, analysis, findings, budg
         progress.console.print(text, style="dim", soft_wrap=True, markup=False, highlight=False)
 
     try:
-        results = run_experiments_stage(selection, run_dir, capture, analysis, findings, budget_seconds, update, say)
+        results = run_experiments_stage(selection, capture, analysis, findings, run_dir, budget_seconds, update, say)
         if budget_sentence(results.budget):
             say(budget_sentence(results.budget))
         return results

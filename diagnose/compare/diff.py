@@ -9,7 +9,7 @@ from diagnose.compare.optable import Amount
 from diagnose.compare.sides import LoadedSide, same_script
 from diagnose.errors import UserError
 from diagnose.formatting import fmt_ms
-from diagnose.model import BUCKETS, PHASES, AmountChange, Comparison, FindingChange
+from diagnose.model import BUCKETS, PHASES, AmountChange, Comparison, FindingChange, Verdict
 
 TOP_CHANGES = 12  # ops and kernels listed, most changed first
 MIN_CHANGE_FRAC = 0.002  # of the slower side's step time: smaller moves are not listed
@@ -107,7 +107,7 @@ def _most_changed(pairs: dict, step_s: float) -> tuple[AmountChange, ...]:
         if abs(pb.seconds - pa.seconds) < MIN_CHANGE_FRAC * step_s and (pa.calls > 0) == (pb.calls > 0):
             continue
         status = ("added" if pa.calls == 0 else "removed" if pb.calls == 0 else
-                  "slower" if pb.seconds > pa.seconds else "faster")
+                  Verdict.SLOWER if pb.seconds > pa.seconds else Verdict.FASTER)
         rows.append(AmountChange(name, pa.seconds, pb.seconds, detail, status, pa.calls, pb.calls))
     rows.sort(key=lambda r: abs(r.b - r.a), reverse=True)
     return tuple(rows[:TOP_CHANGES])

@@ -11,7 +11,7 @@ import math
 from typing import Optional
 
 from diagnose.experiments.stats import t_quantile
-from diagnose.model import CompareSide, GateResult, StepChange
+from diagnose.model import CompareSide, GateResult, StepChange, Verdict
 
 # Run-to-run spread of log step time assumed per run at least. Measured here: two runs of sample_runs/slow_loader.py
 # minutes apart on a 2-core machine, one of them beside a test suite, took 75.5 and 87.7 ms per step (16% apart);
@@ -31,7 +31,7 @@ def step_change(a: CompareSide, b: CompareSide, stated_noise_sd: Optional[float]
     if a.step_s <= 0 or b.step_s <= 0:
         raise ValueError("step times must be positive")  # the sides refuse such input before this
     diff = math.log(b.step_s) - math.log(a.step_s)
-    verdict = "slower" if diff - half > 0 else "faster" if diff + half < 0 else "no-change"
+    verdict = Verdict.SLOWER if diff - half > 0 else Verdict.FASTER if diff + half < 0 else Verdict.NO_CHANGE
     return StepChange(math.exp(diff), (math.exp(diff - half), math.exp(diff + half)), verdict, a.step_basis, run_sd,
                       source)
 

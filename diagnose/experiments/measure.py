@@ -167,7 +167,7 @@ class MeasureSession(ScriptHost):
         is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
         N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
         if self.stop_due and not self.finishing:
-            self.stop("completed")
+            self.stop(Status.COMPLETED)
         if self.window_start is None and not self.closed_here:
             sync_device()  # this boundary may open a window: the GPU work queued so far belongs before it
         self.closed_here = False
@@ -213,7 +213,7 @@ class MeasureSession(ScriptHost):
                                      else None, end - self.wall_start, b[end] - b[self.wall_start],
                                      self._unique_between(start, end)), end)
         if enough and not self.finishing:
-            self.stop("completed")
+            self.stop(Status.COMPLETED)
 
     def _unique_between(self, start: int, end: Optional[int]) -> Optional[int]:
         """Samples first fed in this epoch between two boundaries (end None: until now); None when unknown."""
@@ -291,7 +291,7 @@ class MeasureSession(ScriptHost):
 
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
         self.finishing = True  # the script has ended: a last window may close, nothing more to stop
-        if status != "completed":
+        if status != Status.COMPLETED:
             self._close_window(len(self.boundaries) - 1, partial=True)
         peak = self._peak_memory()
         losses = torch.stack(self.losses).float().cpu().tolist() if self.losses else []

@@ -11,20 +11,19 @@ from typing import Callable, Optional
 
 import psutil
 
+from diagnose.experiments import cost
 from diagnose.experiments.batch_search import MARGIN, search_largest_batch
 from diagnose.experiments.diffs import change_text
 from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import pooled_noise, throughput_interval
 from diagnose.formatting import fmt_gib
-from diagnose.model import BatchProbe, BatchSearch, Change, Experiment, Headline, Measurement, Status
+from diagnose.model import BatchProbe, BatchSearch, Change, Experiment, Headline, Measurement, Status, Verdict
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.optimizations.batch_size import FACTORS
 
-FITS, OUT_OF_MEMORY = "fits", "out-of-memory"
 MEMORY_LEVERS = ("grad_accumulation", "activation_checkpointing", "amp", "expandable_segments")
-RUNS = 3  # of each lever that fits: its throughput's interval, with the noise pooled over the levers
 SEARCH_FACTOR = max(FACTORS)  # the largest batch_size setting: a search is needed only when it might not fit
 # a short run needs three steps: a batch of a quarter of the dataset leaves an epoch room for them
 STEPS_PER_EPOCH = 4
@@ -114,7 +113,7 @@ def fit_out_of_memory(scheduler: Scheduler, ctx: Context, wanted: Optional[list[
         sized = Context(ctx.capture, ctx.analysis, search.recommended if search else None)
         reasons = {i: _skip_reason(i, sized, search) for i in levers}
         arms = [arm for i in levers if not reasons[i] for arm in arms_for(i, sized)]
-        for _ in range(RUNS):  # round-robin: every lever's runs share the machine's luck alike
+        for _ in range(cost.LEVER_RUNS):  # round-robin: every lever's runs share the machine's luck alike
             for arm in arms:
                 if not any(_ran_out(m) or not m.windows for m in arm.runs):  # no second try after a failure
                     scheduler.run(arm)
@@ -148,20 +147,20 @@ def _result(arm: Arm, ctx: Context, limit: Optional[int], noise) -> Experiment:
                   loss_drift=None, peak_memory_bytes=peak, fidelity=optimization.fidelity, runs=len(arm.runs),
                   applied=arm.runs[0].applied if arm.runs else (), limit_bytes=limit)
     if not arm.runs:
-        return Experiment(**common, verdict="skipped", reason="not run: the experiment budget ran out")
+        return Experiment(**common, verdict=Verdict.SKIPPED, reason="not run: the experiment budget ran out")
     ran_out = [m for m in arm.runs if _ran_out(m)]
     if ran_out:
-        return Experiment(**common, verdict=OUT_OF_MEMORY, reason=_ran_out_reason(ran_out[0], limit))
+        return Experiment(**common, verdict=Verdict.OUT_OF_MEMORY, reason=_ran_out_reason(ran_out[0], limit))
     rates = arm.throughputs("samples/s")
     if not arm.ok_runs() or not rates:
-        return Experiment(**common, verdict="failed", reason=failure_text(arm.runs[-1]))
+        return Experiment(**common, verdict=Verdict.FAILED, reason=failure_text(arm.runs[-1]))
     common["change"] = change_text(arm.changes, ctx)
     interval = throughput_interval(rates, noise)
     if interval is None:  # its speed, without an interval
-        return Experiment(**common, verdict=FITS, throughput=rates[0],
+        return Experiment(**common, verdict=Verdict.FITS, throughput=rates[0],
                           reason="fits; one run only (the budget), so no interval on its speed")
     rate, ci = interval
-    return Experiment(**common, verdict=FITS, throughput=rate, throughput_ci=ci,
+    return Experiment(**common, verdict=Verdict.FITS, throughput=rate, throughput_ci=ci,
                       reason=_fits_reason(peak, limit, len(arm.ok_runs())))
 
 
@@ -180,11 +179,11 @@ def _ran_out_reason(m: Measurement, limit: Optional[int]) -> str:
 def _headline(results: list[Experiment]) -> Optional[Headline]:
     """The fastest variant that fits; those that fit too and whose interval overlaps its are named beside it (not
     measurably slower on this machine). None when none fits."""
-    fitting = [r for r in results if r.verdict == FITS and r.throughput is not None]
+    fitting = [r for r in results if r.verdict == Verdict.FITS and r.throughput is not None]
     if not fitting:
         return None
     best = max(fitting, key=lambda r: r.throughput)
     tied = tuple(setting_label(r.optimization, r.setting) for r in fitting if r is not best and r.throughput_ci
                  and best.throughput_ci and r.throughput_ci[1] >= best.throughput_ci[0])
-    return Headline((setting_label(best.optimization, best.setting),), None, None, FITS, best.metric,
+    return Headline((setting_label(best.optimization, best.setting),), None, None, Verdict.FITS, best.metric,
                     throughput=best.throughput, throughput_ci=best.throughput_ci, tied_with=tied)

@@ -7,13 +7,12 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional
 
+from diagnose.experiments import cost
 from diagnose.experiments.scheduler import Arm
 from diagnose.model import Analysis, Capture, Finding, stated_step_s
 
-MIN_RUNS = 4  # two of the baseline and two of one setting: the fewest that give an interval
+MIN_RUNS = cost.runs_needed([1])  # two of the baseline and two of one setting: the fewest that give an interval
 PRIMARY_WEIGHT = 0.8  # a finding's later optimizations are less likely to be its fix than its first
-PROCESS_START_S = 2.0  # a fresh Python with torch imported, before the script's first line
-STOP_S = 0.5
 
 
 @dataclass
@@ -28,16 +27,7 @@ class Candidate:
 
     def min_runs(self) -> int:
         """Variant runs to a verdict: two for one setting; a sweep screens each setting once, then halves."""
-        if not self.sweep:
-            return 2
-        runs, alive, rounds = 0, len(self.arms), 0
-        while True:  # as Trials._halve runs them: each round every survivor once, until one has two runs
-            runs += alive
-            if alive == 1:
-                return runs
-            alive, rounds = math.ceil(alive / 2), rounds + 1
-            if alive == 1 and rounds >= 2:
-                return runs
+        return cost.variant_runs(len(self.arms))
 
 
 _COMBINATION = Candidate("combined", [Arm("combined", {}, ())], 0.0)
@@ -59,19 +49,16 @@ def order_candidates(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=lambda c: (-round(c.gain, 2), c.min_runs()))
 
 
-def run_estimate_s(capture: Capture, analysis: Optional[Analysis], window_s: float, warmup_steps: int = 5) -> float:
-    """One timed run before any has run: start-up as the capture saw it, the warm-up, three windows."""
+def run_estimate_s(capture: Capture, analysis: Optional[Analysis], window_s: float) -> float:
+    """One timed run before any has run, from the capture's start-up and step time."""
     times = analysis.step_time_s if analysis is not None else {}
-    step = stated_step_s(times) or 0.05
-    startup = capture.boundaries_s[0] if capture.boundaries_s else 3.0
-    windows = 3 * max(window_s, 5 * step)
-    return PROCESS_START_S + startup + max(warmup_steps * step, 0.3) + windows + STOP_S
+    startup = capture.boundaries_s[0] if capture.boundaries_s else None
+    return cost.run_estimate_s(startup, stated_step_s(times), window_s)
 
 
 def runs_needed(candidates: list[Candidate]) -> int:
-    """Variant runs plus the baseline runs interleaved with them (one before every two), plus the baseline's two."""
-    variants = sum(c.min_runs() for c in candidates)
-    return variants + math.ceil(variants / 2) + 1
+    """The baseline's first runs, the candidates' runs, and the baseline's interleaved among them."""
+    return cost.runs_needed([len(c.arms) for c in candidates])
 
 
 def covered(candidates: list[Candidate], budget_s: float, run_s: float, combine: bool = False) -> list[Candidate]:
@@ -99,9 +86,10 @@ def _trimmed(candidate: Candidate):
 def plan_sentence(budget_s: float, run_s: float, chosen: list[Candidate], all_: list[Candidate]) -> str:
     affordable = int(budget_s // max(run_s, 1e-3))
     if not chosen:
+        enough = _round_up(MIN_RUNS * run_s * cost.BUDGET_MARGIN)
         return (f"Experiment budget {budget_s:.0f} s: a timed run of this script takes about {run_s:.0f} s, so it "
                 f"fits {affordable} run(s); a verdict needs at least {MIN_RUNS} (two of the baseline, two of a "
-                f"setting). Nothing was run: give --budget-seconds {_round_up(MIN_RUNS * run_s * 1.2)} or more.")
+                f"setting). Nothing was run: give --budget-seconds {enough} or more.")
     sizes = {c.optimization: len(c.arms) for c in all_}
     names = ", ".join(_described(c, sizes[c.optimization]) for c in chosen)
     left = [c.optimization for c in all_ if c.optimization not in {k.optimization for k in chosen}]
@@ -121,7 +109,7 @@ def rest_command(capture: Capture, untried: list[Candidate], run_s: float) -> st
     """The command that gives the optimizations left without a verdict a budget of their own."""
     if not untried:
         return ""
-    seconds = _round_up(runs_needed(untried) * run_s * 1.2)
+    seconds = _round_up(runs_needed(untried) * run_s * cost.BUDGET_MARGIN)
     ids = ",".join(c.optimization for c in untried)
     args = " ".join(shlex.quote(a) for a in capture.script_args)
     separator = " --" if args else ""

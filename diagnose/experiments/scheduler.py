@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.capture.runner import run_in_child
+from diagnose.experiments import cost
 from diagnose.experiments.records import setting_label
-from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Window, stated_step_s
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Status, Window, stated_step_s
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.runfolder import RunFolder
@@ -20,9 +21,7 @@ TIMED_ENTRY = "diagnose.experiments.child"  # the timed run's child process: no 
 # a stream's throughput: samples fed for the first time in their epoch, per second (duplicates do not count)
 UNIQUE_SAMPLES = "unique samples/s"
 
-
-
-@dataclass
+@dataclass(eq=False)  # an arm is itself: two arms of one setting are two configurations, each with its runs
 class Arm:
     """One configuration: the baseline, one setting of one optimization, the combination or the ceiling."""
     optimization: str
@@ -31,6 +30,7 @@ class Arm:
     extra_warmup: int = 0
     burst_steps: Optional[int] = None  # loader workers when this arm sets them (None: the script's own)
     unique_data: bool = False  # an IterableDataset feeds training: count samples new in their epoch, not steps
+    dropped: str = ""  # why a sweep left it after its first run(s), when another setting did better
     runs: list[Measurement] = field(default_factory=list)
     run_dirs: list[Path] = field(default_factory=list)
 
@@ -91,7 +91,7 @@ class Scheduler:
         self.probe_durations: list[float] = []  # short runs that ask whether a batch fits
         # timed runs have the profiler off: the unprofiled step time is theirs, when it was measured
         times = ctx.analysis.step_time_s if ctx.analysis is not None else {}
-        self.step_s = max(stated_step_s(times) or 0.05, 1e-4)
+        self.step_s = max(stated_step_s(times) or cost.STEP_UNKNOWN_S, 1e-4)
         loader = ctx.loader
         self.train_location = loader.location if loader else None
         self.framework = ctx.capture.framework.name if ctx.capture.framework else None
@@ -107,7 +107,7 @@ class Scheduler:
     def remaining_s(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
 
-    first_estimate_s = 15.0  # one run's cost before any has run (the planner sets it from the capture)
+    first_estimate_s = cost.RUN_UNKNOWN_S  # one run's cost before any has run (the planner sets it from the capture)
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -133,7 +133,7 @@ class Scheduler:
         folder.mkdir(parents=True, exist_ok=True)
         plan = self._probe_plan(arm) if probe else self._timed_plan(arm)
         expected = self.probe_estimate_s() if probe else self.estimate_s(arm)
-        limit = max(30.0, min(self.remaining_s(), 4 * expected + 30))
+        limit = cost.run_limit_s(expected, self.remaining_s())
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
                            profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher,
                            memory_limit_bytes=self.memory_limit_bytes or (self.probe_limit_bytes if probe else None),
@@ -156,10 +156,11 @@ class Scheduler:
         burst = self._burst(arm)
         in_step = bool(self.launcher)
         return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location, framework=self.framework,
-                           warmup_steps=5 + arm.extra_warmup, warmup_s=0.0 if in_step else 0.3,
-                           window_s=0.0 if in_step else self.window_s(),
-                           min_window_steps=max(10 if in_step else 5, 2 * burst), max_window_steps=max(40, 8 * burst),
-                           rewarm_steps=burst, burst_steps=burst, windows=3,
+                           warmup_steps=cost.WARMUP_STEPS + arm.extra_warmup,
+                           warmup_s=0.0 if in_step else cost.WARMUP_S, window_s=0.0 if in_step else self.window_s(),
+                           min_window_steps=max(2 * cost.WINDOW_STEPS if in_step else cost.WINDOW_STEPS, 2 * burst),
+                           max_window_steps=max(40, 8 * burst), rewarm_steps=burst, burst_steps=burst,
+                           windows=cost.WINDOWS,
                            # ranks must stop at the same step: no early stop on windows that agree on one rank
                            min_windows=3 if in_step else 2)
 
@@ -175,8 +176,7 @@ class Scheduler:
         return max(1, arm.burst_steps if arm.burst_steps is not None else self.script_workers)
 
     def window_s(self) -> float:
-        # long enough for several steps of the baseline, short enough to repeat within the budget
-        return min(3.0, max(0.5, 5 * self.step_s))
+        return cost.window_s(self.step_s)
 
 
 def child_environment(arm: Arm) -> tuple[tuple[str, str], ...]:
@@ -198,7 +198,7 @@ def _read_measurement(folder: Path) -> Measurement:
     if ranked is not None:
         return ranked
     log = files.script_log.read_text(errors="replace")[-2000:] if files.script_log.exists() else ""
-    return Measurement(status="crashed", windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
+    return Measurement(status=Status.CRASHED, windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
                        peak_memory_bytes=None, steps_seen=0, error=None if not log else _crash_error(log))
 
 

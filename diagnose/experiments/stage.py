@@ -2,7 +2,6 @@
 speedups. Input: the capture, analysis and findings; output: Experiment records and the Headline."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -27,10 +26,11 @@ from diagnose.experiments.plan import (
 from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
 from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENCE, DataCheck, check_variant
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
-from diagnose.experiments.stats import Noise, compare, loss_drift
+from diagnose.experiments.stats import Noise, compare, geometric_mean, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
 from diagnose.formatting import fmt_gib
 from diagnose.model import (
+    MEASURED,
     Analysis,
     BatchSearch,
     BudgetReport,
@@ -40,12 +40,12 @@ from diagnose.model import (
     Finding,
     Headline,
     Status,
+    Verdict,
 )
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
 
 IDENTICAL_TOLERANCE = 1e-3
-FLAGGED = "flagged"  # measured, but on other data than the baseline's: no verified speedup, never the headline
 BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"
 INTERRUPTED_REASON = "not run: the experiments were interrupted (Ctrl-C)"
 TOO_SMALL_REASON = "not run: the budget (--budget-seconds) fits fewer than two runs of the baseline and of a setting"
@@ -113,22 +113,21 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
     trials = Trials(scheduler, Arm("baseline", {}, ()))
     try:
         if trials.start():
-            for candidate in order:
-                if scheduler.remaining_s() >= _cost_s(candidate, scheduler) + _combination_reserve_s(trials, riders):
-                    trials.decide(candidate)
+            trials.decide_in_budget(order, keep_for_combination=True, riders=bool(riders))
     except (ExperimentsInterrupted, KeyboardInterrupt):  # keep what was measured; no combination, no ceiling
-        results = _results(candidates, trials, ctx, INTERRUPTED_REASON)
+        results = list(_results(candidates, trials, ctx, INTERRUPTED_REASON).values())
         return Outcome(tuple(results + skipped), None, True, _report(budget_s, chosen, candidates, results, scheduler),
                        search)
     if not trials.baseline.ok_runs():  # every baseline run failed: nothing could be compared, and that is why
         reason = f"not run: the baseline (the unchanged script) failed: {failure_text(trials.baseline.runs[-1])}"
-        results = _results(candidates, trials, ctx, reason)
+        results = list(_results(candidates, trials, ctx, reason).values())
         return Outcome(tuple(results + skipped), None, False, _report(budget_s, chosen, candidates, results, scheduler),
                        search)
-    results = _results(candidates, trials, ctx)
+    verdicts = _results(candidates, trials, ctx)
+    results = list(verdicts.values())
     interrupted = False
     try:
-        headline, extra = _combine_and_ceiling(trials, order, results, ctx, riders)
+        headline, extra = _combine_and_ceiling(trials, order, verdicts, ctx, riders)
     except (ExperimentsInterrupted, KeyboardInterrupt):
         headline, extra, interrupted = None, [], True
     budget = _report(budget_s, chosen, candidates, results, scheduler)
@@ -164,41 +163,24 @@ def _fit_out_of_memory(selection: str, ids: list[str], ctx: Context, run_dir: Pa
     return Outcome(fit.experiments, fit.headline, fit.interrupted, None, fit.batch_search)
 
 
-def _combination_reserve_s(trials: Trials, riders: list[str]) -> float:
-    """Two runs (and a baseline's) kept for the winners together, once there is something to combine."""
-    winners = sum(1 for arm in trials.arms if (c := trials.comparison(arm)) is not None and c.verdict == "faster")
-    if winners + bool(riders) < 2 or not winners:
-        return 0.0
-    return 3 * trials.scheduler.estimate_s(trials.baseline)
-
-
-def _cost_s(candidate: Candidate, scheduler: Scheduler) -> float:
-    """The runs a candidate needs to a verdict, with the baseline runs interleaved among them."""
-    return candidate.min_runs() * 1.5 * scheduler.estimate_s(candidate.arms[0])
-
-
 def _results(candidates: list[Candidate], trials: Trials, ctx: Context,
-             unrun_reason: str = BUDGET_REASON) -> list[Experiment]:
+             unrun_reason: str = BUDGET_REASON) -> dict[Arm, Experiment]:
+    """Each setting's result, keyed by its arm (in the candidates' order)."""
     noise = trials.noise()
-    return [_result(arm, trials.baseline, ctx, unrun_reason=unrun_reason, noise=noise,
-                    dropped=trials.dropped.get(id(arm), ""))
-            for candidate in candidates for arm in candidate.arms]
+    return {arm: _result(arm, trials.baseline, ctx, unrun_reason=unrun_reason, noise=noise, dropped=arm.dropped)
+            for candidate in candidates for arm in candidate.arms}
 
 
 def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate], results: list[Experiment],
             scheduler: Scheduler) -> BudgetReport:
     # a setting that failed has its verdict too: more budget would not help it
-    decided = {r.optimization for r in results if r.verdict in ("faster", "slower", "no-change", "failed", FLAGGED)}
+    decided = {r.optimization for r in results if r.verdict in MEASURED | {Verdict.FAILED, Verdict.FLAGGED}}
     untried = [c for c in candidates if c.optimization not in decided]
     run_s = scheduler.estimate_s(Arm("baseline", {}, ()))  # one run, as measured by now
     return BudgetReport(budget_s, run_s, tuple(c.optimization for c in chosen),
                         tuple(c.optimization for c in candidates if c.optimization in decided),
                         tuple(c.optimization for c in untried), scheduler.count, scheduler.elapsed_s(),
                         rest_command=rest_command(scheduler.ctx.capture, untried, run_s))
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
 
 
 def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
@@ -208,26 +190,27 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     common = dict(optimization=arm.optimization, setting=arm.setting, metric=metric, fidelity=fidelity,
                   runs=len(arm.runs), applied=arm.runs[0].applied if arm.runs else ())
     if not arm.runs:
-        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None,
+        return Experiment(**common, speedup=None, ci=None, verdict=Verdict.SKIPPED, loss_drift=None,
                           peak_memory_bytes=None, reason=unrun_reason)
     ok = arm.ok_runs()
     peak = max((m.peak_memory_bytes for m in arm.runs if m.peak_memory_bytes), default=None)
     common["baseline_peak_memory_bytes"] = max((m.peak_memory_bytes for m in baseline.runs if m.peak_memory_bytes),
                                                default=None)
     if not ok:
-        return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
-                          reason=failure_text(arm.runs[-1]))
+        return Experiment(**common, speedup=None, ci=None, verdict=Verdict.FAILED, loss_drift=None,
+                          peak_memory_bytes=peak, reason=failure_text(arm.runs[-1]))
     base_values, values = baseline.throughputs(metric), arm.throughputs(metric)
     if len(ok) < 2:
-        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
-                          reason=dropped or _one_run_reason(arm, unrun_reason))
+        return Experiment(**common, speedup=None, ci=None, verdict=Verdict.SKIPPED, loss_drift=None,
+                          peak_memory_bytes=peak, reason=dropped or _one_run_reason(arm, unrun_reason))
     if len(base_values) < 2:
-        return Experiment(**common, speedup=None, ci=None, verdict="skipped", loss_drift=None, peak_memory_bytes=peak,
+        return Experiment(**common, speedup=None, ci=None, verdict=Verdict.SKIPPED, loss_drift=None,
+                          peak_memory_bytes=peak,
                           reason=f"nothing to compare with: fewer than two baseline runs measured {metric} "
                                  f"({failure_text(baseline.runs[-1]) if baseline.runs else 'none ran'})")
     if len(values) < 2:
-        return Experiment(**common, speedup=None, ci=None, verdict="failed", loss_drift=None, peak_memory_bytes=peak,
-                          reason=_too_few_windows(arm, metric))
+        return Experiment(**common, speedup=None, ci=None, verdict=Verdict.FAILED, loss_drift=None,
+                          peak_memory_bytes=peak, reason=_too_few_windows(arm, metric))
     comparison = compare(base_values, values, noise)
     drift = _drift(baseline, arm)
     data = _data_check(baseline, arm, ctx)
@@ -236,7 +219,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     # the same samples in another order give another loss per step: the data check stands in for the loss's
     warning = _fidelity_warning(fidelity, drift if data.verdict != SAME_SAMPLES else None)
     if data.verdict == DIFFERENT:
-        verdict, warning = FLAGGED, f"fed other data than the baseline: {data.detail}"
+        verdict, warning = Verdict.FLAGGED, f"fed other data than the baseline: {data.detail}"
         reason = (f"measured {comparison.speedup:.2f}x {metric}, but not a speedup: the variant trained on other "
                   "data than the baseline (see fidelity)")
     mfu_before = _baseline_mfu(baseline, ctx)
@@ -255,7 +238,7 @@ def _baseline_mfu(baseline: Arm, ctx: Context) -> Optional[float]:
     rates = baseline.throughputs("steps/s")
     if light is None or light.best is None or not rates:
         return None
-    return light.flops.per_step * math.exp(_mean([math.log(r) for r in rates])) / light.best.per_s
+    return light.flops.per_step * geometric_mean(rates) / light.best.per_s
 
 
 def _data_check(baseline: Arm, arm: Arm, ctx: Context) -> DataCheck:
@@ -312,7 +295,7 @@ def _one_run_reason(arm: Arm, unrun_reason: str) -> str:
 
 
 def _too_few_windows(arm: Arm, metric: str) -> str:
-    if any(m.status == "script_finished" for m in arm.runs):
+    if any(m.status == Status.SCRIPT_FINISHED for m in arm.runs):
         steps = max(m.steps_seen for m in arm.runs)
         return (f"the script finished its epochs after {steps} steps, before two timed windows: "
                 "give it more epochs or data to measure this setting")
@@ -320,9 +303,9 @@ def _too_few_windows(arm: Arm, metric: str) -> str:
 
 
 def _reason(verdict: str, arm: Arm) -> str:
-    if verdict == "faster":
+    if verdict == Verdict.FASTER:
         return f"verified over {len(arm.ok_runs())} runs interleaved with the baseline: the 99% interval lies above 1.0"
-    if verdict == "slower":
+    if verdict == Verdict.SLOWER:
         return "slower on this machine: the 99% interval lies below 1.0"
     return "no measurable change: the 99% interval includes 1.0"
 
@@ -335,11 +318,10 @@ def _combined_fidelity(arm: Arm) -> str:
     return ""
 
 
-def _winners(best: list[Arm], results: list[Experiment]) -> list[Arm]:
+def _winners(best: list[Arm], verdicts: dict[Arm, Experiment]) -> list[Arm]:
     """Best setting of each optimization that was verified faster, dropping the weaker of conflicting pairs."""
-    verdicts = {(r.optimization, repr(r.setting)): r for r in results}
-    faster = [a for a in best if verdicts[(a.optimization, repr(a.setting))].verdict == "faster"]
-    faster.sort(key=lambda a: verdicts[(a.optimization, repr(a.setting))].speedup or 0, reverse=True)
+    faster = [a for a in best if verdicts[a].verdict == Verdict.FASTER]
+    faster.sort(key=lambda a: verdicts[a].speedup or 0, reverse=True)
     chosen: list[Arm] = []
     for arm in faster:
         if not any(arm.optimization in REGISTRY[c.optimization].conflicts_with
@@ -348,24 +330,21 @@ def _winners(best: list[Arm], results: list[Experiment]) -> list[Arm]:
     return chosen
 
 
-def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], results: list[Experiment], ctx: Context,
+def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], verdicts: dict[Arm, Experiment], ctx: Context,
                          riders: list[str]) -> tuple[Optional[Headline], list[Experiment]]:
     """All winners together (the headline; a single winner without riders is its own combination, its runs
     reused), then, budget allowing, the ceiling: the step time with no data loading."""
-    best = [_best_arm(c, results) for c in candidates]
-    winners = _winners([a for a in best if a is not None], results)
+    best = [_best_arm(c, verdicts) for c in candidates]
+    winners = _winners([a for a in best if a is not None], verdicts)
     combined = _combined_arm(winners, riders, ctx)
     if combined is not None and len(combined.changes) > 1:
-        together = Candidate("combined", [combined], 1.0)
-        if trials.scheduler.remaining_s() >= _cost_s(together, trials.scheduler):
-            trials.decide(together)
+        trials.decide_in_budget([Candidate("combined", [combined], 1.0)])
     elif combined is not None:  # the single winner's configuration: its own runs, no new ones
         combined.runs[:], combined.run_dirs[:] = winners[0].runs, winners[0].run_dirs
     ceiling = None
     if ctx.loader is not None and (ctx.metric("data_wait_frac") or 0) >= 0.05:
         ceiling = Arm("ceiling", {}, (Change("ceiling"),))
-        if trials.scheduler.remaining_s() >= 3 * trials.scheduler.estimate_s(ceiling):
-            trials.decide(Candidate("ceiling", [ceiling], 0.0))
+        trials.decide_in_budget([Candidate("ceiling", [ceiling], 0.0)])
     noise = trials.noise()
     combined_result = _result(combined, trials.baseline, ctx, noise=noise) if combined else None
     ceiling_result = _ceiling_result(ceiling, trials.baseline, ctx, noise) if ceiling else None
@@ -373,12 +352,10 @@ def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], results: l
     return _headline(winners, combined_result, ceiling_result), extra
 
 
-def _best_arm(candidate: Candidate, results: list[Experiment]) -> Optional[Arm]:
-    """The setting of a candidate that reached a verdict (a sweep's survivor)."""
-    measured = {repr(r.setting) for r in results if r.optimization == candidate.optimization
-                and r.verdict in ("faster", "slower", "no-change")}
-    decided = [a for a in candidate.arms if repr(a.setting) in measured]
-    return max(decided, key=lambda a: _mean(a.throughputs(metric_of(a))), default=None)
+def _best_arm(candidate: Candidate, verdicts: dict[Arm, Experiment]) -> Optional[Arm]:
+    """The setting of a candidate that reached a verdict (a sweep's survivor), ranked as the sweep ranks."""
+    decided = [a for a in candidate.arms if verdicts[a].verdict in MEASURED]
+    return max(decided, key=lambda a: geometric_mean(a.throughputs(metric_of(a))), default=None)
 
 
 def _combined_arm(winners: list[Arm], riders: list[str], ctx: Context) -> Optional[Arm]:
@@ -401,7 +378,7 @@ def _ceiling_result(ceiling: Arm, baseline: Arm, ctx: Context, noise: Optional[N
     result = _result(ceiling, baseline, ctx, "steps/s", noise=noise)
     from dataclasses import replace
 
-    measured = result.verdict in ("faster", "slower", "no-change")  # else keep why it was not measured
+    measured = result.verdict in MEASURED  # else keep why it was not measured
     return replace(result, fidelity="", change="", fidelity_warning="", loss_drift=None, reason=(
         "the same first batch replayed from memory: the step time with no data loading at all" if measured
         else result.reason))
@@ -411,11 +388,11 @@ def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optio
     if combined is None:
         if ceiling is None:
             return None
-        return Headline((), None, None, "no-change", "steps/s", None,
-                        ceiling.speedup if ceiling.verdict == "faster" else None)
-    verified_ceiling = ceiling is not None and ceiling.verdict == "faster" and ceiling.speedup
+        return Headline((), None, None, Verdict.NO_CHANGE, "steps/s", None,
+                        ceiling.speedup if ceiling.verdict == Verdict.FASTER else None)
+    verified_ceiling = ceiling is not None and ceiling.verdict == Verdict.FASTER and ceiling.speedup
     recovered = None
-    if verified_ceiling and combined.verdict == "faster" and combined.speedup and combined.metric == "steps/s":
+    if verified_ceiling and combined.verdict == Verdict.FASTER and combined.speedup and combined.metric == "steps/s":
         # share of the time that data loading cost (baseline step - ceiling step) the fixes won back; above 100%
         # when the fixes also sped up more than data loading (e.g. caching skips preprocessing the ceiling keeps)
         recovered = min((1 - 1 / combined.speedup) / (1 - 1 / ceiling.speedup), 1.0)

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from diagnose.model import Verdict
+
 # two-sided 99% Student t quantiles (0.995) for 1..30 degrees of freedom; beyond, a conservative 2.75
 T_995 = (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977,
          2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763,
@@ -24,6 +26,11 @@ class Comparison:
     speedup: float
     ci: tuple[float, float]
     verdict: str  # faster | slower | no-change
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """The mean on the log scale, where run-to-run noise is alike for every setting; 0.0 with no values."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
 
 
 def t_quantile(df: float) -> float:
@@ -101,10 +108,10 @@ def throughput_interval(values: Sequence[float], noise: Noise | None) -> tuple[f
 
 def _verdict(lo: float, hi: float) -> str:
     if lo > 0:
-        return "faster"
+        return Verdict.FASTER
     if hi < 0:
-        return "slower"
-    return "no-change"
+        return Verdict.SLOWER
+    return Verdict.NO_CHANGE
 
 
 def loss_drift(baseline: Sequence[float], variant: Sequence[float]) -> float | None:

@@ -3,17 +3,16 @@ noise pooled over all runs so far, sequential stops (an arm stops once its inter
 a worthwhile gain), and sweeps by successive halving (every setting once, the better half again, ...)."""
 from __future__ import annotations
 
-import math
 from typing import Optional
 
+from diagnose.experiments import cost
 from diagnose.experiments.plan import Candidate
 from diagnose.experiments.scheduler import UNIQUE_SAMPLES, Arm, Scheduler
-from diagnose.experiments.stats import Comparison, Noise, compare, pooled_noise
+from diagnose.experiments.stats import Comparison, Noise, compare, geometric_mean, pooled_noise
+from diagnose.model import Verdict
 from diagnose.optimizations import REGISTRY
 
-MAX_RUNS = 3  # an undecided setting gets a third run, then its verdict stands
 WORTHWHILE = 1.05  # an interval whose top is below this has ruled out any gain worth a change
-VARIANTS_PER_BASELINE = 2
 
 
 def metric_of(arm: Arm) -> str:
@@ -30,12 +29,11 @@ class Trials:
     def __init__(self, scheduler: Scheduler, baseline: Arm):
         self.scheduler, self.baseline = scheduler, baseline
         self.arms: list[Arm] = []
-        self.since_baseline = VARIANTS_PER_BASELINE  # the first variant run follows a baseline run
-        self.dropped: dict[int, str] = {}  # id(arm) -> why a sweep left it after one run
+        self.since_baseline = cost.VARIANTS_PER_BASELINE  # the first variant run follows a baseline run
 
-    def start(self, runs: int = 2) -> bool:
+    def start(self) -> bool:
         """The baseline's first runs; False when none measured (nothing can be compared)."""
-        for _ in range(runs):
+        for _ in range(cost.BASELINE_FIRST_RUNS):
             self.scheduler.run(self.baseline)
         self.since_baseline = 0
         return bool(self.baseline.ok_runs())
@@ -43,7 +41,7 @@ class Trials:
     def run(self, arm: Arm) -> bool:
         if arm not in self.arms:
             self.arms.append(arm)
-        if self.since_baseline >= VARIANTS_PER_BASELINE and self.scheduler.can_run(self.baseline):
+        if self.since_baseline >= cost.VARIANTS_PER_BASELINE and self.scheduler.can_run(self.baseline):
             self.scheduler.run(self.baseline)
             self.since_baseline = 0
         if self.scheduler.run(arm) is None:
@@ -64,11 +62,34 @@ class Trials:
 
     def settled(self, arm: Arm) -> bool:
         result = self.comparison(arm)
-        return result is not None and (result.verdict != "no-change" or result.ci[1] < WORTHWHILE)
+        return result is not None and (result.verdict != Verdict.NO_CHANGE or result.ci[1] < WORTHWHILE)
+
+    def runs_to_decide(self, candidate: Candidate) -> int:
+        """The runs `decide` makes for the candidate when its survivor settles on its first interval."""
+        return cost.runs_to_decide(len(candidate.arms), self.since_baseline)
+
+    def decide_in_budget(self, candidates: list[Candidate], keep_for_combination: bool = False,
+                         riders: bool = False) -> None:
+        """Each candidate in turn whose runs fit in what the budget has left; with `keep_for_combination`, less
+        the runs the winners together will need once there is something to combine (`riders`: a change that
+        joins a winner, so one winner is enough)."""
+        for candidate in candidates:
+            runs = self.runs_to_decide(candidate)
+            reserve = self._combination_reserve_runs(riders) if keep_for_combination else 0
+            needed_s = (runs * self.scheduler.estimate_s(candidate.arms[0])
+                        + reserve * self.scheduler.estimate_s(self.baseline))
+            if self.scheduler.remaining_s() >= needed_s:
+                self.decide(candidate)
+
+    def _combination_reserve_runs(self, riders: bool) -> int:
+        winners = sum(1 for arm in self.arms if (c := self.comparison(arm)) is not None and c.verdict == Verdict.FASTER)
+        if winners + riders < 2 or not winners:
+            return 0
+        return cost.runs_to_decide(1, self.since_baseline)
 
     def decide(self, candidate: Candidate) -> None:
         survivor = self._halve(candidate.arms) if candidate.sweep else candidate.arms[0]
-        while len(survivor.runs) < MAX_RUNS and not self.settled(survivor):
+        while len(survivor.runs) < cost.MAX_RUNS and not self.settled(survivor):
             if len(survivor.ok_runs()) < len(survivor.runs) or not self.run(survivor):
                 break  # a run that failed is not retried into a verdict; or the budget ran out
 
@@ -78,34 +99,26 @@ class Trials:
             for arm in alive:
                 if len(arm.runs) <= round_ and not self.run(arm):
                     return self._best(alive)
-            failed = [a for a in alive if not a.ok_runs()]
-            for arm in failed:
-                self.dropped[id(arm)] = ""  # its own failure is its reason
             alive = [a for a in alive if a.ok_runs()] or alive[:1]  # a crashed setting is not run again
-            if len(alive) == 1:
+            if len(alive) == 1:  # (a failed run is its own reason, no drop reason needed)
                 return alive[0]
             ranked = sorted(alive, key=self._score, reverse=True)
-            keep = ranked[:math.ceil(len(ranked) / 2)]
+            keep = ranked[:cost.survivors_after(len(ranked))]
             for arm in ranked[len(keep):]:
-                self.dropped[id(arm)] = self._drop_reason(arm, keep[0])
+                arm.dropped = self._drop_reason(arm, keep[0])
             alive, round_ = keep, round_ + 1
-            if len(alive) == 1 and len(alive[0].runs) >= 2:
+            if cost.sweep_done(len(alive), len(alive[0].runs)):
                 return alive[0]
 
     def _best(self, arms: list[Arm]) -> Arm:
         return max(arms, key=self._score)
 
     def _score(self, arm: Arm) -> float:
-        return _geometric_mean(arm.throughputs(metric_of(arm)))
+        return geometric_mean(arm.throughputs(metric_of(arm)))
 
     def _drop_reason(self, arm: Arm, best: Arm) -> str:
-        base_mean = _geometric_mean(self.baseline.throughputs(metric_of(arm)))
+        base_mean = geometric_mean(self.baseline.throughputs(metric_of(arm)))
         if not base_mean or not self._score(arm):
             return f"dropped from the sweep: {best.label} did better"
         return (f"dropped from the sweep after {len(arm.runs)} run(s) at {self._score(arm) / base_mean:.2f}x the "
                 f"baseline, behind {best.label} at {self._score(best) / base_mean:.2f}x: no interval claimed")
-
-
-def _geometric_mean(values: list[float]) -> float:
-    """The mean on the log scale, where run-to-run noise is alike for every setting; 0.0 with no values."""
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0

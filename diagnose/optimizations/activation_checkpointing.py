@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import functools
 
-from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
+from diagnose.optimizations.base import APPROXIMATE, ModelOptimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class ActivationCheckpointing(Optimization):
+class ActivationCheckpointing(ModelOptimization):
     id = "activation_checkpointing"
     title = "Activation checkpointing"
     fidelity = APPROXIMATE  # identical maths; dropout and other RNG use is replayed, not re-drawn
-
-    def skip_reason(self, ctx: Context):
-        if ctx.capture.model is None:
-            return "no model call was seen (no nn.Module forward)"
-        return None
 
     def apply(self, setting, changes):
         from torch.utils.checkpoint import checkpoint

@@ -3,19 +3,17 @@ from __future__ import annotations
 
 import functools
 
-from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
+from diagnose.optimizations.base import APPROXIMATE, Context, ModelOptimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class Amp(Optimization):
+class Amp(ModelOptimization):
     id = "amp"
     title = "Mixed precision (autocast)"
     fidelity = APPROXIMATE
 
-    def skip_reason(self, ctx: Context):
-        if ctx.capture.model is None:
-            return "no model call was seen (no nn.Module forward)"
+    def model_skip_reason(self, ctx: Context):
         if ctx.capture.model.dtype not in ("float32",):
             return f"the model already runs in {ctx.capture.model.dtype}"
         low = [d for d in ctx.capture.autocast_dtypes if d in ("bfloat16", "float16")]

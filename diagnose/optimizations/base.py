@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from diagnose.analysis.metrics import METRICS
 from diagnose.capture.changes import ChangeSet
 from diagnose.model import Analysis, Capture
 
@@ -33,6 +34,9 @@ class Context:
         return self.capture.environment.cpu_count
 
     def metric(self, name: str) -> Optional[float]:
+        """A metric of the analysis (None: unknown for this run); a name the registry lacks is a bug, said loudly."""
+        if name not in METRICS:
+            raise KeyError(f"no metric named {name!r} in diagnose/analysis/metrics.py")
         return self.analysis.metrics.get(name) if self.analysis is not None else None
 
 
@@ -81,3 +85,29 @@ class Optimization:
 
     def snippet(self, setting: dict[str, Any], ctx: Context) -> str:
         return ""
+
+
+class LoaderOptimization(Optimization):
+    """Changes the DataLoader that drives training (the diff edits its construction): not tried without one."""
+    site = "loader"
+    no_loader_reason = "the script builds no DataLoader"
+
+    def skip_reason(self, ctx: Context) -> Optional[str]:
+        return self.no_loader_reason if ctx.loader is None else self.loader_skip_reason(ctx)
+
+    def loader_skip_reason(self, ctx: Context) -> Optional[str]:
+        """Why not, once there is a loader (None: it can be tried)."""
+        return None
+
+
+class ModelOptimization(Optimization):
+    """Changes the model the script calls: not tried when no nn.Module forward was seen."""
+
+    def skip_reason(self, ctx: Context) -> Optional[str]:
+        if ctx.capture.model is None:
+            return "no model call was seen (no nn.Module forward)"
+        return self.model_skip_reason(ctx)
+
+    def model_skip_reason(self, ctx: Context) -> Optional[str]:
+        """Why not, once there is a model (None: it can be tried)."""
+        return None

@@ -2,24 +2,22 @@
 largest batch that fits was searched (experiments/batch_search.py), the settings stop there and include it."""
 from __future__ import annotations
 
-from diagnose.optimizations.base import DYNAMICS, Context, Optimization
+from diagnose.optimizations.base import DYNAMICS, Context, LoaderOptimization
 from diagnose.optimizations.registry import register
 
 FACTORS = (4, 16)
 
 
 @register
-class BatchSize(Optimization):
+class BatchSize(LoaderOptimization):
     id = "batch_size"
     title = "Larger batch"
     fidelity = DYNAMICS
     metric = "samples/s"
-    site = "loader"
+    no_loader_reason = "the script builds no DataLoader whose batch size could change"
 
-    def skip_reason(self, ctx: Context):
+    def loader_skip_reason(self, ctx: Context):
         loader = ctx.loader
-        if loader is None:
-            return "the script builds no DataLoader whose batch size could change"
         if loader.batch_size is None:
             return "the DataLoader uses a batch_sampler: its batch size is not a DataLoader argument"
         if ctx.largest_batch is not None and ctx.largest_batch <= loader.batch_size:

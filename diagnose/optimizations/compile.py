@@ -1,20 +1,15 @@
 """torch.compile on the model; compile time is reported apart from steady-state speed."""
 from __future__ import annotations
 
-from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
+from diagnose.optimizations.base import APPROXIMATE, ModelOptimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class Compile(Optimization):
+class Compile(ModelOptimization):
     id = "compile"
     title = "torch.compile"
     fidelity = APPROXIMATE
-
-    def skip_reason(self, ctx: Context):
-        if ctx.capture.model is None:
-            return "no model call was seen (no nn.Module forward)"
-        return None
 
     def extra_warmup_steps(self, setting, ctx):
         return 10  # compilation and recompilations happen in the first steps

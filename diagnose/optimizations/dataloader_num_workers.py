@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from diagnose.optimizations.base import Context, Optimization
+from diagnose.optimizations.base import Context, LoaderOptimization
 from diagnose.optimizations.registry import register
 
 
@@ -25,14 +25,11 @@ def unsharded_stream_reason(ctx: Context) -> Optional[str]:
 
 
 @register
-class NumWorkers(Optimization):
+class NumWorkers(LoaderOptimization):
     id = "dataloader.num_workers"
     title = "DataLoader worker processes"
-    site = "loader"
 
-    def skip_reason(self, ctx: Context):
-        if ctx.loader is None:
-            return "the script builds no DataLoader"
+    def loader_skip_reason(self, ctx: Context):
         return unsharded_stream_reason(ctx)
 
     def settings(self, ctx: Context):

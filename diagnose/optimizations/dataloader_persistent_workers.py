@@ -1,20 +1,17 @@
 """Keep DataLoader workers alive between epochs instead of starting them again each epoch."""
 from __future__ import annotations
 
-from diagnose.optimizations.base import Context, Optimization
+from diagnose.optimizations.base import Context, LoaderOptimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class PersistentWorkers(Optimization):
+class PersistentWorkers(LoaderOptimization):
     id = "dataloader.persistent_workers"
     title = "Persistent DataLoader workers"
-    site = "loader"
     rides_with = "dataloader.num_workers"
 
-    def skip_reason(self, ctx: Context):
-        if ctx.loader is None:
-            return "the script builds no DataLoader"
+    def loader_skip_reason(self, ctx: Context):
         if ctx.loader.num_workers == 0:
             return ("needs worker processes (num_workers=0 here): added to the best num_workers setting in `combined` "
                     "when more workers are verified faster")

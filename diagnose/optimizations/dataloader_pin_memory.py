@@ -1,24 +1,22 @@
 """Pinned (page-locked) host memory for batches, so host-to-device copies can run asynchronously."""
 from __future__ import annotations
 
-from diagnose.optimizations.base import Context, Optimization
+from diagnose.optimizations.base import Context, LoaderOptimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class PinMemory(Optimization):
+class PinMemory(LoaderOptimization):
     id = "dataloader.pin_memory"
     title = "Pinned memory with non_blocking copies"
-    site = "loader"
 
     def skip_reason(self, ctx: Context):
-        if not ctx.cuda:
+        if not ctx.cuda:  # said first: without a device, a loader would not help either
             return "no CUDA device in this run: there is no host-to-device copy to speed up"
-        if ctx.loader is None:
-            return "the script builds no DataLoader"
-        if ctx.loader.pin_memory:
-            return "already pin_memory=True"
-        return None
+        return super().skip_reason(ctx)
+
+    def loader_skip_reason(self, ctx: Context):
+        return "already pin_memory=True" if ctx.loader.pin_memory else None
 
     def settings(self, ctx):
         return [{"pin_memory": True, "non_blocking": True}]

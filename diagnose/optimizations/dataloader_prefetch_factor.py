@@ -1,19 +1,16 @@
 """Let each DataLoader worker prepare more batches ahead, to absorb bursts of slow items."""
 from __future__ import annotations
 
-from diagnose.optimizations.base import Context, Optimization
+from diagnose.optimizations.base import Context, LoaderOptimization
 from diagnose.optimizations.registry import register
 
 
 @register
-class PrefetchFactor(Optimization):
+class PrefetchFactor(LoaderOptimization):
     id = "dataloader.prefetch_factor"
     title = "Deeper DataLoader prefetching"
-    site = "loader"
 
-    def skip_reason(self, ctx: Context):
-        if ctx.loader is None:
-            return "the script builds no DataLoader"
+    def loader_skip_reason(self, ctx: Context):
         if ctx.loader.num_workers == 0:
             return "needs worker processes (num_workers=0 here)"
         return None

@@ -7,13 +7,15 @@ from html import escape
 from typing import Optional, Sequence
 
 from diagnose.formatting import fmt_gib
+from diagnose.model import Verdict
 
 COLORS = {"data_wait": "#e4572e", "h2d": "#f3a712", "compute": "#29335c", "communication": "#669bbc",
           "host_overhead": "#a8c686", "other": "#b5b5b5"}
 LABELS = {"data_wait": "data wait", "h2d": "host-to-device", "compute": "compute", "communication": "communication",
           "host_overhead": "host overhead", "other": "other"}
 SERIES_COLORS = ("#29335c", "#e4572e", "#669bbc", "#f3a712", "#a8c686")
-VERDICT_COLORS = {"faster": "#1e8449", "slower": "#c0392b", "no-change": "#7f8c8d", "flagged": "#d35400"}
+VERDICT_COLORS = {Verdict.FASTER: "#1e8449", Verdict.SLOWER: "#c0392b", Verdict.NO_CHANGE: "#7f8c8d",
+                  Verdict.FLAGGED: "#d35400"}
 SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
 WIDTH = 720
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'

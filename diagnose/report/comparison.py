@@ -11,12 +11,12 @@ from rich.console import Console
 
 from diagnose import __version__
 from diagnose.formatting import fmt_ms
-from diagnose.model import AmountChange, Comparison, GateResult
+from diagnose.model import AmountChange, Comparison, GateResult, Verdict
 from diagnose.report.charts import LABELS, breakdown_pair_chart
 from diagnose.runfolder import RunFolder
 
 FINDING_WORDS = {"resolved": "resolved", "new": "new", "unchanged": "still there"}
-STATUS_STYLE = {"faster": "green", "removed": "green", "slower": "red", "added": "red", "resolved": "green",
+STATUS_STYLE = {Verdict.FASTER: "green", "removed": "green", Verdict.SLOWER: "red", "added": "red", "resolved": "green",
                 "new": "red", "unchanged": "dim"}
 
 
@@ -33,7 +33,7 @@ def step_sentence(c: Comparison) -> str:
     unit = "x" if max(step.ratio, 1 / step.ratio) >= 1.5 else "%"
     span = f"{step.confidence:.0%} interval: {_factor(step.ci[0], unit)} to {_factor(step.ci[1], unit)}"
     times = f"step {fmt_ms(c.a.step_s)} -> {fmt_ms(c.b.step_s)}"
-    if step.verdict == "no-change":
+    if step.verdict == Verdict.NO_CHANGE:
         said = "as fast as A" if abs(step.ratio - 1) < 5e-4 else f"{_factor(step.ratio, unit)} than A"
         return f"No change in step time beyond the noise: B is {said} ({times}; {span})."
     return f"B is {_factor(step.ratio, unit)} than A ({times}; {span})."

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from diagnose.formatting import fmt_ms, setting_label
-from diagnose.model import Diagnosis
+from diagnose.model import Diagnosis, Status, Verdict
 from diagnose.report.view import step_time_view
 from diagnose.report.wording import (
     CATEGORY_NAMES,
@@ -83,11 +83,12 @@ def _memory_matters(diagnosis: Diagnosis) -> bool:
     if memory is None or not memory.peak_bytes:
         return False
     near = memory.limit_bytes and memory.peak_bytes >= MEMORY_SHOWN_FROM * memory.limit_bytes
-    return bool(near or memory.estimate or diagnosis.status == "out_of_memory")
+    return bool(near or memory.estimate or diagnosis.status == Status.OUT_OF_MEMORY)
 
 
-VERDICT_STYLE = {"faster": "green", "slower": "red", "no-change": "dim", "failed": "red", "skipped": "dim",
-                 "flagged": "bold red", "fits": "green", "out-of-memory": "red"}
+VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red", Verdict.NO_CHANGE: "dim", Verdict.FAILED: "red",
+                 Verdict.SKIPPED: "dim", Verdict.FLAGGED: "bold red", Verdict.FITS: "green",
+                 Verdict.OUT_OF_MEMORY: "red"}
 DATA_WORDS = {"same-sequence": "same data", "same-samples": "same samples, reordered", "unchecked": "data unchecked"}
 
 
@@ -95,12 +96,12 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
     head = diagnosis.headline
     sentence = headline_sentence(diagnosis)
     if sentence:
-        verified = head is not None and head.verdict == "faster"
+        verified = head is not None and head.verdict == Verdict.FASTER
         console.print(sentence, style="bold green" if verified else "bold yellow", highlight=False, markup=False,
                       soft_wrap=True)
     width = max([9] + [len(e.verdict) for e in diagnosis.experiments])
     for e in diagnosis.experiments:
-        if e.verdict == "skipped" and e.optimization not in ("combined", "ceiling"):
+        if e.verdict == Verdict.SKIPPED and e.optimization not in ("combined", "ceiling"):
             continue
         label = setting_label(e.optimization, e.setting)
         result = escape(result_text(e))
@@ -108,7 +109,7 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
         style = VERDICT_STYLE.get(e.verdict, "default")
         console.print(f"  [{style}]{e.verdict:<{width}}[/] {result:<20} {escape(label)}{data}", highlight=False,
                       soft_wrap=True)
-        if e.verdict == "flagged":
+        if e.verdict == Verdict.FLAGGED:
             console.print(f"            {escape(e.fidelity_warning)}", style="red", highlight=False, soft_wrap=True)
     search = batch_search_sentence(diagnosis.batch_search)
     if search:

@@ -12,6 +12,7 @@ from diagnose import __version__
 from diagnose.formatting import fmt_ms
 from diagnose.model import (
     BUCKETS,
+    VERIFIED,
     Analysis,
     Capture,
     Diagnosis,
@@ -19,6 +20,7 @@ from diagnose.model import (
     Finding,
     Samples,
     Status,
+    Verdict,
     stated_step_s,
 )
 from diagnose.report.wording import (
@@ -173,11 +175,12 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         bucket_labels=charts.LABELS,
         verdict_style=verdict_style(diagnosis, analysis),
         experiments=experiments,
-        faster_experiments=tuple(e for e in experiments if e.experiment.verdict in ("faster", "fits")
+        faster_experiments=tuple(e for e in experiments if e.experiment.verdict in VERIFIED
                                  and e.experiment.optimization != "ceiling"),  # the ceiling is no change to make
         headline=headline_sentence(diagnosis),
-        headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict in ("faster", "fits"),
-        result_header="samples/s [99% interval]" if diagnosis.status == "out_of_memory" else "speedup [99% interval]",
+        headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict in VERIFIED,
+        result_header=("samples/s [99% interval]" if diagnosis.status == Status.OUT_OF_MEMORY
+                       else "speedup [99% interval]"),
         batch_search=batch_search_sentence(diagnosis.batch_search),
         recovery=recovery_sentence(diagnosis.headline),
         budget=budget_sentence(diagnosis.budget),
@@ -190,7 +193,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
 
 def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     """Green only for a run that measured steps and ended normally; red for the script's own error."""
-    if diagnosis.status == "out_of_memory":
+    if diagnosis.status == Status.OUT_OF_MEMORY:
         return "error"
     if analysis is None or not analysis.steps:
         return "neutral"
@@ -199,7 +202,7 @@ def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
         return top
     if Status.is_ok(diagnosis.status):
         return "ok"
-    return "error" if diagnosis.status == "script_error" else "neutral"
+    return "error" if diagnosis.status == Status.SCRIPT_ERROR else "neutral"
 
 
 def experiment_views(experiments: tuple[Experiment, ...]) -> tuple[ExperimentView, ...]:
@@ -229,7 +232,8 @@ def _measured(finding: Finding, experiments: tuple[ExperimentView, ...]) -> str:
     """'dataloader.num_workers(num_workers=16): 8.46x [7.9-9.1] steps/s': what the experiments verified for this
     finding, which may differ from the rule's general advice (written before anything was measured)."""
     verified = [v for v in experiments if v.experiment.optimization in finding.optimizations
-                and v.experiment.verdict == "faster" and v.experiment.speedup and not v.experiment.fidelity_warning]
+                and v.experiment.verdict == Verdict.FASTER and v.experiment.speedup
+                and not v.experiment.fidelity_warning]
     if not verified:
         return ""
     best = max(verified, key=lambda v: v.experiment.speedup)

@@ -14,7 +14,7 @@ from diagnose.formatting import (
     setting_label,
     startup_place,
 )
-from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory, Startup, stated_step_s
+from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory, Startup, Status, Verdict, stated_step_s
 
 CATEGORY_NAMES = {
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
@@ -102,31 +102,31 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     if capture is None:
         return "The script did not start under the profiler; nothing was measured."
     name = Path(capture.script).name
-    if capture.status == "completed":
+    if capture.status == Status.COMPLETED:
         ranks = f" on each of {len(capture.ranks)} ranks" if len(capture.ranks) > 1 else ""
         timed = capture.unprofiled_window
         plain = f", timed {timed.steps} more without the profiler" if timed else ""
         fitted = f" ({capture.fit_note})" if capture.fit_note else ""
         return (f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped "
                 f"{name}{fitted}.")
-    if capture.status == "out_of_memory":
+    if capture.status == Status.OUT_OF_MEMORY:
         covered = (f"Results cover the {steps} step(s) profiled before that." if steps else
                    "No step was profiled before that: the sizes below are as far as it got.")
         return f"{name} ran out of memory ({capture.error.type if capture.error else 'no message'}). {covered}"
-    if capture.status == "script_error" and capture.error:
+    if capture.status == Status.SCRIPT_ERROR and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
         return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "
                 f"Results cover the {steps} step(s) measured before that.")
-    if capture.status == "interrupted":
+    if capture.status == Status.INTERRUPTED:
         return f"Interrupted (Ctrl-C). Results cover the {steps} step(s) measured before that."
-    if capture.status == "stopped":
+    if capture.status == Status.STOPPED:
         return f"Stopped by a signal (SIGTERM) after {capture.steps_seen} steps; {steps} were profiled."
-    if capture.status == "timeout":
+    if capture.status == Status.TIMEOUT:
         return (f"Stopped at the time limit after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
-    if capture.status == "no_steps":
+    if capture.status == Status.NO_STEPS:
         return _no_step_sentence(capture, name)
-    if capture.status == "script_finished":
+    if capture.status == Status.SCRIPT_FINISHED:
         return (f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
     return f"Capture ended with status {capture.status}."
@@ -206,12 +206,12 @@ def result_text(experiment) -> str:
 def fits_sentence(diagnosis: Diagnosis) -> str:
     """A run that ran out of memory: the fastest variant that fits, or that none of those tried did."""
     head = diagnosis.headline
-    tried = [e for e in diagnosis.experiments if e.verdict in ("fits", "out-of-memory", "failed")]
-    if head is not None and head.verdict == "fits":
-        best = next((e for e in tried if e.verdict == "fits" and e.throughput == head.throughput), None)
+    tried = [e for e in diagnosis.experiments if e.verdict in (Verdict.FITS, Verdict.OUT_OF_MEMORY, Verdict.FAILED)]
+    if head is not None and head.verdict == Verdict.FITS:
+        best = next((e for e in tried if e.verdict == Verdict.FITS and e.throughput == head.throughput), None)
         peak = f" (peak {fmt_gib(best.peak_memory_bytes)} of {fmt_gib(best.limit_bytes)})" \
             if best is not None and best.peak_memory_bytes and best.limit_bytes else ""
-        fitting = [e for e in tried if e.verdict == "fits"]
+        fitting = [e for e in tried if e.verdict == Verdict.FITS]
         which = f"the only one of the {len(tried)} tried that fits" if len(fitting) == 1 else \
             f"the fastest of the {len(fitting)} of {len(tried)} tried that fit"
         tied = (f" (not measurably faster than {', '.join(head.tied_with)}: the intervals overlap)"
@@ -243,9 +243,9 @@ def batch_search_sentence(search) -> str:
 def headline_sentence(diagnosis: Diagnosis) -> str:
     """The verified result of the experiments; empty when none ran."""
     head = diagnosis.headline
-    if diagnosis.status == "out_of_memory":
+    if diagnosis.status == Status.OUT_OF_MEMORY:
         return fits_sentence(diagnosis)
-    if head is not None and head.verdict == "faster" and head.speedup:
+    if head is not None and head.verdict == Verdict.FASTER and head.speedup:
         count = len(head.changes)
         speedup, _, interval = speedup_text(head.speedup, head.ci).partition(" ")
         return (f"Verified: {count} change{'' if count == 1 else 's'}, {speedup} faster"
@@ -266,10 +266,10 @@ def headline_sentence(diagnosis: Diagnosis) -> str:
 
 def _unverified_sentence(diagnosis: Diagnosis) -> str:
     """No verified combination; settings that were faster on their own still deserve a mention."""
-    alone = [e for e in diagnosis.experiments if e.verdict == "faster" and e.speedup
+    alone = [e for e in diagnosis.experiments if e.verdict == Verdict.FASTER and e.speedup
              and e.optimization not in ("combined", "ceiling")]
     flagged = _flagged_sentence(diagnosis)
-    if not any(e.verdict != "skipped" for e in diagnosis.experiments):
+    if not any(e.verdict != Verdict.SKIPPED for e in diagnosis.experiments):
         reasons = "; ".join(f"{e.optimization}: {e.reason.removeprefix('not run: ')}"
                             for e in diagnosis.experiments[:2])
         return f"No experiment ran. {reasons}."
@@ -284,7 +284,7 @@ def _unverified_sentence(diagnosis: Diagnosis) -> str:
 
 def _flagged_sentence(diagnosis: Diagnosis) -> str:
     """Settings measured on other data than the baseline's: said, never counted as a speedup."""
-    flagged = [e for e in diagnosis.experiments if e.verdict == "flagged"]
+    flagged = [e for e in diagnosis.experiments if e.verdict == Verdict.FLAGGED]
     if not flagged:
         return ""
     names = ", ".join(dict.fromkeys(e.optimization for e in flagged))
