@@ -197,7 +197,8 @@ def test_a_with_stack_trace_the_user_recorded_points_at_their_function_and_their
     assert analysis["locations"]["loader"] is None
     top = analysis["host_lines"][0]
     assert not top["in_torch"] and "def log_to_disk" in top["code"]
-    assert 0.0075 < top["seconds_per_step"] < 0.02  # its 8 ms sleep
+    # its 8 ms sleep: at least that, and within the step (a loaded machine oversleeps; the step oversleeps with it)
+    assert 0.0075 < top["seconds_per_step"] <= analysis["step_time_s"]["mean"]
     assert any("Python frames" in n for n in analysis["notes"])
     assert "def log_to_disk" in (out / "report.html").read_text()
 

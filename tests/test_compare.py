@@ -148,7 +148,8 @@ def test_more_loader_workers_make_b_faster_remove_the_data_wait_and_resolve_the_
     proc, result = _compare(before.run_dir, after.run_dir, "--fail-if-slower", "5", out=tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr
     step = result["step"]
-    assert step["basis"] == "unprofiled" and step["verdict"] == "faster" and step["ci"][1] < 0.5, step
+    # faster beyond the noise (the interval's top under 1.0), by far: its width is the machine's, not asserted
+    assert step["basis"] == "unprofiled" and step["verdict"] == "faster" and step["ratio"] < 0.5, step
     buckets = {b["name"]: b for b in result["buckets"]}
     assert buckets["data_wait"]["a"] > 0.03 and buckets["data_wait"]["b"] < 0.2 * buckets["data_wait"]["a"]
     # 8 workers sleeping 4 ms per item still deliver a batch per 8 ms against 1-2 ms of compute on 2 cores: the loader

@@ -17,7 +17,8 @@ def test_slow_loader_is_diagnosed_as_data_loading_at_the_dataloader_line(sample_
     assert "dataloader.num_workers" in top["optimizations"]
     expected = f"slow_loader.py:{line_of(SAMPLES / 'slow_loader.py', 'DataLoader(dataset')}"
     assert top["location"].endswith(expected)
-    assert run.seconds < 90  # written for 2 epochs: stopped after the measured window
+    # written for 2 epochs: stopped after the measured window (by diagnose, not by its own end)
+    assert d["status"] == "completed" and d["steps_profiled"] == 8
 
 
 def test_breakdown_buckets_sum_to_one_and_step_stats_are_ordered(sample_run):

@@ -3,7 +3,6 @@ peak (measured here, cached; a datasheet's for a known GPU). Real runs of real t
 the recorded H200 traces, whose models' FLOPs are known in closed form."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from conftest import REPO, TRACES, run_script
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.flops import op_flops
 from diagnose.analysis.trace import load_trace
+from diagnose.capture import peak as peak_module
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak import machine_peaks
 
@@ -75,20 +75,29 @@ def test_mfu_is_a_share_of_the_measured_peak_and_higher_for_a_large_batch(gemm_r
     assert 'id="speed-of-light"' in (gemm_run.run_dir / "report.html").read_text()
 
 
-def test_the_measured_peak_is_stable_and_cached(tmp_path, monkeypatch):
+def test_the_measured_peak_is_cached_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    measured = {p.dtype: p.per_s for p in machine_peaks("cpu", fresh=True)}
+    assert {"float32", "bfloat16", "memory"} <= set(measured) and all(v > 0 for v in measured.values())
+    assert (Path(tmp_path) / "diagnose" / "machine-peaks.json").exists()
+
+    def measure_again(device):
+        raise AssertionError("the cached peaks were measured again")
+
+    monkeypatch.setattr(peak_module, "measure_peaks", measure_again)
+    assert {p.dtype: p.per_s for p in machine_peaks("cpu")} == measured
+
+
+@pytest.mark.slow  # a wall-clock measurement: load beside it (a second suite) moves it
+def test_the_measured_peak_is_stable(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     rates = [{p.dtype: p.per_s for p in machine_peaks("cpu", fresh=True)} for _ in range(3)]
-    assert {"float32", "bfloat16", "memory"} <= set(rates[0])
     # fp32, the CPU's peak, within 20% (the best of five bursts: a single 0.25 s measurement read 133, 156 and 168
     # GFLOP/s on CI); bf16 ran at 380 or 700 GFLOP/s from one second to the next on this shared 2-core VM, and a
     # copy at 33 or 50 GB/s by where its pages landed
     for dtype in rates[0]:
         values = [r[dtype] for r in rates]
         assert max(values) / min(values) < (1.2 if dtype == "float32" else 2.5), (dtype, values)
-    start = time.monotonic()
-    cached = {p.dtype: p.per_s for p in machine_peaks("cpu")}
-    assert time.monotonic() - start < 0.5 and cached == rates[-1]
-    assert (Path(tmp_path) / "diagnose" / "machine-peaks.json").exists()
 
 
 @pytest.mark.parametrize("name, dtype", [("transformer_fp32", "float32"), ("transformer_bf16", "bfloat16")])
