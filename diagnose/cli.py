@@ -124,6 +124,8 @@ RULES = click.option("--rules", "rules_dirs", multiple=True, metavar="DIR",
                      help="Extra folder of rule files (repeatable).")
 TEMPLATES = click.option("--templates", "templates_dir", metavar="DIR",
                          help="Folder of templates overriding the bundled ones.")
+JOBS = click.option("--jobs", type=click.IntRange(1), metavar="N",
+                    help="Analyse several ranks' traces in N worker processes at once (default: one per core).")
 OPEN = click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
 
 
@@ -175,8 +177,8 @@ def cli() -> None:
 @cli.command(short_help="Diagnose torch.profiler traces you already have.")
 @click.argument("path", type=click.Path(path_type=Path))
 @_out("Folder for the report (default: diagnose_runs/<timestamp>-analyze-<name>).")
-@_options(RULES, TEMPLATES, _json(), OPEN)
-def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
+@_options(RULES, TEMPLATES, _json(), OPEN, JOBS)
+def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs):
     """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz), a folder of them
     (one per rank or worker), or a `diagnose run` folder (its tb/ traces). Writes the same report.html and
     diagnosis.json as `diagnose run`, into a new folder. No torch needed.
@@ -189,7 +191,7 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report):
     from diagnose.commands.analyze import analyze_command
 
     sys.exit(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             open_report=open_report))
+                             open_report=open_report, jobs=jobs))
 
 
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
@@ -294,8 +296,8 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
 
 @cli.command(short_help="Analyse a run folder again and re-render its report.")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@_options(RULES, TEMPLATES, _json())
-def report(run_dir, rules_dirs, templates_dir, as_json):
+@_options(RULES, TEMPLATES, _json(), JOBS)
+def report(run_dir, rules_dirs, templates_dir, as_json, jobs):
     """Analyse RUN_DIR again (new rules, new templates) and re-render its report. RUN_DIR is a folder made by
     `diagnose run` or `diagnose capture` (merging the ranks' captures); for an `analyze` folder or your own
     traces, run `diagnose analyze` again. Exits with the run's own exit code."""
@@ -306,7 +308,7 @@ def report(run_dir, rules_dirs, templates_dir, as_json):
     load_rules(rules_dirs)  # a broken rule file fails before anything is written
     from diagnose.commands.report import report_command
 
-    sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json))
+    sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json, jobs))
 
 
 @cli.command(name="rules", short_help="List the rules and their fixes, or the metrics they use.")

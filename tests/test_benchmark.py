@@ -70,3 +70,21 @@ def test_generated_trace_is_deterministic(tmp_path, generated):
                    capture_output=True, timeout=120, check=True)
     assert gzip.decompress(again.read_bytes()).replace(str(again).encode(), b"") == \
         gzip.decompress(path.read_bytes()).replace(str(path).encode(), b"")
+
+
+def test_a_folder_of_ranks_analysed_by_two_workers_gives_what_one_process_gives(tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in range(4):
+        subprocess.run([sys.executable, str(MAKE_TRACE), str(folder / f"rank{rank}.pt.trace.json.gz"), "--events",
+                        "15000", "--steps", "5", "--seed", str(rank), "--rank", str(rank), "--world-size", "4"],
+                       capture_output=True, text=True, timeout=120, check=True)
+    written = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        done = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(folder), "--out", str(out),
+                               "--jobs", jobs], capture_output=True, text=True, timeout=240, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        written[jobs] = json.loads((out / "analysis.json").read_text())
+    assert [r["rank"] for r in written["2"]["ranks"]] == [0, 1, 2, 3]
+    assert written["2"] == written["1"]

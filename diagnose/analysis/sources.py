@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.metric_values import trace_gpu_name
@@ -24,7 +24,7 @@ def trace_paths(run_dir: Path) -> list[Path]:
     return sorted(p for p in RunFolder(run_dir).tb.glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
 
 
-def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]:
+def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Optional[Analysis]:
     traces = trace_paths(run_dir)
     if not traces:
         return None
@@ -32,7 +32,7 @@ def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]
         adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
     ranks = rank_dirs(run_dir)
     if ranks:
-        analysis = _analyze_ranks(run_dir, ranks, traces)
+        analysis = _analyze_ranks(run_dir, ranks, traces, jobs)
     else:
         folder = RunFolder(run_dir)
         samples, stacks = _optional(folder.samples, Samples), _optional(folder.stacks, StackSamples)
@@ -43,21 +43,26 @@ def analyze_run(run_dir: Path, capture: Optional[Capture]) -> Optional[Analysis]
     return analysis
 
 
-def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path]) -> Optional[Analysis]:
+def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path],
+                   jobs: int = 1) -> Optional[Analysis]:
     """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all."""
-    analyses = []
+    calls = []
     for rank, folder in ranks.items():
         mine = [p for p in traces if p.name.startswith(f"rank{rank}.")]
-        if not mine:
-            continue  # a rank that failed before its profiler stopped wrote no trace
-        files = RunFolder(folder)
-        trace = load_trace(mine[-1])
-        inputs = Inputs(trace, _optional(files.capture, Capture), _optional(files.samples, Samples),
-                        _optional(files.stacks, StackSamples), peaks=_run_peaks(run_dir, trace))
-        analyses.append((rank, str(mine[-1].relative_to(run_dir)), analyze(inputs)))
+        if mine:  # a rank that failed before its profiler stopped wrote no trace
+            calls.append((run_dir, rank, folder, mine[-1]))
+    analyses = in_workers(_analyze_rank, calls, jobs)
     if not analyses:
         return None
     return analyses[0][2] if len(analyses) == 1 else combine(analyses)[1]
+
+
+def _analyze_rank(run_dir: Path, rank: int, folder: Path, path: Path) -> tuple[int, str, Analysis]:
+    files = RunFolder(folder)
+    trace = load_trace(path)
+    inputs = Inputs(trace, _optional(files.capture, Capture), _optional(files.samples, Samples),
+                    _optional(files.stacks, StackSamples), peaks=_run_peaks(run_dir, trace))
+    return rank, str(path.relative_to(run_dir)), analyze(inputs)
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -88,19 +93,42 @@ def _source_roots(trace: Path) -> tuple[str, ...]:
     return (os.getcwd(), *(str(p) for p in trace.resolve().parents[:3]))
 
 
-def analyze_traces(paths: list[Path]) -> Analysis:
-    """Traces of one job: each analysed alone, then combined (per-rank table, the rank to diagnose)."""
-    analyses = []
-    for index, path in enumerate(paths):
-        trace = load_trace(path)
-        inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
-        analyses.append((rank_of(trace, index), str(path), analyze(inputs)))
+def analyze_traces(paths: list[Path], jobs: int = 1) -> Analysis:
+    """Traces of one job: each analysed alone (in `jobs` worker processes when there are several), then combined
+    (per-rank table, the rank to diagnose)."""
+    analyses = in_workers(_analyze_trace, list(enumerate(paths)), jobs)
     if len(analyses) == 1:
         return analyses[0][2]
     ranks = [r for r, _, _ in analyses]
     if len(set(ranks)) < len(ranks):  # e.g. several traces of one process, not one per rank
         analyses = [(i, p, a) for i, (_, p, a) in enumerate(analyses)]
     return combine(analyses)[1]
+
+
+def _analyze_trace(index: int, path: Path) -> tuple[int, str, Analysis]:
+    trace = load_trace(path)
+    inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
+    return rank_of(trace, index), str(path), analyze(inputs)
+
+
+def default_jobs() -> int:
+    """One worker per core this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def in_workers(function: Callable, calls: list[tuple], jobs: int) -> list:
+    """function(*call) for each call, in order: in this process for one job or one call, else in up to `jobs`
+    worker processes (each parses its own trace: memory and time per trace as in one process, the cores shared).
+    Forked where the platform can (nothing to import again), else spawned."""
+    if jobs <= 1 or len(calls) <= 1:
+        return [function(*call) for call in calls]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(min(jobs, len(calls)), mp_context=multiprocessing.get_context(method)) as pool:
+        futures = [pool.submit(function, *call) for call in calls]
+        return [future.result() for future in futures]
 
 
 def _run_peaks(run_dir: Path, trace: Trace) -> tuple[Peak, ...]:

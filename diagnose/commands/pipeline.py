@@ -64,8 +64,9 @@ def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
     return analysis.memory if analysis is not None else None
 
 
-def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...]):
-    analysis = analyze_run(run_dir, capture)
+def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...], jobs: int = 1):
+    """Analysis (the ranks' traces in `jobs` worker processes) and the rules' findings."""
+    analysis = analyze_run(run_dir, capture, jobs)
     return analysis, diagnose_analysis(analysis, rules_dirs)
 
 
@@ -100,10 +101,10 @@ def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analys
 
 
 def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dirs: tuple[str, ...],
-               templates_dir: Optional[str] = None) -> RunResult:
+               templates_dir: Optional[str] = None, jobs: int = 1) -> RunResult:
     """Analysis, rules and report for a run folder whose capture is done (or partial); experiments already
     run for it (RUN/experiments.json) are kept."""
-    analysis, findings = diagnose_capture(run_dir, capture, rules_dirs)
+    analysis, findings = diagnose_capture(run_dir, capture, rules_dirs, jobs)
     saved = RunFolder(run_dir).experiments
     experiments = read_json(saved, ExperimentResults) if saved.exists() else ExperimentResults()
     return write_outputs(run_dir, script, capture, analysis, findings, experiments, templates_dir)

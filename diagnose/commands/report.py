@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from rich.console import Console
 
-from diagnose.analysis.sources import load_run_capture
+from diagnose.analysis.sources import default_jobs, load_run_capture
 from diagnose.commands.output import finish_output
 from diagnose.commands.pipeline import finish_run
 from diagnose.model import Status
 
 
-def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool) -> int:
+def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool, jobs: Optional[int] = None) -> int:
     capture = load_run_capture(run_dir)
     script = capture.script if capture else str(run_dir)
-    result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir)
+    result = finish_run(run_dir, script, capture, tuple(rules_dirs), templates_dir, jobs or default_jobs())
     finish_output(Console(stderr=True), result, as_json, False)
     return Status.exit_code_of(result.diagnosis.status)  # as `diagnose run` exited for this run
