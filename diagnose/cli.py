@@ -14,7 +14,6 @@ from rich.markup import escape
 
 from diagnose import __version__
 from diagnose.errors import UserError
-from diagnose.model import RunConfig, Status
 from diagnose.serial import UnknownFieldsWarning
 
 
@@ -227,6 +226,7 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
     if sys.path and sys.path[0] in ("", os.getcwd()):
         sys.path.pop(0)  # as `python SCRIPT` has it: the script's folder first, not the current one
     from diagnose.commands.capture import capture_command
+    from diagnose.model import RunConfig
 
     code = capture_command(RunConfig(script=script, script_args=_script_args(script_args), out_dir=out,
                                      warmup_steps=warmup, profile_steps=steps, max_seconds=max_seconds,
@@ -285,6 +285,7 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
                             "--baseline RUN_DIR")
     from diagnose.commands.options import BaselineGate, OutputOptions
     from diagnose.commands.run import run_command
+    from diagnose.model import RunConfig
 
     config = RunConfig(script=script, script_args=_script_args(script_args), out_dir=out or "", warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, startup_seconds=startup_seconds,
@@ -357,6 +358,8 @@ def main() -> None:
             console.print(f"  {exc.hint}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
+        from diagnose.model import Status
+
         sys.exit(Status.INTERRUPTED.exit_code)
     except click.ClickException as exc:
         exc.show()
