@@ -58,10 +58,19 @@ def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path)
     launched = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert sorted(p.name for p in (out / "ranks").iterdir()) == ["rank0", "rank1"]
+    # each rank analysed its own trace where it ran: report merges those analyses...
+    summaries = [out / "ranks" / f"rank{r}" / "analysis.json" for r in (0, 1)]
+    assert all(s.is_file() for s in summaries)
     report = diagnose_cli("report", str(out))
     assert report.returncode == 0, report.stderr
     d = json.loads((out / "diagnosis.json").read_text())
     assert [r["rank"] for r in d["ranks"]] == [0, 1] and d["metrics"]["straggler_rank"] == 1
+    merged = (out / "analysis.json").read_text()
+    # ...and gives what reading every trace gives
+    for summary in summaries:
+        summary.unlink()
+    assert diagnose_cli("report", str(out)).returncode == 0
+    assert (out / "analysis.json").read_text() == merged
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert again.returncode != 0 and "already holds a capture" in again.stderr  # a second job does not overwrite
 

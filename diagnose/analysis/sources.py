@@ -3,6 +3,7 @@ trace files a user passes; each analysed, and several ranks combined."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,9 +29,10 @@ def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Opt
     traces = trace_paths(run_dir)
     if not traces:
         return None
-    for path in traces:
-        adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
     ranks = rank_dirs(run_dir)
+    for path in traces:
+        if not _summarized(ranks, path):  # a rank that analysed its own trace adapted it too: not read here
+            adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
     if ranks:
         analysis = _analyze_ranks(run_dir, ranks, traces, jobs)
     else:
@@ -45,13 +47,21 @@ def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Opt
 
 def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path],
                    jobs: int = 1) -> Optional[Analysis]:
-    """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all."""
-    calls = []
+    """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all. A rank
+    that analysed its own trace where it ran (`diagnose capture`: RUNRANK/analysis.json, newer than the trace)
+    is read, not analysed again; the others in `jobs` worker processes."""
+    summarized, calls = {}, []
     for rank, folder in ranks.items():
         mine = [p for p in traces if p.name.startswith(f"rank{rank}.")]
-        if mine:  # a rank that failed before its profiler stopped wrote no trace
+        if not mine:
+            continue  # a rank that failed before its profiler stopped wrote no trace
+        summary = _rank_summary(folder, mine[-1])
+        if summary is not None:
+            summarized[rank] = (rank, str(mine[-1].relative_to(run_dir)), summary)
+        else:
             calls.append((run_dir, rank, folder, mine[-1]))
-    analyses = in_workers(_analyze_rank, calls, jobs)
+    analysed = {result[0]: result for result in in_workers(_analyze_rank, calls, jobs)}
+    analyses = [both[rank] for rank in ranks if rank in (both := {**summarized, **analysed})]
     if not analyses:
         return None
     return analyses[0][2] if len(analyses) == 1 else combine(analyses)[1]
@@ -63,6 +73,33 @@ def _analyze_rank(run_dir: Path, rank: int, folder: Path, path: Path) -> tuple[i
     inputs = Inputs(trace, _optional(files.capture, Capture), _optional(files.samples, Samples),
                     _optional(files.stacks, StackSamples), peaks=_run_peaks(run_dir, trace))
     return rank, str(path.relative_to(run_dir)), analyze(inputs)
+
+
+def summarize_rank(run_dir: Path, rank: int, folder: Path) -> None:
+    """Where a rank ran (`diagnose capture` under the user's torchrun or SLURM): analyse its own trace and keep the
+    analysis beside its capture, so that `diagnose report` merges the ranks' analyses instead of reading every
+    trace on one machine. Without a trace (the rank failed before its profiler stopped) there is nothing to do."""
+    mine = [p for p in trace_paths(run_dir) if p.name.startswith(f"rank{rank}.")]
+    if mine:
+        adapt_trace_for_tensorboard(mine[-1])  # before the analysis is written: it is then the newer file
+        write_json(RunFolder(folder).analysis, _analyze_rank(run_dir, rank, folder, mine[-1])[2])
+
+
+def _rank_summary(folder: Path, trace: Path) -> Optional[Analysis]:
+    """The rank's own analysis of `trace`, when it wrote one after the trace (else the trace is read)."""
+    saved = _fresh_summary(folder, trace)
+    return read_json(saved, Analysis) if saved is not None else None
+
+
+def _summarized(ranks: dict[int, Path], trace: Path) -> bool:
+    match = re.match(r"rank(\d+)\.", trace.name)
+    folder = ranks.get(int(match.group(1))) if match else None
+    return folder is not None and _fresh_summary(folder, trace) is not None
+
+
+def _fresh_summary(folder: Path, trace: Path) -> Optional[Path]:
+    saved = RunFolder(folder).analysis
+    return saved if saved.exists() and saved.stat().st_mtime >= trace.stat().st_mtime else None
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -6,6 +6,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from diagnose.analysis.sources import summarize_rank
 from diagnose.capture.runner import check_script
 from diagnose.errors import UserError
 from diagnose.model import RunConfig
@@ -34,7 +35,19 @@ def capture_command(config: RunConfig) -> int:
     if not RunFolder(run_dir).config.exists() or rank in (None, 0):
         write_json(RunFolder(run_dir).config, config)  # every rank writes the same config; the write is atomic
     code = run_child(run_dir)
+    if rank is not None:
+        _summarize(run_dir, rank, mine)
     if rank in (None, 0):
         print(f"diagnose: this rank's capture is in {mine}; once every rank has finished, analyse them all with: "
               f"diagnose report {run_dir}", file=sys.stderr, flush=True)
     return code
+
+
+def _summarize(run_dir: Path, rank: int, folder: Path) -> None:
+    """This rank's analysis, written where it ran; `diagnose report` reads the trace when it is missing, so a
+    failure here only costs the report that time: said, never the rank's exit code."""
+    try:
+        summarize_rank(run_dir, rank, folder)
+    except Exception as exc:  # noqa: BLE001 - the rank's own results must stand whatever the analysis meets
+        print(f"diagnose: rank {rank} could not analyse its trace ({type(exc).__name__}: {exc}); "
+              "`diagnose report` will read it", file=sys.stderr, flush=True)
