@@ -9,10 +9,30 @@ from pathlib import Path
 from typing import Optional
 
 _pending: dict[str, tuple[threading.Thread, list]] = {}
+# a trace whose text is larger is streamed (stream.py), in bounded memory and as fast; the whole text, held with
+# its parsed events, would take about twice its size
+STREAM_OVER_BYTES = 128 << 20
+# a .gz this big is streamed whatever its size field says: the field wraps at 4 GiB, and traces compress 10-20x
+STREAM_OVER_GZIP_BYTES = 96 << 20
+
+
+def text_is_big(path: Path) -> bool:
+    """Whether the text of the trace at `path` is big enough to be read as a stream (a .gz's size field)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            if file.read(2) != b"\x1f\x8b":
+                return size > STREAM_OVER_BYTES
+            if size > STREAM_OVER_GZIP_BYTES:
+                return True
+            file.seek(-4, 2)
+            return int.from_bytes(file.read(4), "little") > STREAM_OVER_BYTES
+    except OSError:
+        return False  # the real read reports it
 
 
 def start(path: Path) -> None:
-    if not path.is_file():
+    if not path.is_file() or text_is_big(path):  # a big trace is streamed, never held whole
         return
     box: list = []
 

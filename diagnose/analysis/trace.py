@@ -14,7 +14,9 @@ import numpy as np
 from diagnose.analysis.fastparse import fast_rows
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
+from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.spans import Spans
+from diagnose.analysis.stream import stream_rows
 from diagnose.analysis.trace_file import parsed_rows, read_bytes
 from diagnose.errors import UserError
 
@@ -42,9 +44,16 @@ class Trace:
         return len(self.kernels) + len(self.memcpy) + len(self.memset) > 0
 
 
-def load_trace(path: Path) -> Trace:
+def load_trace(path: Path, stream: Optional[bool] = None) -> Trace:
     """The fast parser reads a trace laid out as Kineto writes it; any other layout, or any doubt, goes through
-    the full JSON parser."""
+    the full JSON parser. A big trace (or any, with `stream`) is read as a stream, in bounded memory."""
+    if text_is_big(path) if stream is None else stream:
+        streamed = stream_rows(path)
+        if streamed is not None:
+            metadata, buckets, memory, flop_ops = streamed
+            trace = _assemble(str(path), metadata, buckets)
+            trace.memory, trace.flop_ops = memory, flop_ops
+            return trace
     raw = read_bytes(path)
     metadata, buckets = fast_rows(raw) or parsed_rows(path, raw)
     trace = _assemble(str(path), metadata, buckets)

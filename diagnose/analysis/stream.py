@@ -1,0 +1,187 @@
+"""Reading a big trace as a stream: decompressed and parsed piece by piece, each piece cut where an event begins,
+its text dropped once its events are in compact arrays. Peak memory is then the arrays plus a few pieces, not the
+whole text (which grows with the trace: a 4 GB trace held whole needs about twice that). The pieces go through the
+fast parser's expressions (fastparse.py, memory_events.py, flop_ops.py); any doubt (a layout they do not read,
+a text that does not end as a whole trace does) returns None and the whole-text parsers take over."""
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+from typing import Iterator, Optional
+
+from diagnose.analysis.classify import KINDS
+from diagnose.analysis.fastparse import (
+    CHUNK_BYTES,
+    CLOSED,
+    EVENTS_KEY,
+    _cores,
+    _forked,
+    _head_metadata,
+    _read_chunks,
+    _tail_metadata,
+)
+from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
+from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
+from diagnose.analysis.spans import Spans
+from diagnose.errors import UserError
+
+READ_BYTES = 4 << 20
+PIECE_BYTES = CHUNK_BYTES  # text parsed at once: the bound on the text held, beside the arrays
+TAIL_BYTES = 65536
+
+
+def stream_rows(path: Path, piece_bytes: Optional[int] = None):
+    """(metadata, spans by kind, memory events, FLOP ops) of the trace at `path`, read as a stream; None when the
+    fast expressions cannot read it all (the caller then parses the whole text). With two cores a forked process
+    parses every other piece (both inflate the whole text, which costs far less than parsing it)."""
+    size = piece_bytes or PIECE_BYTES
+    other = _forked(lambda: _read_share(path, size, 1, 2)) if _cores() > 1 else None
+    mine = _read_share(path, size, 0, 2 if other else 1)
+    theirs = other() if other else None
+    if other is not None and theirs is None:  # the helper process failed: its pieces are read here
+        theirs = _read_share(path, size, 1, 2)
+    shares = [mine] + ([theirs] if other else [])
+    if any(share is None for share in shares):
+        return None
+    head, tail = mine.head, mine.tail
+    pieces = sorted((index, piece) for share in shares for index, piece in share.pieces.items())
+    parts = [piece for _, piece in pieces]
+    spans = {kind: Spans.concat([s for part in parts for s in part[0][kind]]) for kind in KINDS}
+    memory = _concat_memory([part[1] for part in parts if len(part[1])])
+    flops = _concat_flops([part[2] for part in parts if len(part[2])])
+    return {**head, **tail}, spans, memory, flops
+
+
+class _Share:
+    """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""
+
+    def __init__(self, parity: int, of: int):
+        self.parity, self.of = parity, of
+        self.pieces: dict[int, tuple] = {}
+        self.pretty: Optional[bool] = None
+        self.head: dict = {}
+        self.tail: dict = {}
+        self.last = b""
+
+    def take(self, index: int, piece: bytes) -> bool:
+        """Read one piece of whole events when it is this share's; False when the fast expressions cannot."""
+        if self.pretty is None:
+            compact, spaced = piece.find(b'"ph":"X"'), piece.find(b'"ph": "X"')
+            if compact >= 0 or spaced >= 0:
+                self.pretty = spaced >= 0
+        self.last = piece[-TAIL_BYTES:] if len(piece) >= TAIL_BYTES else (self.last + piece)[-TAIL_BYTES:]
+        if index % self.of != self.parity:
+            return True
+        pretty = bool(self.pretty)
+        if self.pretty is not None and piece.find(b'"ph":"X"' if pretty else b'"ph": "X"') >= 0:
+            return False  # both layouts in one file: not Kineto's writer
+        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], pretty)
+        if matched != complete:
+            return False
+        self.pieces[index] = (parts, read_memory_events(piece), read_flop_ops(piece))
+        return True
+
+    def finish(self) -> bool:
+        """The text must end as a whole trace does; the keys after the events are kept."""
+        self.tail = _tail_metadata(self.last)
+        return bool(self.tail) or bool(CLOSED.search(self.last[-256:]))
+
+
+def _read_share(path: Path, piece_bytes: int, parity: int, of: int) -> Optional[_Share]:
+    share = _Share(parity, of)
+    pieces = enumerate(_pieces(path, piece_bytes))
+    if not _read_head(pieces, share):
+        return None
+    for index, piece in pieces:
+        if not share.take(index, piece):
+            return None
+    return share if share.finish() else None
+
+
+def _read_head(pieces: Iterator[tuple[int, bytes]], share: _Share) -> bool:
+    """The metadata before the events, from the first pieces; the events after it go to `share`."""
+    text = b""
+    for index, piece in pieces:
+        text += piece
+        key = EVENTS_KEY.search(text)
+        if key is not None:
+            head = _head_metadata(text[:key.start()])
+            if head is None:
+                return False
+            share.head = head
+            return share.take(index, text[key.end():])
+        if len(text) > 64 << 20:
+            return False  # no event list near the start: not a trace the stream reads
+    return False
+
+
+def _pieces(path: Path, piece_bytes: int) -> Iterator[bytes]:
+    """The decompressed text in pieces of about `piece_bytes`, each ending where an event's object begins (the
+    `{` before a `"ph"`), so that no event is split."""
+    carry = b""
+    for block in _decompressed(path):
+        carry += block
+        if len(carry) < piece_bytes:
+            continue
+        cut = _event_start_before(carry, len(carry))
+        if cut > 0:
+            yield carry[:cut]
+            carry = carry[cut:]
+    if carry:
+        yield carry
+
+
+def _event_start_before(text: bytes, end: int) -> int:
+    """Where the last event that starts before `end` begins (0: none found)."""
+    ph = text.rfind(b'"ph"', 0, end)
+    return max(text.rfind(b"{", 0, ph), 0) if ph > 0 else 0
+
+
+def _decompressed(path: Path) -> Iterator[bytes]:
+    """The file's text in blocks of at most READ_BYTES (a trace's text compresses 10-20x: a block of compressed
+    input is inflated a bounded slice at a time)."""
+    try:
+        with path.open("rb") as file:
+            gzipped = file.read(2) == b"\x1f\x8b"
+            file.seek(0)
+            if not gzipped:
+                while block := file.read(READ_BYTES):
+                    yield block
+                return
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while True:
+                pending = inflate.unconsumed_tail or file.read(READ_BYTES >> 3)
+                if inflate.eof and inflate.unused_data:  # another gzip member follows: a new inflater reads it
+                    pending, inflate = inflate.unused_data + pending, zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if not pending:
+                    break
+                yield inflate.decompress(pending, READ_BYTES)
+            yield inflate.flush()
+    except (OSError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
+        raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
+
+
+def _concat_memory(parts: list[MemoryEvents]) -> MemoryEvents:
+    import numpy as np
+
+    if not parts:
+        return MemoryEvents()
+    if len(parts) == 1:
+        return parts[0]
+    return MemoryEvents(np.concatenate([p.ts for p in parts]), np.concatenate([p.allocated for p in parts]),
+                        np.concatenate([p.reserved for p in parts]), np.concatenate([p.nbytes for p in parts]),
+                        np.concatenate([p.device_type for p in parts]), tuple(t for p in parts for t in p.tids))
+
+
+def _concat_flops(parts: list[FlopOps]) -> FlopOps:
+    import numpy as np
+
+    if not parts:
+        return FlopOps()
+    if len(parts) == 1:
+        return parts[0]
+    return FlopOps(tuple(n for p in parts for n in p.names), np.concatenate([p.ts for p in parts]),
+                   np.concatenate([p.dur for p in parts]), tuple(t for p in parts for t in p.tids),
+                   tuple(d for p in parts for d in p.dims), tuple(t for p in parts for t in p.types),
+                   tuple(s for p in parts for s in p.scalars))

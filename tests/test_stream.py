@@ -1,0 +1,53 @@
+"""A big trace is read as a stream, in bounded memory: the same analysis as the whole-text parser on every trace
+in tests/data, with pieces small enough that events and memory records straddle many piece boundaries."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, TRACES
+
+from diagnose.analysis import stream
+from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.trace import load_trace
+from diagnose.serial import to_jsonable
+
+ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
+
+
+@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+def test_the_stream_gives_the_analysis_the_whole_text_gives(path, monkeypatch):
+    whole = load_trace(path, stream=False)
+    monkeypatch.setattr(stream, "PIECE_BYTES", 64 << 10)  # many pieces even for the smallest trace
+    assert stream.stream_rows(path) is not None  # read by the stream itself, not by the fallback
+    streamed = load_trace(path, stream=True)
+    assert streamed.metadata == whole.metadata
+    assert len(streamed.memory) == len(whole.memory) and len(streamed.flop_ops) == len(whole.flop_ops)
+    assert to_jsonable(analyze(Inputs(streamed))) == to_jsonable(analyze(Inputs(whole)))
+
+
+def test_a_trace_cut_short_is_not_streamed_as_if_whole(tmp_path):
+    text = gzip.decompress((TRACES / "a100_ddp_rank3_of8.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[:len(text) * 2 // 3])
+    assert stream.stream_rows(cut, 64 << 10) is None  # the whole-text parser then says it is cut short
+
+
+@pytest.mark.slow  # generates a 2M-event trace (about a minute) and analyses it
+def test_a_two_million_event_trace_is_analysed_in_bounded_memory(tmp_path):
+    path = tmp_path / "big.json.gz"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", "2000000"],
+                   check=True, capture_output=True, timeout=600)
+    measure = ("import resource, sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+               "from diagnose.analysis.analyze import Inputs, analyze; "
+               "a = analyze(Inputs(load_trace(Path(sys.argv[1])))); "
+               "print(len(a.steps), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    done = subprocess.run([sys.executable, "-c", measure, str(path)], capture_output=True, text=True, timeout=600,
+                          check=True)
+    steps, peak = map(int, done.stdout.split())
+    text_bytes = len(gzip.decompress(path.read_bytes()))
+    assert steps == 10 and peak < 1 << 30, (steps, peak >> 20, text_bytes >> 20)
+    print(json.dumps({"text_mib": text_bytes >> 20, "peak_rss_mib": peak >> 20}))
