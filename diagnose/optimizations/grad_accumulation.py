@@ -72,16 +72,17 @@ def micro_batches_to_fit(batch: int, largest: int) -> int:
 
 
 def _every_kth_step(optimizer, k: int) -> None:
-    """The script calls step() and zero_grad() every batch; only every k-th call goes through."""
+    """The script calls step() and zero_grad() every batch; only every k-th step() goes through, and zero_grad()
+    only where no micro-batch's gradients wait for a step: before the first (zero_grad, backward, step) or right
+    after a real step (backward, step, zero_grad), whichever order the script uses."""
     step, zero_grad = optimizer.step, optimizer.zero_grad
-    calls = {"step": 0, "zero": 0}
+    calls = {"step": 0}
 
     def accumulated_step(*args, **kwargs):
         calls["step"] += 1
         return step(*args, **kwargs) if calls["step"] % k == 0 else None
 
     def accumulated_zero_grad(*args, **kwargs):
-        calls["zero"] += 1
-        return zero_grad(*args, **kwargs) if calls["zero"] % k == 1 or k == 1 else None
+        return zero_grad(*args, **kwargs) if calls["step"] % k == 0 else None
 
     optimizer.step, optimizer.zero_grad = accumulated_step, accumulated_zero_grad
