@@ -39,9 +39,7 @@ def test_an_accumulating_loop_counts_optimizer_steps_of_four_micro_batches(tmp_p
     # the FLOPs of a step are four micro-batches' (counted in a warm-up step after the first optimizer step)
     ratio = d["speed_of_light"]["flops"]["per_step"] / one.diagnosis["speed_of_light"]["flops"]["per_step"]
     assert 3.9 < ratio < 4.1, ratio
-    # and its time about four micro-batches' (the optimizer step is shared)
-    steps = (four.diagnosis["step_time_s"]["unprofiled"], one.diagnosis["step_time_s"]["unprofiled"])
-    assert 2.5 < steps[0] / steps[1] < 4.5, steps
+    # (its time, against the script's own clock: test_the_step_is_the_scripts_own_iteration_time, slow tier)
 
 
 @pytest.mark.slow

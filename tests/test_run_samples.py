@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from conftest import SAMPLES, SCRIPTS, line_of, run_script
 
 
@@ -42,6 +43,7 @@ def test_run_folder_holds_report_traces_and_diagnosis(sample_run):
     assert f"Report:  {run.run_dir / 'report.html'}" in run.stderr.splitlines()  # the summary names it, whole
 
 
+@pytest.mark.slow  # timing: a loaded machine runs the step below the peak measured when it was quiet
 def test_healthy_compute_bound_script_has_no_high_finding(sample_run):
     d = sample_run("healthy.py").diagnosis
     assert d["breakdown"]["data_wait"] < 0.05
@@ -63,6 +65,7 @@ def test_tiny_batch_gets_a_larger_batch_as_its_first_fix(sample_run):
     assert d["findings"] and d["findings"][0]["optimizations"][0] == "batch_size", d["findings"]
 
 
+@pytest.mark.slow  # timing: microseconds per item and per batch, which load beside it multiplies
 def test_tiny_batch_wait_for_data_is_per_batch_overhead_fixed_by_a_larger_batch_not_workers(sample_run):
     run = sample_run("tiny_batch.py")
     assert run.returncode == 0, run.stderr
@@ -118,6 +121,7 @@ def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+@pytest.mark.slow  # timing: an item's CPU share of its wall time, which load beside it lowers
 def test_deterministic_cpu_heavy_preprocessing_is_diagnosed_as_cacheable(sample_run):
     d = sample_run("cpu_preprocessing.py").diagnosis
     top = d["findings"][0]
