@@ -121,6 +121,11 @@ def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+def test_cpu_heavy_preprocessing_is_found_deterministic(sample_run):
+    d = sample_run("cpu_preprocessing.py").diagnosis
+    assert d["metrics"]["dataset_deterministic"] == 1.0  # the same index fetched twice gave the same item
+
+
 @pytest.mark.slow  # timing: an item's CPU share of its wall time, which load beside it lowers
 def test_deterministic_cpu_heavy_preprocessing_is_diagnosed_as_cacheable(sample_run):
     d = sample_run("cpu_preprocessing.py").diagnosis

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO, TRACES
 
@@ -21,12 +22,26 @@ ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "tr
 @pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
 def test_the_stream_gives_the_analysis_the_whole_text_gives(path, monkeypatch):
     whole = load_trace(path, stream=False)
-    monkeypatch.setattr(stream, "PIECE_BYTES", 64 << 10)  # many pieces even for the smallest trace
+    monkeypatch.setattr(stream, "PIECE_BYTES", 16 << 10)  # many pieces even for the smallest trace,
+    monkeypatch.setattr(stream, "READ_BYTES", 4096)  # inflated a few KB at a time
     assert stream.stream_rows(path) is not None  # read by the stream itself, not by the fallback
     streamed = load_trace(path, stream=True)
     assert streamed.metadata == whole.metadata
     assert len(streamed.memory) == len(whole.memory) and len(streamed.flop_ops) == len(whole.flop_ops)
     assert to_jsonable(analyze(Inputs(streamed))) == to_jsonable(analyze(Inputs(whole)))
+
+
+def test_a_gzip_of_two_members_streams_as_its_whole_text(tmp_path, monkeypatch):
+    text = gzip.decompress((TRACES / "cpu_only_with_dataloader.json.gz").read_bytes())
+    two = tmp_path / "two_members.json.gz"
+    two.write_bytes(gzip.compress(text[:len(text) // 3]) + gzip.compress(text[len(text) // 3:]))
+    monkeypatch.setattr(stream, "READ_BYTES", 4096)
+    streamed, whole = stream.stream_rows(two, 16 << 10), stream.stream_rows(TRACES / "cpu_only_with_dataloader.json.gz")
+    assert streamed is not None and streamed[1].keys() == whole[1].keys()
+    for kind, spans in whole[1].items():
+        mine = streamed[1][kind]
+        assert mine.names == spans.names and mine.tids == spans.tids, kind
+        assert np.array_equal(mine.start, spans.start) and np.array_equal(mine.end, spans.end), kind
 
 
 def test_a_trace_cut_short_is_not_streamed_as_if_whole(tmp_path):
@@ -44,7 +59,8 @@ def test_a_two_million_event_trace_is_analysed_in_bounded_memory(tmp_path):
     measure = ("import resource, sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; "
                "a = analyze(Inputs(load_trace(Path(sys.argv[1])))); "
-               "print(len(a.steps), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+               "print(len(a.steps), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss "
+               "+ resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024)")  # with the helper process
     done = subprocess.run([sys.executable, "-c", measure, str(path)], capture_output=True, text=True, timeout=600,
                           check=True)
     steps, peak = map(int, done.stdout.split())

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.metric_values import trace_gpu_name
+from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import Trace, load_trace
 from diagnose.capture.datasheets import datasheet_peaks
@@ -32,7 +33,7 @@ def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Opt
     ranks = rank_dirs(run_dir)
     for path in traces:
         if not _summarized(ranks, path):  # a rank that analysed its own trace adapted it too: not read here
-            adapt_trace_for_tensorboard(path)  # so TensorBoard's Overview shows the DataLoader time we measured
+            _adapt_for_tensorboard(path)
     if ranks:
         analysis = _analyze_ranks(run_dir, ranks, traces, jobs)
     else:
@@ -81,14 +82,25 @@ def summarize_rank(run_dir: Path, rank: int, folder: Path) -> None:
     trace on one machine. Without a trace (the rank failed before its profiler stopped) there is nothing to do."""
     mine = [p for p in trace_paths(run_dir) if p.name.startswith(f"rank{rank}.")]
     if mine:
-        adapt_trace_for_tensorboard(mine[-1])  # before the analysis is written: it is then the newer file
+        _adapt_for_tensorboard(mine[-1])  # before the analysis is written: it is then the newer file
         write_json(RunFolder(folder).analysis, _analyze_rank(run_dir, rank, folder, mine[-1])[2])
 
 
+def _adapt_for_tensorboard(path: Path) -> None:
+    """Relabel the DataLoader's spans so TensorBoard's Overview shows the data-loading time we measured; a trace
+    big enough to be streamed is left as written (the relabelling reads and rewrites the whole text)."""
+    if not text_is_big(path):
+        adapt_trace_for_tensorboard(path)
+
+
 def _rank_summary(folder: Path, trace: Path) -> Optional[Analysis]:
-    """The rank's own analysis of `trace`, when it wrote one after the trace (else the trace is read)."""
+    """The rank's own analysis of `trace`, when it wrote one after the trace and it reads back (else the trace is
+    read)."""
     saved = _fresh_summary(folder, trace)
-    return read_json(saved, Analysis) if saved is not None else None
+    try:
+        return read_json(saved, Analysis) if saved is not None else None
+    except UserError:  # damaged, or another version's: the trace itself is read
+        return None
 
 
 def _summarized(ranks: dict[int, Path], trace: Path) -> bool:

@@ -36,13 +36,13 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None):
     fast expressions cannot read it all (the caller then parses the whole text). With two cores a forked process
     parses every other piece (both inflate the whole text, which costs far less than parsing it)."""
     size = piece_bytes or PIECE_BYTES
-    other = _forked(lambda: _read_share(path, size, 1, 2)) if _cores() > 1 else None
+    other = _forked(lambda: _read_share(path, size, 1, 2) or False) if _cores() > 1 else None
     mine = _read_share(path, size, 0, 2 if other else 1)
-    theirs = other() if other else None
-    if other is not None and theirs is None:  # the helper process failed: its pieces are read here
+    theirs = other() if other else None  # False: the helper could not read its pieces; None: it failed
+    if other is not None and theirs is None and mine is not None:  # its pieces are read here
         theirs = _read_share(path, size, 1, 2)
     shares = [mine] + ([theirs] if other else [])
-    if any(share is None for share in shares):
+    if not all(shares):
         return None
     head, tail = mine.head, mine.tail
     pieces = sorted((index, piece) for share in shares for index, piece in share.pieces.items())
@@ -89,13 +89,18 @@ class _Share:
 
 
 def _read_share(path: Path, piece_bytes: int, parity: int, of: int) -> Optional[_Share]:
+    """This share's pieces; None when the stream cannot read the file (the whole-text path then reads it, and
+    says what is wrong with it in its own words)."""
     share = _Share(parity, of)
-    pieces = enumerate(_pieces(path, piece_bytes))
-    if not _read_head(pieces, share):
-        return None
-    for index, piece in pieces:
-        if not share.take(index, piece):
+    try:
+        pieces = enumerate(_pieces(path, piece_bytes))
+        if not _read_head(pieces, share):
             return None
+        for index, piece in pieces:
+            if not share.take(index, piece):
+                return None
+    except UserError:
+        return None
     return share if share.finish() else None
 
 

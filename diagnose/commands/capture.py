@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +47,8 @@ def capture_command(config: RunConfig) -> int:
 def _summarize(run_dir: Path, rank: int, folder: Path) -> None:
     """This rank's analysis, written where it ran; `diagnose report` reads the trace when it is missing, so a
     failure here only costs the report that time: said, never the rank's exit code."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the capture ignored them while writing its files: the
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # launcher must still be able to stop the analysis
     try:
         summarize_rank(run_dir, rank, folder)
     except Exception as exc:  # noqa: BLE001 - the rank's own results must stand whatever the analysis meets
