@@ -45,6 +45,17 @@ class FlopOps:
     def __len__(self) -> int:
         return len(self.names)
 
+    @classmethod
+    def concat(cls, parts: list["FlopOps"]) -> "FlopOps":
+        """Several pieces' ops, in order (a streamed trace's)."""
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else cls()
+        return cls(tuple(n for p in parts for n in p.names), np.concatenate([p.ts for p in parts]),
+                   np.concatenate([p.dur for p in parts]), tuple(t for p in parts for t in p.tids),
+                   tuple(d for p in parts for d in p.dims), tuple(t for p in parts for t in p.types),
+                   tuple(s for p in parts for s in p.scalars))
+
 
 def read_flop_ops(raw: bytes) -> FlopOps:
     found = FLOP_EVENT.findall(raw)

@@ -33,6 +33,16 @@ class MemoryEvents:
     def __len__(self) -> int:
         return len(self.ts)
 
+    @classmethod
+    def concat(cls, parts: list["MemoryEvents"]) -> "MemoryEvents":
+        """Several pieces' events, in order (a streamed trace's)."""
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else cls()
+        return cls(np.concatenate([p.ts for p in parts]), np.concatenate([p.allocated for p in parts]),
+                   np.concatenate([p.reserved for p in parts]), np.concatenate([p.nbytes for p in parts]),
+                   np.concatenate([p.device_type for p in parts]), tuple(t for p in parts for t in p.tids))
+
     def of_device(self, device_type: int) -> "MemoryEvents":
         keep = np.flatnonzero(self.device_type == device_type)
         order = keep[np.argsort(self.ts[keep], kind="stable")]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.fastparse import _cores
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.ranks import combine, rank_of
@@ -161,8 +162,8 @@ def _analyze_trace(index: int, path: Path) -> tuple[int, str, Analysis]:
 
 
 def default_jobs() -> int:
-    """One worker per core this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """One worker per core this process may use (as the fast parser counts them)."""
+    return _cores()
 
 
 def in_workers(function: Callable, calls: list[tuple], jobs: int) -> list:

@@ -5,7 +5,6 @@ fast parser's expressions (fastparse.py, memory_events.py, flop_ops.py); any dou
 a text that does not end as a whole trace does) returns None and the whole-text parsers take over."""
 from __future__ import annotations
 
-import gzip
 import zlib
 from pathlib import Path
 from typing import Iterator, Optional
@@ -24,7 +23,6 @@ from diagnose.analysis.fastparse import (
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.spans import Spans
-from diagnose.errors import UserError
 
 READ_BYTES = 4 << 20
 PIECE_BYTES = CHUNK_BYTES  # text parsed at once: the bound on the text held, beside the arrays
@@ -48,8 +46,8 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None):
     pieces = sorted((index, piece) for share in shares for index, piece in share.pieces.items())
     parts = [piece for _, piece in pieces]
     spans = {kind: Spans.concat([s for part in parts for s in part[0][kind]]) for kind in KINDS}
-    memory = _concat_memory([part[1] for part in parts if len(part[1])])
-    flops = _concat_flops([part[2] for part in parts if len(part[2])])
+    memory = MemoryEvents.concat([part[1] for part in parts])
+    flops = FlopOps.concat([part[2] for part in parts])
     return {**head, **tail}, spans, memory, flops
 
 
@@ -99,7 +97,7 @@ def _read_share(path: Path, piece_bytes: int, parity: int, of: int) -> Optional[
         for index, piece in pieces:
             if not share.take(index, piece):
                 return None
-    except UserError:
+    except (OSError, zlib.error, EOFError):  # unreadable here: the whole-text path says why in its own words
         return None
     return share if share.finish() else None
 
@@ -129,7 +127,7 @@ def _pieces(path: Path, piece_bytes: int) -> Iterator[bytes]:
         carry += block
         if len(carry) < piece_bytes:
             continue
-        cut = _event_start_before(carry, len(carry))
+        cut = _last_event_start(carry)
         if cut > 0:
             yield carry[:cut]
             carry = carry[cut:]
@@ -137,56 +135,29 @@ def _pieces(path: Path, piece_bytes: int) -> Iterator[bytes]:
         yield carry
 
 
-def _event_start_before(text: bytes, end: int) -> int:
-    """Where the last event that starts before `end` begins (0: none found)."""
-    ph = text.rfind(b'"ph"', 0, end)
+def _last_event_start(text: bytes) -> int:
+    """Where the last event that starts in `text` begins (0: none found)."""
+    ph = text.rfind(b'"ph"')
     return max(text.rfind(b"{", 0, ph), 0) if ph > 0 else 0
 
 
 def _decompressed(path: Path) -> Iterator[bytes]:
     """The file's text in blocks of at most READ_BYTES (a trace's text compresses 10-20x: a block of compressed
     input is inflated a bounded slice at a time)."""
-    try:
-        with path.open("rb") as file:
-            gzipped = file.read(2) == b"\x1f\x8b"
-            file.seek(0)
-            if not gzipped:
-                while block := file.read(READ_BYTES):
-                    yield block
-                return
-            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            while True:
-                pending = inflate.unconsumed_tail or file.read(READ_BYTES >> 3)
-                if inflate.eof and inflate.unused_data:  # another gzip member follows: a new inflater reads it
-                    pending, inflate = inflate.unused_data + pending, zlib.decompressobj(16 + zlib.MAX_WBITS)
-                if not pending:
-                    break
-                yield inflate.decompress(pending, READ_BYTES)
-            yield inflate.flush()
-    except (OSError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
-        raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
+    with path.open("rb") as file:
+        gzipped = file.read(2) == b"\x1f\x8b"
+        file.seek(0)
+        if not gzipped:
+            while block := file.read(READ_BYTES):
+                yield block
+            return
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while True:
+            pending = inflate.unconsumed_tail or file.read(READ_BYTES >> 3)
+            if inflate.eof and inflate.unused_data:  # another gzip member follows: a new inflater reads it
+                pending, inflate = inflate.unused_data + pending, zlib.decompressobj(16 + zlib.MAX_WBITS)
+            if not pending:
+                break
+            yield inflate.decompress(pending, READ_BYTES)
+        yield inflate.flush()
 
-
-def _concat_memory(parts: list[MemoryEvents]) -> MemoryEvents:
-    import numpy as np
-
-    if not parts:
-        return MemoryEvents()
-    if len(parts) == 1:
-        return parts[0]
-    return MemoryEvents(np.concatenate([p.ts for p in parts]), np.concatenate([p.allocated for p in parts]),
-                        np.concatenate([p.reserved for p in parts]), np.concatenate([p.nbytes for p in parts]),
-                        np.concatenate([p.device_type for p in parts]), tuple(t for p in parts for t in p.tids))
-
-
-def _concat_flops(parts: list[FlopOps]) -> FlopOps:
-    import numpy as np
-
-    if not parts:
-        return FlopOps()
-    if len(parts) == 1:
-        return parts[0]
-    return FlopOps(tuple(n for p in parts for n in p.names), np.concatenate([p.ts for p in parts]),
-                   np.concatenate([p.dur for p in parts]), tuple(t for p in parts for t in p.tids),
-                   tuple(d for p in parts for d in p.dims), tuple(t for p in parts for t in p.types),
-                   tuple(s for p in parts for s in p.scalars))
