@@ -41,9 +41,14 @@ def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240,
 
 
 def run_script(script: Path, *script_args: str, out: Path, options: tuple[str, ...] = FAST, cwd: Path = REPO,
-               env: dict | None = None, timeout: float = 240) -> CliRun:
+               env: dict | None = None, timeout: float | None = None) -> CliRun:
+    """`diagnose run` in a subprocess; by default it may take 4 minutes, or its experiment budget and 2 more (the
+    capture, the report, a loaded machine's slower start-up)."""
     import time
 
+    if timeout is None:
+        budget = float(options[options.index("--budget-seconds") + 1]) if "--budget-seconds" in options else 0.0
+        timeout = max(240.0, budget + 120.0)
     start = time.monotonic()
     proc = diagnose_cli("run", "--out", str(out), *options, str(script), *script_args, cwd=cwd, env=env,
                         timeout=timeout)

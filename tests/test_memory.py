@@ -137,6 +137,7 @@ def _plain_under_limit(*script_args: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a 300 s experiment budget, its capture, then a plain run of the variant found
 def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_batch(tmp_path):
     script_before = HEAVY.read_bytes()
     run = run_script(HEAVY, "--batch-size", "8192", out=tmp_path / "run",

@@ -6,6 +6,7 @@ import gc
 import math
 import os
 import platform
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -44,6 +45,19 @@ ENDS_AFTER_PROFILING = (Status.SCRIPT_FINISHED, Status.TIMEOUT)
 PROFILED_COST = 2
 FIT_SHARE = 0.8
 MIN_PROFILED = 2
+INSTRUMENTED_STEPS = 2  # the first steps, slowed by measuring memory (the first) and counting FLOPs (the second)
+
+
+def typical_step_s(boundaries_s: list[float]) -> float:
+    """A plain step's time: the first two steps are left out while later ones exist (the first makes lazy state
+    and has its memory measured, the second has its FLOPs counted: both slower), and one stalled step (a loaded
+    machine, a checkpoint) must not shrink the plan: the lower of the last step and the median of the last five.
+    Before a plain step, the quicker of the first two (both over-estimate; long steps stay long in both)."""
+    durations = [b - a for a, b in zip(boundaries_s, boundaries_s[1:])]
+    plain = durations[INSTRUMENTED_STEPS:]
+    if not plain:
+        return min(durations)
+    return min(plain[-1], statistics.median(plain[-5:]))
 
 
 class Session(ScriptHost):
@@ -146,10 +160,10 @@ class Session(ScriptHost):
         return f"--warmup 1 --steps {MIN_PROFILED} --max-seconds {seconds}"
 
     def _step_estimate(self, step: int) -> Optional[float]:
-        """The last complete step's time; before one completed, the time from the model's first forward to the
-        first boundary when that boundary ended a step (an optimizer step's or backward()'s)."""
+        """A plain step's time from the steps so far; before one completed, the time from the model's first forward
+        to the first boundary when that boundary ended a step (an optimizer step's or backward()'s)."""
         if step >= 1:
-            return self.boundaries_s[-1] - self.boundaries_s[-2]
+            return typical_step_s(self.boundaries_s)
         if self.instr.compiled:  # the first step compiled the model: its time says nothing of the steps after
             return None
         first = self.instr.first_forward_at
