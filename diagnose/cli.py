@@ -290,7 +290,7 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
     config = RunConfig(script=script, script_args=_script_args(script_args), out_dir=out or "", warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, startup_seconds=startup_seconds,
                        with_stack=with_stack, experiments=_experiments(experiments), budget_seconds=budget_seconds,
-                       rules_dirs=tuple(rules_dirs), launcher=_torchrun_args(torchrun), memory_limit_bytes=limit_bytes)
+                       launcher=_torchrun_args(torchrun), memory_limit_bytes=limit_bytes)
     sys.exit(run_command(config, OutputOptions(tuple(rules_dirs), templates_dir, as_json, open_report),
                          BaselineGate(baseline, fail_if_slower, run_noise)))
 

@@ -110,7 +110,6 @@ class RunConfig:
     profile_steps: int
     max_seconds: float  # from the first step; from the start when startup_seconds is None (timed runs)
     experiments: str = "none"
-    rules_dirs: tuple[str, ...] = ()
     measure: Optional[MeasurePlan] = None  # set for experiment runs: no profiler, timed windows
     with_stack: bool = False  # torch.profiler's Python tracer (python_function events); slows Python code
     budget_seconds: float = 240.0

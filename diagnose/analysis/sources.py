@@ -22,21 +22,34 @@ from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
 
+RANK_TRACE = re.compile(r"rank(\d+)\.")  # tb/rankN.<worker>.pt.trace.json: the trace handler's name, rank first
+
 
 def trace_paths(run_dir: Path) -> list[Path]:
     return sorted(p for p in RunFolder(run_dir).tb.glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
+
+
+def rank_traces(traces: list[Path]) -> dict[int, Path]:
+    """Each rank's trace among `traces` (sorted), by rank: the last when a rank wrote several."""
+    found = {}
+    for path in traces:
+        match = RANK_TRACE.match(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return found
 
 
 def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Optional[Analysis]:
     traces = trace_paths(run_dir)
     if not traces:
         return None
-    ranks = rank_dirs(run_dir)
+    ranks, by_rank = rank_dirs(run_dir), rank_traces(traces)
+    summarized = {path for rank, path in by_rank.items() if rank in ranks and _fresh_summary(ranks[rank], path)}
     for path in traces:
-        if not _summarized(ranks, path):  # a rank that analysed its own trace adapted it too: not read here
+        if path not in summarized:  # a rank that analysed its own trace adapted it too: not read here
             _adapt_for_tensorboard(path)
     if ranks:
-        analysis = _analyze_ranks(run_dir, ranks, traces, jobs)
+        analysis = _analyze_ranks(run_dir, ranks, by_rank, jobs)
     else:
         folder = RunFolder(run_dir)
         samples, stacks = _optional(folder.samples, Samples), _optional(folder.stacks, StackSamples)
@@ -47,21 +60,21 @@ def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Opt
     return analysis
 
 
-def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: list[Path],
+def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: dict[int, Path],
                    jobs: int = 1) -> Optional[Analysis]:
     """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all. A rank
     that analysed its own trace where it ran (`diagnose capture`: RUNRANK/analysis.json, newer than the trace)
     is read, not analysed again; the others in `jobs` worker processes."""
     summarized, calls = {}, []
     for rank, folder in ranks.items():
-        mine = [p for p in traces if p.name.startswith(f"rank{rank}.")]
-        if not mine:
+        mine = traces.get(rank)
+        if mine is None:
             continue  # a rank that failed before its profiler stopped wrote no trace
-        summary = _rank_summary(folder, mine[-1])
+        summary = _rank_summary(folder, mine)
         if summary is not None:
-            summarized[rank] = (rank, str(mine[-1].relative_to(run_dir)), summary)
+            summarized[rank] = (rank, str(mine.relative_to(run_dir)), summary)
         else:
-            calls.append((run_dir, rank, folder, mine[-1]))
+            calls.append((run_dir, rank, folder, mine))
     analysed = {result[0]: result for result in in_workers(_analyze_rank, calls, jobs)}
     analyses = [both[rank] for rank in ranks if rank in (both := {**summarized, **analysed})]
     if not analyses:
@@ -81,10 +94,10 @@ def summarize_rank(run_dir: Path, rank: int, folder: Path) -> None:
     """Where a rank ran (`diagnose capture` under the user's torchrun or SLURM): analyse its own trace and keep the
     analysis beside its capture, so that `diagnose report` merges the ranks' analyses instead of reading every
     trace on one machine. Without a trace (the rank failed before its profiler stopped) there is nothing to do."""
-    mine = [p for p in trace_paths(run_dir) if p.name.startswith(f"rank{rank}.")]
-    if mine:
-        _adapt_for_tensorboard(mine[-1])  # before the analysis is written: it is then the newer file
-        write_json(RunFolder(folder).analysis, _analyze_rank(run_dir, rank, folder, mine[-1])[2])
+    mine = rank_traces(trace_paths(run_dir)).get(rank)
+    if mine is not None:
+        _adapt_for_tensorboard(mine)  # before the analysis is written: it is then the newer file
+        write_json(RunFolder(folder).analysis, _analyze_rank(run_dir, rank, folder, mine)[2])
 
 
 def _adapt_for_tensorboard(path: Path) -> None:
@@ -102,12 +115,6 @@ def _rank_summary(folder: Path, trace: Path) -> Optional[Analysis]:
         return read_json(saved, Analysis) if saved is not None else None
     except UserError:  # damaged, or another version's: the trace itself is read
         return None
-
-
-def _summarized(ranks: dict[int, Path], trace: Path) -> bool:
-    match = re.match(r"rank(\d+)\.", trace.name)
-    folder = ranks.get(int(match.group(1))) if match else None
-    return folder is not None and _fresh_summary(folder, trace) is not None
 
 
 def _fresh_summary(folder: Path, trace: Path) -> Optional[Path]:
