@@ -3,6 +3,9 @@ effective batch, less activation memory. Reported with the memory it saved and t
 largest batch that fits was measured (a run out of memory), the fewest micro-batches whose size fits it."""
 from __future__ import annotations
 
+import weakref
+from typing import Callable
+
 from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
 from diagnose.optimizations.registry import register
 
@@ -71,18 +74,49 @@ def micro_batches_to_fit(batch: int, largest: int) -> int:
     return exact[0] if exact and exact[0] <= 2 * fewest else fewest
 
 
+# the optimizers accumulating in this process (held weakly: their parameters' ids hold while they live), the ids,
+# and whether their gradients wait for a step
+_ACCUMULATING: list[tuple[weakref.ref, set[int], Callable[[], bool]]] = []
+
+
 def _every_kth_step(optimizer, k: int) -> None:
     """The script calls step() and zero_grad() every batch; only every k-th step() goes through, and zero_grad()
     only where no micro-batch's gradients wait for a step: before the first (zero_grad, backward, step) or right
-    after a real step (backward, step, zero_grad), whichever order the script uses."""
+    after a real step (backward, step, zero_grad), whichever order the script uses, and whether it zeroes through
+    the optimizer or the model (model.zero_grad(): nanoGPT, many tutorials)."""
     step, zero_grad = optimizer.step, optimizer.zero_grad
     calls = {"step": 0}
 
+    def waiting() -> bool:
+        return calls["step"] % k != 0
+
     def accumulated_step(*args, **kwargs):
         calls["step"] += 1
-        return step(*args, **kwargs) if calls["step"] % k == 0 else None
+        return None if waiting() else step(*args, **kwargs)
 
     def accumulated_zero_grad(*args, **kwargs):
-        return zero_grad(*args, **kwargs) if calls["step"] % k == 0 else None
+        return None if waiting() else zero_grad(*args, **kwargs)
 
     optimizer.step, optimizer.zero_grad = accumulated_step, accumulated_zero_grad
+    owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    _ACCUMULATING.append((weakref.ref(optimizer), owned, waiting))
+    _hold_module_zero_grad()
+
+
+def _hold_module_zero_grad() -> None:
+    """Module.zero_grad() passes over a module whose parameters an accumulating optimizer holds gradients for."""
+    import torch
+
+    original = torch.nn.Module.zero_grad
+    if getattr(original, "holds_accumulation", False):
+        return
+
+    def zero_grad(module, *args, **kwargs):
+        held = [owned for alive, owned, waiting in _ACCUMULATING if waiting() and alive() is not None]
+        if held and any(id(p) in owned for owned in held for p in module.parameters()):
+            return None
+        return original(module, *args, **kwargs)
+
+    zero_grad.holds_accumulation = True
+    torch.nn.Module.zero_grad = zero_grad
+
