@@ -61,19 +61,27 @@ def read_flop_ops(raw: bytes) -> FlopOps:
     found = FLOP_EVENT.findall(raw)
     if not found:
         return FlopOps()
-    names, pids, tids, ts, dur, dims, types, scalars = [], [], [], [], [], [], [], []
+    names, threads, ts, dur, dims, types, scalars = [], [], [], [], [], [], []
+    # a step's ops repeat every step: one object for each distinct name, thread and argument value
+    seen: dict = {}
     for name, pid, tid, start, length, args in found:
         parsed = _args(args)
-        names.append(name.decode())
-        pids.append(_id(pid))
-        tids.append(_id(tid))
+        names.append(seen[name] if name in seen else seen.setdefault(name, name.decode()))
+        threads.append(seen[(pid, tid)] if (pid, tid) in seen else seen.setdefault((pid, tid), (_id(pid), _id(tid))))
         ts.append(float(start))
         dur.append(float(length))
-        dims.append(parsed.get("Input Dims"))
-        types.append(parsed.get("Input type"))
-        scalars.append(parsed.get("Concrete Inputs"))
-    return FlopOps(tuple(names), np.array(ts), np.array(dur), tuple(zip(pids, tids)), tuple(dims), tuple(types),
+        dims.append(_shared(seen, parsed.get("Input Dims")))
+        types.append(_shared(seen, parsed.get("Input type")))
+        scalars.append(_shared(seen, parsed.get("Concrete Inputs")))
+    return FlopOps(tuple(names), np.array(ts), np.array(dur), tuple(threads), tuple(dims), tuple(types),
                    tuple(scalars))
+
+
+def _shared(seen: dict, value):
+    """The one object already read for an equal value (big traces hold millions of these lists)."""
+    if value is None:
+        return None
+    return seen.setdefault(("value", orjson.dumps(value)), value)
 
 
 def _args(raw: bytes) -> dict:
