@@ -7,15 +7,16 @@ import pytest
 import torch
 from torch.nn.utils import clip_grad_norm_
 
-from diagnose.optimizations import grad_accumulation
-from diagnose.optimizations.grad_accumulation import _every_kth_step
+from diagnose.optimizations import accumulating
+from diagnose.optimizations.accumulating import every_kth_step
+from diagnose.optimizations.amp import _scaled_step
 
 
 @pytest.fixture(autouse=True)
 def _one_training_per_test():
     """A variant's process trains once; here each test is one such training (the hooks on torch stay)."""
     yield
-    grad_accumulation._ACCUMULATING.clear()
+    accumulating.ACCUMULATING.clear()
 
 
 def _trained(order: str, micro_batches: int, zeroes: str = "optimizer") -> torch.Tensor:
@@ -24,7 +25,7 @@ def _trained(order: str, micro_batches: int, zeroes: str = "optimizer") -> torch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     x, y = torch.randn(8, 3), torch.randn(8, 1)
     if micro_batches > 1:
-        _every_kth_step(optimizer, micro_batches)
+        every_kth_step(optimizer, micro_batches)
     zero_grad = optimizer.zero_grad if zeroes == "optimizer" else model.zero_grad
     size = 8 // micro_batches
     for _ in range(2):  # two optimizer steps' worth of batches: the second must not see the first's gradients
@@ -51,7 +52,7 @@ def test_a_model_the_optimizer_does_not_train_still_zeroes_its_gradients():
     discriminator with its own optimizer) zeroes as its loop asks."""
     trained, other = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1)
     optimizer = torch.optim.SGD(trained.parameters(), lr=0.1)
-    _every_kth_step(optimizer, 4)
+    every_kth_step(optimizer, 4)
     for model in (trained, other):
         model(torch.randn(2, 3)).sum().backward()
     optimizer.step()  # one micro-batch of four in: the trained model's gradients wait for the others
@@ -70,7 +71,7 @@ def _trained_scaled(micro_batches: int, clip: float) -> torch.Tensor:
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=1)
     x, y = torch.randn(8, 3), torch.randn(8, 1)
     if micro_batches > 1:
-        _every_kth_step(optimizer, micro_batches)
+        every_kth_step(optimizer, micro_batches)
     size = 8 // micro_batches
     norms = []
     for _ in range(3):
@@ -97,7 +98,8 @@ def test_a_step_the_scaler_skips_for_inf_gradients_starts_the_next_step_afresh()
     model = torch.nn.Linear(3, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
-    _every_kth_step(optimizer, 2)
+    every_kth_step(optimizer, 2)
+    before = model.weight.detach().clone()
     for batch in (torch.full((2, 3), float("inf")), torch.ones(2, 3)):  # one step of two micro-batches each
         for _ in range(2):
             optimizer.zero_grad()
@@ -105,3 +107,52 @@ def test_a_step_the_scaler_skips_for_inf_gradients_starts_the_next_step_afresh()
             scaler.step(optimizer)
             scaler.update()
     assert torch.isfinite(model.weight).all() and scaler.get_scale() == 2.0 ** 9  # one skip, then a real step
+    assert not torch.equal(model.weight, before)
+
+
+def _trained_with(micro_batches: int, hooks: list[str]) -> torch.Tensor:
+    """A plain loop with an LR scheduler made after the optimizer (it wraps step.__func__), the hooks of the
+    experiments given applied in that order, as a combination of winners applies them."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=1)
+    for hook in hooks:
+        every_kth_step(optimizer, micro_batches) if hook == "accumulate" else _scaled_step(optimizer, scaler)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+    size = 8 // micro_batches
+    for _ in range(3):
+        for i in range(micro_batches):
+            loss = torch.nn.functional.mse_loss(model(x[i * size:(i + 1) * size]), y[i * size:(i + 1) * size])
+            loss = loss / micro_batches
+            (scaler.scale(loss) if "amp" in hooks else loss).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            schedule.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()] + [torch.tensor(schedule.get_last_lr())])
+
+
+@pytest.mark.parametrize("hooks", [["accumulate"], ["accumulate", "amp"], ["amp", "accumulate"]])
+def test_with_a_scheduler_and_mixed_precision_in_either_order_micro_batches_step_as_the_whole_batch(hooks):
+    """The schedule advances once an optimizer step; amp's scaled step inside or outside the accumulation."""
+    whole = _trained_with(1, [h for h in hooks if h != "accumulate"])
+    assert torch.allclose(_trained_with(4, hooks), whole, atol=1e-5)
+
+
+def test_a_closure_passed_to_step_runs_at_every_micro_batch():
+    """Lightning passes its forward and backward as step()'s closure: a micro-batch must still run them."""
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    every_kth_step(optimizer, 2)
+    ran = []
+
+    def closure():
+        ran.append(1)
+        loss = model(torch.ones(1, 3)).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(4):
+        assert optimizer.step(closure) is not None
+    assert len(ran) == 4

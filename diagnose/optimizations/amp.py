@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import types
 
 from diagnose.optimizations.base import APPROXIMATE, Context, ModelOptimization
 from diagnose.optimizations.registry import register
@@ -59,14 +60,16 @@ class Amp(ModelOptimization):
 
 
 def _scaled_step(optimizer, scaler) -> None:
+    """step() through the scaler, then update(). Bound as a method (an LRScheduler made later wraps
+    step.__func__); what wrapped it since (another change's hook, a scheduler) is put back after each call."""
     step = optimizer.step
 
-    def scaled_step(*args, **kwargs):
-        optimizer.step = step  # GradScaler calls optimizer.step itself
+    def scaled_step(opt, *args, **kwargs):
+        current, optimizer.step = optimizer.step, step  # GradScaler calls optimizer.step itself
         try:
             return scaler.step(optimizer, *args, **kwargs)
         finally:
             scaler.update()
-            optimizer.step = scaled_step
+            optimizer.step = current
 
-    optimizer.step = scaled_step
+    optimizer.step = types.MethodType(scaled_step, optimizer)
