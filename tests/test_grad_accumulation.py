@@ -110,7 +110,15 @@ def test_a_step_the_scaler_skips_for_inf_gradients_starts_the_next_step_afresh()
     assert not torch.equal(model.weight, before)
 
 
-def _trained_with(micro_batches: int, hooks: list[str]) -> torch.Tensor:
+def _schedule(optimizer, kind: str):
+    if kind == "sequential":  # overrides step() and steps schedulers of its own
+        return torch.optim.lr_scheduler.SequentialLR(optimizer, [
+            torch.optim.lr_scheduler.ConstantLR(optimizer, factor=0.5, total_iters=1),
+            torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)], milestones=[2])
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+
+
+def _trained_with(micro_batches: int, hooks: list[str], kind: str = "step") -> torch.Tensor:
     """A plain loop with an LR scheduler made after the optimizer (it wraps step.__func__), the hooks of the
     experiments given applied in that order, as a combination of winners applies them."""
     torch.manual_seed(0)
@@ -119,7 +127,7 @@ def _trained_with(micro_batches: int, hooks: list[str]) -> torch.Tensor:
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=1)
     for hook in hooks:
         every_kth_step(optimizer, micro_batches) if hook == "accumulate" else _scaled_step(optimizer, scaler)
-    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    schedule = _schedule(optimizer, kind)
     x, y = torch.randn(8, 3), torch.randn(8, 1)
     size = 8 // micro_batches
     for _ in range(3):
@@ -133,11 +141,28 @@ def _trained_with(micro_batches: int, hooks: list[str]) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()] + [torch.tensor(schedule.get_last_lr())])
 
 
-@pytest.mark.parametrize("hooks", [["accumulate"], ["accumulate", "amp"], ["amp", "accumulate"]])
-def test_with_a_scheduler_and_mixed_precision_in_either_order_micro_batches_step_as_the_whole_batch(hooks):
+@pytest.mark.parametrize("hooks, kind", [(["accumulate"], "step"), (["accumulate", "amp"], "step"),
+                                         (["amp", "accumulate"], "step"), (["accumulate"], "sequential")])
+def test_with_a_scheduler_and_mixed_precision_in_either_order_micro_batches_step_as_the_whole_batch(hooks, kind):
     """The schedule advances once an optimizer step; amp's scaled step inside or outside the accumulation."""
-    whole = _trained_with(1, [h for h in hooks if h != "accumulate"])
-    assert torch.allclose(_trained_with(4, hooks), whole, atol=1e-5)
+    whole = _trained_with(1, [h for h in hooks if h != "accumulate"], kind)
+    assert torch.allclose(_trained_with(4, hooks, kind), whole, atol=1e-5)
+
+
+def test_a_scheduler_stepped_once_an_epoch_steps_when_the_epoch_ends_inside_a_step():
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    every_kth_step(optimizer, 2)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    for _ in range(3):  # epochs of three micro-batches: two of them end inside an optimizer step
+        for _ in range(3):
+            model(torch.ones(1, 3)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        schedule.step()
+    assert schedule.get_last_lr() == [0.125]
+    optimizer.step()  # a step's first micro-batch: a scheduler made now still starts as it would plainly
+    assert torch.optim.lr_scheduler.StepLR(optimizer, step_size=1).get_last_lr() == [0.125]
 
 
 def test_a_closure_passed_to_step_runs_at_every_micro_batch():
@@ -156,3 +181,28 @@ def test_a_closure_passed_to_step_runs_at_every_micro_batch():
     for _ in range(4):
         assert optimizer.step(closure) is not None
     assert len(ran) == 4
+
+
+def _trained_by_closure(micro_batches: int) -> torch.Tensor:
+    """Lightning's way: step(closure), the closure zeroing, then forward and backward."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    if micro_batches > 1:
+        every_kth_step(optimizer, micro_batches)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+    size = 8 // micro_batches
+    for _ in range(3):
+        for i in range(micro_batches):
+            def closure(i=i):
+                optimizer.zero_grad()
+                out = model(x[i * size:(i + 1) * size])
+                loss = torch.nn.functional.mse_loss(out, y[i * size:(i + 1) * size]) / micro_batches
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_a_closure_that_zeroes_the_gradients_still_steps_as_the_whole_batch():
+    assert torch.allclose(_trained_by_closure(4), _trained_by_closure(1), atol=1e-6)

@@ -27,8 +27,15 @@ class Accumulating:
         return self.optimizer() is not None
 
     def waiting(self) -> bool:
-        """Gradients of some micro-batches wait for a step (the script's zero_grad must not clear them)."""
+        """Gradients of some micro-batches wait for a step."""
         return self.calls % self.k != 0 and self.alive()
+
+    def holding(self) -> bool:
+        """The script's zero_grad must not clear the gradients now: they wait, or the real step is being taken."""
+        return self.waiting() or self.taking
+
+    def steps(self) -> int:
+        return self.calls // self.k
 
     def final(self) -> bool:
         """The micro-batch now running is its step's last: its step() call is (or is being) the real one."""
@@ -49,17 +56,21 @@ def every_kth_step(optimizer, k: int) -> None:
     state = Accumulating(optimizer, k)
 
     def accumulated_step(opt, *args, **kwargs):
+        if any(s.taking for s in ACCUMULATING if s is not state):  # an optimizer inside one that steps (ZeRO)
+            return step(*args, **kwargs)
+        if not state.final():  # its closure runs before the count moves: its zero_grad starts a step or waits
+            result = _closure_only(args, kwargs)
+            state.calls += 1
+            return result
         state.calls += 1
-        if state.waiting():
-            return _closure_only(args, kwargs)
-        state.taking = True
+        state.taking = True  # the real step; a closure it runs adds the last micro-batch to the waiting ones
         try:
             return step(*args, **kwargs)
         finally:
             state.taking = False
 
     def accumulated_zero_grad(opt, *args, **kwargs):
-        return None if state.waiting() else zero_grad(*args, **kwargs)
+        return None if state.holding() else zero_grad(*args, **kwargs)
 
     optimizer.step = types.MethodType(accumulated_step, optimizer)
     optimizer.zero_grad = types.MethodType(accumulated_zero_grad, optimizer)
@@ -71,7 +82,7 @@ def _closure_only(args: tuple, kwargs: dict):
     """A micro-batch's step without the update: a closure (Lightning passes one: forward and backward) still runs,
     as the real step would have run it."""
     closure = kwargs.get("closure", args[0] if args else None)
-    if closure is None:
+    if not callable(closure):
         return None
     import torch
 
@@ -80,6 +91,8 @@ def _closure_only(args: tuple, kwargs: dict):
 
 
 def state_of(optimizer) -> Optional[Accumulating]:
+    if optimizer is None:
+        return None
     return next((s for s in ACCUMULATING if s.optimizer() is optimizer), None)
 
 
@@ -99,7 +112,8 @@ def _hold_at_micro_batches() -> None:
         for name, replacement in (("unscale_", _scaler_unscale), ("step", _scaler_step), ("update", _scaler_update)):
             if name in vars(scaler):  # a subclass that overrides it (FSDP's ShardedGradScaler)
                 _wrap(scaler, name, replacement)
-    _wrap(torch.optim.lr_scheduler.LRScheduler, "step", _scheduler_step)
+    for scheduler in _scheduler_classes(torch.optim.lr_scheduler.LRScheduler):
+        _wrap(scheduler, "step", _scheduler_step)
     from torch.nn.utils import clip_grad
 
     if hasattr(clip_grad, "_clip_grads_with_norm_"):  # torch >= 2.6: reached however the script named the function
@@ -117,6 +131,17 @@ def _scaler_classes(torch) -> list[type]:
     return found
 
 
+def _scheduler_classes(base: type) -> list[type]:
+    """LRScheduler and its subclasses that define their own step() (SequentialLR, ReduceLROnPlateau, ...)."""
+    found, pending = [base], list(base.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if "step" in vars(cls):
+            found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
 def _wrap(owner, name: str, replacement) -> None:
     original = getattr(owner, name)
 
@@ -130,7 +155,7 @@ def _wrap(owner, name: str, replacement) -> None:
 
 def _module_zero_grad(original, module, *args, **kwargs):
     """model.zero_grad() (nanoGPT, many tutorials) passes over the parameters whose gradients wait for a step."""
-    if any(s.waiting() and s.owns(module.parameters()) for s in ACCUMULATING):
+    if any(s.holding() and s.alive() and s.owns(module.parameters()) for s in ACCUMULATING):
         return None
     return original(module, *args, **kwargs)
 
@@ -157,8 +182,10 @@ def _scaler_step(original, scaler, optimizer, *args, **kwargs):
 
 
 def _scaler_update(original, scaler, *args, **kwargs):
-    """update() follows the steps that checked for inf gradients; after a micro-batch's counted step none did."""
-    if any(id(scaler) in s.scalers for s in ACCUMULATING) and not _inf_checks_recorded(scaler):
+    """update() follows the steps that checked for inf gradients; after a micro-batch's counted step none did.
+    A new scale the script sets itself is set."""
+    if (not args and kwargs.get("new_scale") is None and any(id(scaler) in s.scalers for s in ACCUMULATING)
+            and not _inf_checks_recorded(scaler)):
         return None
     return original(scaler, *args, **kwargs)
 
@@ -170,10 +197,32 @@ def _inf_checks_recorded(scaler) -> bool:
     return any(state.get("found_inf_per_device") for state in states.values())
 
 
+_SCHEDULER_CALLS = {"depth": 0}  # scheduler steps in progress: a scheduler's own calls to others pass
+
+
 def _scheduler_step(original, scheduler, *args, **kwargs):
-    """The schedule advances once an optimizer step, as in the loop that accumulates (not once a micro-batch)."""
+    """The schedule advances at most once an optimizer step, as in the loop that accumulates (not once a
+    micro-batch): a call goes through when the optimizer has taken a real step since the scheduler's last (a
+    scheduler stepped once an epoch still steps when the epoch ends inside a step). A scheduler's first call, its
+    initial step (torch's _is_initial) and the calls one scheduler makes to others (SequentialLR, a subclass's
+    super().step()) always do; a scheduler first seen inside a step (SequentialLR makes no initial step) counts
+    from that step."""
     state = state_of(getattr(scheduler, "optimizer", None))
-    return None if state is not None and state.waiting() else original(scheduler, *args, **kwargs)
+    passes = state is None or _SCHEDULER_CALLS["depth"] or getattr(scheduler, "_is_initial", False)
+    if not passes:
+        seen = getattr(scheduler, "_diagnose_optimizer_steps", None)
+        if seen is None:
+            seen = state.steps() if state.waiting() else -1
+        if seen == state.steps():
+            scheduler._diagnose_optimizer_steps = seen
+            return None
+    if state is not None:
+        scheduler._diagnose_optimizer_steps = state.steps()
+    _SCHEDULER_CALLS["depth"] += 1
+    try:
+        return original(scheduler, *args, **kwargs)
+    finally:
+        _SCHEDULER_CALLS["depth"] -= 1
 
 
 def _clip_with_norm(original, parameters, *args, **kwargs):

@@ -33,7 +33,9 @@ class Amp(ModelOptimization):
         dtype = torch.bfloat16
         scaler = None
         if device == "cuda" and not torch.cuda.is_bf16_supported():
-            dtype, scaler = torch.float16, torch.amp.GradScaler("cuda")
+            # torch.amp.GradScaler from torch 2.3; torch.cuda.amp's before (pyproject admits torch >= 2.1)
+            scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
+            dtype = torch.float16
 
         def autocast_forward(model) -> None:
             forward = model.forward
