@@ -349,6 +349,9 @@ def _combine_and_ceiling(trials: Trials, candidates: list[Candidate], verdicts: 
     combined_result = _result(combined, trials.baseline, ctx, noise=noise) if combined else None
     ceiling_result = _ceiling_result(ceiling, trials.baseline, ctx, noise) if ceiling else None
     extra = [r for r in (combined_result, ceiling_result) if r is not None]
+    if combined is not None and not combined.runs and winners:  # the budget left no runs for them together:
+        top = max(winners, key=lambda a: verdicts[a].speedup or 0.0)  # the headline is the best one verified
+        return _headline([top], verdicts[top], ceiling_result), extra
     return _headline(winners, combined_result, ceiling_result), extra
 
 
