@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from diagnose.analysis.fastparse import _thread_into
+
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
 # listed, so each product is counted once, where it is computed
 GEMM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",
@@ -64,10 +66,12 @@ def read_flop_ops(raw: bytes) -> FlopOps:
     names, threads, ts, dur, dims, types, scalars = [], [], [], [], [], [], []
     # a step's ops repeat every step: one object for each distinct name, thread and argument value
     seen: dict = {}
+    known_threads: dict[tuple, tuple] = {}
     for name, pid, tid, start, length, args in found:
         parsed = _args(args)
         names.append(seen[name] if name in seen else seen.setdefault(name, name.decode()))
-        threads.append(seen[(pid, tid)] if (pid, tid) in seen else seen.setdefault((pid, tid), (_id(pid), _id(tid))))
+        thread = known_threads.get((pid, tid)) or _thread_into(known_threads, (pid, tid))
+        threads.append(thread)
         ts.append(float(start))
         dur.append(float(length))
         dims.append(_shared(seen, parsed.get("Input Dims")))
@@ -93,6 +97,3 @@ def _args(raw: bytes) -> dict:
         return {}
     return value if isinstance(value, dict) else {}
 
-
-def _id(raw: bytes):
-    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
