@@ -32,7 +32,7 @@ class Accumulating:
 
     def holding(self) -> bool:
         """The script's zero_grad must not clear the gradients now: they wait, or the real step is being taken."""
-        return self.waiting() or self.taking
+        return self.waiting() or (self.taking and self.alive())
 
     def steps(self) -> int:
         return self.calls // self.k
@@ -155,7 +155,7 @@ def _wrap(owner, name: str, replacement) -> None:
 
 def _module_zero_grad(original, module, *args, **kwargs):
     """model.zero_grad() (nanoGPT, many tutorials) passes over the parameters whose gradients wait for a step."""
-    if any(s.holding() and s.alive() and s.owns(module.parameters()) for s in ACCUMULATING):
+    if any(s.holding() and s.owns(module.parameters()) for s in ACCUMULATING):
         return None
     return original(module, *args, **kwargs)
 
