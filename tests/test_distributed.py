@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SAMPLES, diagnose_cli, run_script
+from conftest import REPO, SAMPLES, SCRIPTS, diagnose_cli, run_script
 
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
 
@@ -49,6 +49,20 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     assert capture["error"]["message"].startswith("rank 1: ")
     assert (run.run_dir / "ranks" / "rank0" / "capture.json").exists(), run.stderr  # the stopped rank's results kept
     assert d["steps_profiled"] >= 1 and (run.run_dir / "report.html").exists()
+
+
+def test_ranks_whose_step_times_differ_plan_the_same_steps_and_finish(tmp_path):
+    # rank 1 pauses on odd steps: each rank sees the pause in a different step, so their own clocks would fit
+    # different numbers of steps into --max-seconds, and the rank that stopped first would strand the other
+    run = run_script(SCRIPTS / "ranks_uneven_steps.py", out=tmp_path / "run",
+                     options=("--warmup", "3", "--steps", "8", "--max-seconds", "14", "--experiments", "none",
+                              "--nproc-per-node", "2"), timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    captures = [json.loads((run.run_dir / "ranks" / r / "capture.json").read_text()) for r in ("rank0", "rank1")]
+    plans = [(c["warmup_steps"], c["steps_profiled"], c["fit_note"]) for c in captures]
+    assert plans[0] == plans[1], plans
+    assert plans[0][1] < 8 and "steps take about" in plans[0][2]  # fitted to --max-seconds, from the slower clock
+    assert run.diagnosis["status"] == "completed"
 
 
 def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path):

@@ -122,7 +122,10 @@ class Session(ScriptHost):
         per_step = self._step_estimate(step)
         if per_step is None:
             return
-        room = int(FIT_SHARE * (self.config.max_seconds - self.measured_s()) / per_step)  # steps that fit from here
+        # ranks plan from the slowest rank's figures: each planning from its own clock could stop a rank a step
+        # before its peers, and they would wait for it in their next collective until the job's timeout
+        per_step, measured_s = agreed_by_ranks(per_step, self.measured_s())
+        room = int(FIT_SHARE * (self.config.max_seconds - measured_s) / per_step)  # steps that fit from here
         if (self.warmup - step) + PROFILED_COST * self.steps <= room:
             return
         # profiling may start now: a complete step came before (_step_estimate measured one, or at step 0 the
@@ -498,6 +501,22 @@ def current_rank() -> Optional[int]:
     if os.environ.get(DISTRIBUTED_ENV) != "1" or rank is None or not rank.isdigit():
         return None
     return int(rank)
+
+
+def agreed_by_ranks(*values: float) -> tuple[float, ...]:
+    """The largest of each value over the ranks of the script's process group, so that every rank decides alike;
+    this rank's own values where it is no rank of a group that is up (every rank calls this at the same step
+    boundary, as the collectives of the script's own steps are called)."""
+    if current_rank() is None:
+        return values
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        return values
+    on_gpu = "nccl" in str(dist.get_backend()) and torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    agreed = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    return tuple(agreed.tolist())
 
 
 def progress_writer():
