@@ -165,3 +165,37 @@ def test_several_optimizations_and_their_combination_make_the_runs_the_plan_coun
     trials.decide_in_budget([together])
     assert len(scheduler.log) == predicted == 2 + (6 + 2 + 3 + 2) + 6  # baseline: first two, then one per two
     assert len(combined.runs) == 2
+
+
+def _unprofiled_context():
+    """A Context with no loader and no analysis: the combination's headline is all that is under test."""
+    from diagnose.model import Capture, Environment
+    from diagnose.optimizations.base import Context
+    environment = Environment("3.11", "2.13.0", "linux", 2, 8 << 30, False)
+    return Context(Capture("completed", "train.py", (), "optimizer", 20, 5, 3, 10.0, environment), None)
+
+
+@pytest.mark.parametrize("budget_left", [0, 10])
+def test_the_headline_is_the_best_verified_change_when_no_run_is_left_for_the_winners_together(budget_left):
+    from diagnose.experiments.stage import _combine_and_ceiling, _result
+    workers, pinned = _sweep([4])[0], Arm("dataloader.pin_memory", {}, (Change("dataloader.pin_memory"),))
+    scheduler = SimulatedScheduler({"baseline": 10.0, workers.label: 30.0, pinned.label: 12.0, "combined": 33.0})
+    trials = Trials(scheduler, Arm("baseline", {}, ()))
+    trials.start()
+    for arm in (workers, pinned, workers, pinned, workers, pinned):
+        trials.run(arm)
+    ctx = _unprofiled_context()
+    verdicts = {arm: _result(arm, trials.baseline, ctx, noise=trials.noise()) for arm in (workers, pinned)}
+    assert [verdicts[a].verdict for a in (workers, pinned)] == ["faster", "faster"]
+    scheduler.left = budget_left
+    candidates = [Candidate("dataloader.num_workers", [workers], 0.9),
+                  Candidate("dataloader.pin_memory", [pinned], 0.5)]
+    headline, extra = _combine_and_ceiling(trials, candidates, verdicts, ctx, riders=[])
+    combined = next(e for e in extra if e.optimization == "combined")
+    if budget_left:  # the winners together were measured: they are the headline
+        assert combined.verdict == "faster" and headline.verdict == "faster"
+        assert headline.speedup == combined.speedup and len(headline.changes) == 2
+    else:  # never "skipped" as the headline while a change was verified faster on its own
+        assert combined.verdict == "skipped"
+        assert headline.verdict == "faster" and headline.speedup == verdicts[workers].speedup
+        assert headline.changes == (workers.label,)
