@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 from conftest import run_script
 
 from diagnose.capture import sandbox
@@ -70,6 +74,48 @@ def test_a_run_killed_mid_way_still_gets_the_users_files_back(tmp_path):
     run_script(work / "train.py", out=tmp_path / "run", options=QUICK, cwd=work)
     assert _contents(work) == before
     assert (tmp_path / "run" / "sandbox" / "project" / "new.txt").read_text() == "new"
+
+
+def test_when_diagnose_itself_is_killed_the_script_stops_and_the_next_run_puts_the_files_back(tmp_path):
+    """SIGKILL to diagnose (the out-of-memory killer picking it, a job killed outright) leaves no one to restore:
+    its child stops with it, and the next `diagnose run` in the folder restores what that run changed."""
+    work = _project(tmp_path, (
+        "import time, torch\n"
+        "open('notes.txt', 'w').write('overwritten')\n"
+        "open('new.txt', 'w').write('new')\n"
+        "model = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(100000):\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    time.sleep(0.05)\n"))
+    (work / "notes.txt").write_text("my notes")
+    before = _contents(work)
+    command = [sys.executable, "-m", "diagnose", "run", "--out", "diagnose_runs/killed", "--warmup", "100000",
+               *QUICK[2:], "train.py"]
+    first = subprocess.Popen(command, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while (work / "notes.txt").read_text() != "overwritten" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (work / "notes.txt").read_text() == "overwritten", "the script did not start"
+    first.kill()
+    first.wait()
+    owner = json.loads((work / "diagnose_runs" / "killed" / "sandbox" / ".state" / "owner.json").read_text())
+    child = owner["child"]["pid"]
+    deadline = time.monotonic() + 60
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE  # stopped
+    assert (work / "notes.txt").read_text() == "overwritten"  # nobody restored it yet
+    quick = tmp_path / "quick.py"  # a script elsewhere that touches none of the project's files
+    quick.write_text("import torch\n" + TRAIN_STEPS)
+    second = run_script(quick, out=work / "diagnose_runs" / "next", options=QUICK, cwd=work)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "was stopped before it restored your files: put back" in second.stderr
+    after = _contents(work)
+    assert {k: v for k, v in after.items() if not k.startswith("diagnose_runs")} == before
+    assert (work / "diagnose_runs" / "killed" / "sandbox" / "project" / "new.txt").read_text() == "new"
+    again = run_script(quick, out=work / "diagnose_runs" / "third", options=QUICK, cwd=work)
+    assert "was stopped before" not in again.stderr  # restored once, not again
 
 
 def test_a_change_made_by_another_process_is_named_and_left_as_it_is(tmp_path):

@@ -59,6 +59,36 @@ def child_env(progress_fd: int, extra: tuple[tuple[str, str], ...] = ()) -> dict
     return env
 
 
+def _stop_with_parent(parent_pid: int) -> Optional[Callable[[], None]]:
+    """For Popen's preexec_fn (Linux): the child is sent SIGTERM, which stops the script as a deadline does, when
+    this process dies, even by SIGKILL; left running, it would go on changing the user's files with nobody to put
+    them back. Resolved here, before the fork: the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arrange() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the parent died before the call: too late for the signal to come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _record_child(env: tuple[tuple[str, str], ...], pid: int) -> None:
+    state = dict(env).get(sandbox.STATE_ENV)
+    if state:
+        sandbox.record_child(sandbox.SandboxFiles(Path(state).parent), pid)
+
+
 def _relay(stream, sink: Callable[[str], None], log) -> None:
     for line in iter(stream.readline, ""):
         log.write(line)
@@ -126,6 +156,22 @@ class _signals_held:
         signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
 
 
+def restore_abandoned(runs_roots: list[Path]) -> list[str]:
+    """Put back the user's files that earlier runs under these folders left changed: their diagnose was killed
+    outright before it could restore them (see sandbox.abandoned). One line to print for each such run."""
+    lines = []
+    for root in dict.fromkeys(r.resolve() for r in runs_roots):
+        for folder in sandbox.abandoned(root):
+            result = _restore(folder)
+            done = (f"put back {len(result.restored)} of your files and folders" if result.restored
+                    else "nothing to put back")
+            moved = f"; what its script wrote is in {folder}" if result.kept else ""
+            left = f"; not restored: {'; '.join(result.unrestored)}" if result.unrestored else ""
+            lines.append(f"diagnose: an earlier run ({folder.parent}) was stopped before it restored your files: "
+                         f"{done}{moved}{left}")
+    return lines
+
+
 def _restore(folder: Path) -> sandbox.RestoreResult:
     """The user's folders as they were, whatever became of the child (a kill leaves its journal behind)."""
     try:
@@ -151,7 +197,9 @@ def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: st
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd, env))
+                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd, env),
+                            preexec_fn=_stop_with_parent(os.getpid()))
+    _record_child(env, proc.pid)
     os.close(write_fd)
     threads = _start_relays(proc, run_dir, os.fdopen(read_fd, "r", errors="replace"), on_output, on_progress)
     interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S)
@@ -177,7 +225,9 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     env.pop("DIAGNOSE_PROGRESS_FD")
     cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            errors="replace", env=env, start_new_session=True)
+                            errors="replace", env=env, start_new_session=True,
+                            preexec_fn=_stop_with_parent(os.getpid()))
+    _record_child(extra_env, proc.pid)
     threads = _start_relays(proc, run_dir, _FifoLines(fifo), on_output, on_progress)
     interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S, group=True)
     _FifoLines.release(fifo)

@@ -167,6 +167,7 @@ class SandboxFiles:
         self.state = self.dir / ".state"
         self.snapshot = self.state / "before.json"
         self.journal = self.state / "journal.jsonl"
+        self.owner = self.state / "owner.json"  # the diagnose process that restores: while it lives, hands off
         self.originals = self.dir / ".originals"
 
 
@@ -174,8 +175,54 @@ def prepare(sandbox_dir: Path, roots: list[Path], exempt: list[Path], listed: bo
     """List the user's folders before the run; the child then keeps originals by this listing."""
     files = SandboxFiles(sandbox_dir)
     files.state.mkdir(parents=True, exist_ok=True)
+    files.owner.write_text(json.dumps(_process_id(os.getpid())))
     Snapshot.take(roots, [*exempt, files.dir], listed).save(files.snapshot)
     return files
+
+
+def record_child(files: SandboxFiles, pid: int) -> None:
+    """The child that runs the script: it may outlive its parent for a moment (it stops on the parent's death)."""
+    owner = json.loads(files.owner.read_text())
+    files.owner.write_text(json.dumps({**owner, "child": _process_id(pid)}))
+
+
+def _process_id(pid: int) -> dict:
+    """A process's id and start time: a pid alone may be reused by another process after a kill."""
+    import psutil
+
+    try:
+        return {"pid": pid, "started": psutil.Process(pid).create_time()}
+    except psutil.Error:
+        return {"pid": pid, "started": None}
+
+
+def _alive(process: Optional[dict]) -> bool:
+    import psutil
+
+    if not process:
+        return False
+    try:
+        return abs(psutil.Process(process["pid"]).create_time() - (process["started"] or 0.0)) < 0.01
+    except psutil.Error:
+        return False
+
+
+def abandoned(runs_root: Path) -> list[Path]:
+    """Sandboxes under `runs_root` (diagnose_runs/) whose runs ended without putting the user's files back: the
+    diagnose process was killed outright (SIGKILL, the OOM killer, a lost machine) and its child is gone too.
+    A sandbox without an owner record, or whose owner or child still runs, is not touched."""
+    states = [*runs_root.glob("*/sandbox/.state/before.json"),
+              *runs_root.glob("*/experiments/*/sandbox/.state/before.json")]
+    found = []
+    for state in sorted(states):
+        files = SandboxFiles(state.parent.parent)
+        try:
+            owner = json.loads(files.owner.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(owner, dict) and not _alive(owner) and not _alive(owner.get("child")):
+            found.append(files.dir)
+    return found
 
 
 class WriteSandbox:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from diagnose.capture.runner import check_script, run_in_child
+from diagnose.capture.runner import check_script, restore_abandoned, run_in_child
 from diagnose.commands.options import BaselineGate, OutputOptions
 from diagnose.commands.output import check_out_dir, finish_output, new_run_dir, progress_bar
 from diagnose.commands.pipeline import can_experiment, diagnose_capture, run_experiments_stage, write_outputs
@@ -38,6 +38,8 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim",
                   highlight=False)
+    for line in restore_abandoned([Path("diagnose_runs"), run_dir.parent]):
+        console.print(line, style="yellow", highlight=False, markup=False)
     out_stream = Console(stderr=True) if output.as_json else Console()
     experiments, warmup = config.experiments, config.warmup_steps
     with progress_bar(console) as progress:
