@@ -54,9 +54,9 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
 def test_ranks_whose_step_times_differ_plan_the_same_steps_and_finish(tmp_path):
     # rank 1 pauses on odd steps: each rank sees the pause in a different step, so their own clocks would fit
     # different numbers of steps into --max-seconds, and the rank that stopped first would strand the other
-    run = run_script(SCRIPTS / "ranks_uneven_steps.py", out=tmp_path / "run",
-                     options=("--warmup", "3", "--steps", "8", "--max-seconds", "14", "--experiments", "none",
-                              "--nproc-per-node", "2"), timeout=180)
+    run = run_script(SCRIPTS / "ranks_uneven_steps.py", "--step-seconds", "0.2", "--pause", "1.2",
+                     out=tmp_path / "run", options=("--warmup", "3", "--steps", "8", "--max-seconds", "28",
+                                                    "--experiments", "none", "--nproc-per-node", "2"), timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     captures = [json.loads((run.run_dir / "ranks" / r / "capture.json").read_text()) for r in ("rank0", "rank1")]
     plans = [(c["warmup_steps"], c["steps_profiled"], c["fit_note"]) for c in captures]

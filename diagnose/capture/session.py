@@ -2,7 +2,9 @@
 RUN/capture.json, samples.json, stacks.json and the trace in tb/."""
 from __future__ import annotations
 
+import datetime
 import gc
+import json
 import math
 import os
 import platform
@@ -124,7 +126,7 @@ class Session(ScriptHost):
             return
         # ranks plan from the slowest rank's figures: each planning from its own clock could stop a rank a step
         # before its peers, and they would wait for it in their next collective until the job's timeout
-        per_step, measured_s = agreed_by_ranks(per_step, self.measured_s())
+        per_step, measured_s = agreed_by_ranks(step, per_step, self.measured_s())
         room = int(FIT_SHARE * (self.config.max_seconds - measured_s) / per_step)  # steps that fit from here
         if (self.warmup - step) + PROFILED_COST * self.steps <= room:
             return
@@ -503,20 +505,30 @@ def current_rank() -> Optional[int]:
     return int(rank)
 
 
-def agreed_by_ranks(*values: float) -> tuple[float, ...]:
-    """The largest of each value over the ranks of the script's process group, so that every rank decides alike;
-    this rank's own values where it is no rank of a group that is up (every rank calls this at the same step
-    boundary, as the collectives of the script's own steps are called)."""
+def agreed_by_ranks(step: int, *values: float) -> tuple[float, ...]:
+    """The largest of each value over the ranks, so that every rank decides alike (every rank calls this at the same
+    step boundary). Through the job's key-value store (torchrun's TCPStore), not a collective: no device, no NCCL
+    communicator, nothing in the script's streams. This rank's own values where it is no rank of a group that is
+    up, or the store does not answer."""
     if current_rank() is None:
         return values
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
         return values
-    on_gpu = "nccl" in str(dist.get_backend()) and torch.cuda.is_available()
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    agreed = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-    return tuple(agreed.tolist())
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        store, prefix = _get_default_store(), f"diagnose/plan/{step}/"
+        store.set(prefix + str(dist.get_rank()), json.dumps(values))
+        keys = [prefix + str(rank) for rank in range(dist.get_world_size())]
+        store.wait(keys, datetime.timedelta(seconds=AGREE_TIMEOUT_S))
+        seen = [json.loads(store.get(key)) for key in keys]
+        return tuple(max(float(v[i]) for v in seen) for i in range(len(values)))
+    except Exception:  # a store we cannot use: as before, each rank on its own figures
+        return values
+
+
+AGREE_TIMEOUT_S = 300  # a rank this much later to a step boundary than its peers is stuck in their collectives
 
 
 def progress_writer():
