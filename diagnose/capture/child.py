@@ -13,6 +13,9 @@ if sys.path and sys.path[0] in ("", os.getcwd()):
 
 
 def main(run: Optional[Callable[[Path], int]] = None) -> None:
+    from diagnose.capture.orphans import stop_with_parent
+
+    stop_with_parent()
     try:
         if run is None:
             from diagnose.capture.session import run_child as run  # imports torch: seconds, and Ctrl-C may land here

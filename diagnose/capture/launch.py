@@ -11,6 +11,9 @@ from diagnose.runfolder import RunFolder
 
 
 def main(argv: list[str]) -> int:
+    from diagnose.capture.orphans import stop_with_parent
+
+    stop_with_parent()  # torchrun stops its ranks on the SIGTERM
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 

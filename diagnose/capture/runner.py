@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import diagnose
 from diagnose.capture import sandbox
+from diagnose.capture.orphans import PARENT_ENV
 from diagnose.errors import UserError
 from diagnose.model import Capture, RunConfig, Status
 from diagnose.runfolder import RunFolder
@@ -52,41 +53,12 @@ def check_script(path: str) -> None:
 def child_env(progress_fd: int, extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
     env = {**os.environ, **dict(extra)}
     env["DIAGNOSE_PROGRESS_FD"] = str(progress_fd)
+    env[PARENT_ENV] = str(os.getpid())  # the child stops when this process dies (orphans.stop_with_parent)
     env.setdefault("PYTHONUNBUFFERED", "1")
     package_root = str(Path(diagnose.__file__).resolve().parent.parent)
     if "site-packages" not in package_root:  # running from a source checkout: let the child import us too
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), package_root]))
     return env
-
-
-def _stop_with_parent(parent_pid: int) -> Optional[Callable[[], None]]:
-    """For Popen's preexec_fn (Linux): the child is sent SIGTERM, which stops the script as a deadline does, when
-    this process dies, even by SIGKILL; left running, it would go on changing the user's files with nobody to put
-    them back. Resolved here, before the fork: the child only makes the call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def arrange() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent_pid:  # the parent died before the call: too late for the signal to come
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arrange
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _record_child(env: tuple[tuple[str, str], ...], pid: int) -> None:
-    state = dict(env).get(sandbox.STATE_ENV)
-    if state:
-        sandbox.record_child(sandbox.SandboxFiles(Path(state).parent), pid)
 
 
 def _relay(stream, sink: Callable[[str], None], log) -> None:
@@ -115,10 +87,11 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
     try:
         with _stops_as_interrupts():
             run = _run_ranks if config.launcher else _run_one
-            outcome = run(config, run_dir, on_output, on_progress, entry, env)
+            outcome = run(config, run_dir, on_output, on_progress, entry, env, (files.owner_fd,))
     finally:
         with _signals_held():
             restored = _restore(folder)
+            sandbox.release(files)
         if restored.unrestored and (outcome is None or outcome.capture is None):  # no report will say it
             on_output(f"diagnose: your files, not restored: {'; '.join(restored.unrestored)}", True)
     return _with_restore(outcome, restored, RunFolder(run_dir).capture)
@@ -157,17 +130,20 @@ class _signals_held:
 
 
 def restore_abandoned(runs_roots: list[Path]) -> list[str]:
-    """Put back the user's files that earlier runs under these folders left changed: their diagnose was killed
-    outright before it could restore them (see sandbox.abandoned). One line to print for each such run."""
+    """Put back the user's files that earlier runs made from this folder left changed, their diagnose killed
+    outright before it could restore them (see sandbox.claim_abandoned). One line to print for each such run."""
     lines = []
     for root in dict.fromkeys(r.resolve() for r in runs_roots):
-        for folder in sandbox.abandoned(root):
-            result = _restore(folder)
+        for files in sandbox.claim_abandoned(root, Path.cwd()):
+            try:
+                result = _restore(files.dir)
+            finally:
+                sandbox.release(files)
             done = (f"put back {len(result.restored)} of your files and folders" if result.restored
                     else "nothing to put back")
-            moved = f"; what its script wrote is in {folder}" if result.kept else ""
+            moved = f"; the versions it found are in {files.dir}" if result.kept else ""
             left = f"; not restored: {'; '.join(result.unrestored)}" if result.unrestored else ""
-            lines.append(f"diagnose: an earlier run ({folder.parent}) was stopped before it restored your files: "
+            lines.append(f"diagnose: an earlier run ({files.dir.parent}) was stopped before it restored your files: "
                          f"{done}{moved}{left}")
     return lines
 
@@ -193,13 +169,11 @@ def _with_restore(outcome: CaptureOutcome, restored: sandbox.RestoreResult, capt
 
 
 def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,
-             env: tuple[tuple[str, str], ...]) -> CaptureOutcome:
+             env: tuple[tuple[str, str], ...], keep_fds: tuple[int, ...] = ()) -> CaptureOutcome:
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            errors="replace", pass_fds=(write_fd,), env=child_env(write_fd, env),
-                            preexec_fn=_stop_with_parent(os.getpid()))
-    _record_child(env, proc.pid)
+                            errors="replace", pass_fds=(write_fd, *keep_fds), env=child_env(write_fd, env))
     os.close(write_fd)
     threads = _start_relays(proc, run_dir, os.fdopen(read_fd, "r", errors="replace"), on_output, on_progress)
     interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S)
@@ -212,7 +186,7 @@ def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: st
 
 
 def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,
-               extra_env: tuple[tuple[str, str], ...]) -> CaptureOutcome:
+               extra_env: tuple[tuple[str, str], ...], keep_fds: tuple[int, ...] = ()) -> CaptureOutcome:
     """One process per rank through torchrun, each running the capture child; rank 0 reports progress through
     a named pipe (torchrun does not pass inherited descriptors on). torchrun gets its own process group, so a
     deadline can stop it and every rank together."""
@@ -225,9 +199,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     env.pop("DIAGNOSE_PROGRESS_FD")
     cmd = [sys.executable, "-m", "diagnose.capture.launch", *config.launcher, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            errors="replace", env=env, start_new_session=True,
-                            preexec_fn=_stop_with_parent(os.getpid()))
-    _record_child(extra_env, proc.pid)
+                            errors="replace", env=env, start_new_session=True, pass_fds=keep_fds)
     threads = _start_relays(proc, run_dir, _FifoLines(fifo), on_output, on_progress)
     interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S, group=True)
     _FifoLines.release(fifo)

@@ -17,6 +17,7 @@ restore from: it is left as it is and named (`unrestored`); so are new files the
 from __future__ import annotations
 
 import builtins
+import fcntl
 import importlib.util
 import io
 import json
@@ -167,62 +168,58 @@ class SandboxFiles:
         self.state = self.dir / ".state"
         self.snapshot = self.state / "before.json"
         self.journal = self.state / "journal.jsonl"
-        self.owner = self.state / "owner.json"  # the diagnose process that restores: while it lives, hands off
+        self.owner = self.state / "owner.json"  # locked while the run's diagnose or its child lives
+        self.owner_fd: Optional[int] = None  # this process's descriptor holding that lock
         self.originals = self.dir / ".originals"
 
 
 def prepare(sandbox_dir: Path, roots: list[Path], exempt: list[Path], listed: bool = True) -> SandboxFiles:
-    """List the user's folders before the run; the child then keeps originals by this listing."""
+    """List the user's folders before the run; the child then keeps originals by this listing. The owner file is
+    locked (flock) by this process, and by the child that inherits it (`owner_fd`), for as long as either lives:
+    an unlocked owner file is a run whose diagnose died before it restored (see claim_abandoned)."""
     files = SandboxFiles(sandbox_dir)
     files.state.mkdir(parents=True, exist_ok=True)
-    files.owner.write_text(json.dumps(_process_id(os.getpid())))
+    files.owner_fd = os.open(files.owner, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fcntl.flock(files.owner_fd, fcntl.LOCK_EX)
+    os.write(files.owner_fd, json.dumps({"pid": os.getpid()}).encode())
     Snapshot.take(roots, [*exempt, files.dir], listed).save(files.snapshot)
     return files
 
 
-def record_child(files: SandboxFiles, pid: int) -> None:
-    """The child that runs the script: it may outlive its parent for a moment (it stops on the parent's death)."""
-    owner = json.loads(files.owner.read_text())
-    files.owner.write_text(json.dumps({**owner, "child": _process_id(pid)}))
+def release(files: SandboxFiles) -> None:
+    """After the owner's own restore: no later run may restore this sandbox again (its state may stay, naming a
+    copy that could not be put back)."""
+    if files.owner_fd is not None:
+        files.owner.unlink(missing_ok=True)  # before the lock goes: nobody sees an unlocked owner file
+        os.close(files.owner_fd)
+        files.owner_fd = None
 
 
-def _process_id(pid: int) -> dict:
-    """A process's id and start time: a pid alone may be reused by another process after a kill."""
-    import psutil
-
-    try:
-        return {"pid": pid, "started": psutil.Process(pid).create_time()}
-    except psutil.Error:
-        return {"pid": pid, "started": None}
-
-
-def _alive(process: Optional[dict]) -> bool:
-    import psutil
-
-    if not process:
-        return False
-    try:
-        return abs(psutil.Process(process["pid"]).create_time() - (process["started"] or 0.0)) < 0.01
-    except psutil.Error:
-        return False
-
-
-def abandoned(runs_root: Path) -> list[Path]:
-    """Sandboxes under `runs_root` (diagnose_runs/) whose runs ended without putting the user's files back: the
-    diagnose process was killed outright (SIGKILL, the OOM killer, a lost machine) and its child is gone too.
-    A sandbox without an owner record, or whose owner or child still runs, is not touched."""
-    states = [*runs_root.glob("*/sandbox/.state/before.json"),
-              *runs_root.glob("*/experiments/*/sandbox/.state/before.json")]
-    found = []
-    for state in sorted(states):
-        files = SandboxFiles(state.parent.parent)
+def claim_abandoned(runs_root: Path, project: Path) -> list[SandboxFiles]:
+    """Sandboxes under `runs_root` (diagnose_runs/) of runs made from `project` that ended without putting the
+    user's files back: their diagnose was killed outright (SIGKILL, the OOM killer) and its child is gone too
+    (the owner file is no longer locked). Each is returned claimed (locked by this process: another run starting
+    now skips it); `release` it after restoring. A sandbox another folder's run made is not touched."""
+    states = [*runs_root.glob("*/sandbox/.state/owner.json"),
+              *runs_root.glob("*/experiments/*/sandbox/.state/owner.json")]
+    claimed = []
+    for owner in sorted(states):
+        files = SandboxFiles(owner.parent.parent)
         try:
-            owner = json.loads(files.owner.read_text())
-        except (OSError, ValueError):
+            fd = os.open(owner, os.O_RDONLY)
+        except OSError:
             continue
-        if isinstance(owner, dict) and not _alive(owner) and not _alive(owner.get("child")):
-            found.append(files.dir)
-    return found
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            ours = str(project.resolve()) in Snapshot.load(files.snapshot).roots
+        except (OSError, ValueError, KeyError):  # locked: its run goes on; or no snapshot to restore from
+            ours = False
+        if ours and owner.exists():  # still there: not restored by another run meanwhile
+            files.owner_fd = fd
+            claimed.append(files)
+        else:
+            os.close(fd)
+    return claimed
 
 
 class WriteSandbox:
