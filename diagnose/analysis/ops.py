@@ -45,12 +45,12 @@ def elementwise_op_self_us(ops: Spans, self_t: np.ndarray, optimizer: np.ndarray
 def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
     n = len(ops)
-    index: dict = {}
-    thread_of = [index.setdefault(t, len(index)) for t in ops.tids]  # small ints: one shared object each
-    counted = [t in tids for t in index]
+    codes, threads = ops.thread_codes()
+    thread_of = codes.tolist()  # small ints: one shared object each
+    counted = [t in tids for t in threads]
     # numpy sorts by thread, start, then longest first (a parent before the children that start with it); plain
     # lists are then fast to index, and no sort key is built per op (a third of this step's memory before)
-    order = np.lexsort((-ops.end, ops.start, np.asarray(thread_of, dtype=np.int64))).tolist() if n else []
+    order = np.lexsort((-ops.end, ops.start, codes)).tolist() if n else []
     starts, ends = ops.start.tolist(), ops.end.tolist()
     self_t = (ops.end - ops.start).tolist()
     top = [False] * n

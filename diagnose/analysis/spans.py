@@ -54,10 +54,15 @@ class Spans:
 
     def where_thread(self, predicate) -> "Spans":
         """The spans whose (pid, tid) satisfies predicate, evaluated once per distinct thread."""
-        index: dict = {}
-        codes = np.fromiter((index.setdefault(t, len(index)) for t in self.tids), dtype=np.int64, count=len(self.tids))
-        keep = np.fromiter((bool(predicate(t)) for t in index), dtype=bool, count=len(index))
+        codes, threads = self.thread_codes()
+        keep = np.fromiter((bool(predicate(t)) for t in threads), dtype=bool, count=len(threads))
         return self.take(np.flatnonzero(keep[codes])) if len(self) else self
+
+    def thread_codes(self) -> tuple[np.ndarray, list]:
+        """Each span's thread as an index into the distinct threads (in order of first appearance)."""
+        index: dict = {}
+        codes = np.asarray([index.setdefault(t, len(index)) for t in self.tids], dtype=np.int64)
+        return codes, list(index)
 
     def sorted(self) -> "Spans":
         return self.take(np.argsort(self.start, kind="stable"))
