@@ -1,6 +1,7 @@
 """Which parser reads a trace's text fastest, on one core: the fast parser's three regular expressions (spans,
 memory events, FLOP ops: what diagnose runs) against one typed msgspec decode that reads the same fields, and
-orjson's whole parse. Prints seconds (best of two) per step on the same decompressed text.
+orjson's whole parse, and the spans step by the expression and by the compiled scanner (numba, jitscan.py).
+Prints seconds (best of two) per step on the same decompressed text.
 
     .venv/bin/python benchmarks/parsers.py TRACE.json.gz     # msgspec: pip install msgspec (not a dependency)
 """
@@ -28,9 +29,18 @@ def best_of(work, runs: int = 2):
 
 
 def msgspec_decoder():
-    """A schema of only the fields the analysis reads; msgspec skips the rest of each event without objects."""
-    import msgspec
+    """A schema of only the fields the analysis reads; msgspec skips the rest of each event without objects.
+    (Module-level structs: with postponed annotations msgspec resolves the names in the module's globals.)"""
+    if msgspec is None:
+        raise ImportError("msgspec")
+    return msgspec.json.Decoder(Trace)
 
+
+try:
+    import msgspec
+except ImportError:
+    msgspec = None
+else:
     class Args(msgspec.Struct):
         correlation: Optional[int] = None
         total_allocated: Optional[int] = msgspec.field(name="Total Allocated", default=None)
@@ -53,7 +63,22 @@ def msgspec_decoder():
     class Trace(msgspec.Struct):
         traceEvents: list[Event]
 
-    return msgspec.json.Decoder(Trace)
+
+def spans_by_regex_or_scanner(raw: bytes) -> None:
+    """The spans step as diagnose runs it (8 MB chunks, to columns and Spans), by the expression and by the
+    compiled scanner (jitscan.py), and the scanner's kernel alone."""
+    from diagnose.analysis import jitscan
+
+    pretty = raw.find(b'"ph": "X"') >= 0
+    chunks = fastparse._chunks(raw, 0)
+    regex, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, pretty, False))
+    print(f"  spans to Spans: regex {regex:6.2f} s", end="")
+    if not jitscan.usable():
+        print("; compiled scanner: numba is not installed")
+        return
+    scanned, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, pretty, True))
+    kernel, _ = best_of(lambda: [jitscan.scan(raw, a, b) for a, b in chunks])
+    print(f", compiled scanner {scanned:6.2f} s (its kernel and number parse {kernel:.2f} s)")
 
 
 def main(path: str) -> None:
@@ -65,6 +90,7 @@ def main(path: str) -> None:
         total += seconds
         print(f"  regex {label:14s} {seconds:6.2f} s")
     print(f"  regex, all three     {total:6.2f} s")
+    spans_by_regex_or_scanner(raw)
     try:
         decoder = msgspec_decoder()
     except ImportError:

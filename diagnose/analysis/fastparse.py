@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import orjson
 
+from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS, event_kind
 from diagnose.analysis.spans import Spans
 
@@ -70,8 +71,10 @@ def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool) -> tuple[dict[str, list[Spans]], int, int]:
-    """(spans by kind, complete events matched, complete events there are) for these chunks."""
+def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
+                 jit: bool = False) -> tuple[dict[str, list[Spans]], int, int]:
+    """(spans by kind, complete events matched, complete events there are) for these chunks; `jit`: through the
+    compiled scanner (the same grammar), the expression where it cannot read a chunk."""
     parts: dict[str, list[Spans]] = {k: [] for k in KINDS}
     names: dict[bytes, str] = {}
     threads: dict[tuple, tuple] = {}
@@ -83,6 +86,11 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool) -> tup
         # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser.
         # The profiler's own span ("Trace") has its keys in another order and is not needed.
         complete += raw.count(complete_mark, start, end) - raw.count(profiler_span, start, end)
+        scanned = jitscan.scan(raw, start, end) if jit else None
+        added = _scanned_into(parts, raw, scanned, (names, threads, kinds)) if scanned is not None else None
+        if added is not None:
+            matched += added
+            continue
         found = FAST_EVENT.findall(raw, start, end)
         if not found:
             continue
@@ -103,6 +111,47 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool) -> tup
             parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks],
                                      links[index]))
     return parts, matched, complete
+
+
+def _scanned_into(parts: dict[str, list[Spans]], raw: bytes, scanned, caches: tuple[dict, dict, dict]) -> Optional[int]:
+    """Add what the compiled scanner read to `parts`, as the expression's results would be added, and return the
+    complete events matched (the profiler's own span not counted); None (nothing added) when two different labels
+    or threads share a hash, which the expression then sorts out."""
+    names, threads, kinds = caches
+    ints = scanned.ints
+    if not len(ints):
+        return 0
+    label_rows, label_of = _distinct(raw, scanned.label_hash, ints[:, 1:5])
+    thread_rows, thread_of = _distinct(raw, scanned.thread_hash, ints[:, 5:9])
+    if label_rows is None or thread_rows is None:
+        return None
+    labels = []  # (kind, name) of each distinct label
+    for a, b, c, d in ints[label_rows, 1:5].tolist():
+        cat, raw_name = raw[a:b], raw[c:d]
+        text = names[raw_name] if raw_name in names else _decoded(names, raw_name)
+        labels.append((kinds[(cat, text)] if (cat, text) in kinds else _kind_into(kinds, (cat, text)), text, cat))
+    ids = [threads[t] if t in threads else _thread_into(threads, t)
+           for t in ((raw[a:b], raw[c:d]) for a, b, c, d in ints[thread_rows, 5:9].tolist())]
+    profiler = np.asarray([cat == b"Trace" for _, _, cat in labels])
+    profiler_spans = int(np.count_nonzero(profiler[label_of]))
+    kind_of = np.asarray([KINDS.index(kind) if kind is not None else -1 for kind, _, _ in labels])[label_of]
+    finish = scanned.begin + scanned.duration
+    for code, kind in enumerate(KINDS):
+        picks = np.flatnonzero(kind_of == code)
+        if len(picks):
+            parts[kind].append(Spans(scanned.begin[picks], finish[picks],
+                                     [labels[i][1] for i in label_of[picks].tolist()],
+                                     [ids[i] for i in thread_of[picks].tolist()], ints[picks, 9].copy()))
+    return len(ints) - profiler_spans
+
+
+def _distinct(raw: bytes, hashes: np.ndarray, spans: np.ndarray):
+    """(a row of each distinct value, each row's distinct value) by hash; (None, None) if two differ in bytes."""
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if not jitscan.same_bytes(raw, np.ascontiguousarray(spans), first[inverse]):
+        return None, None
+    return first, inverse
 
 
 def _cores() -> int:

@@ -3,6 +3,7 @@ that the analysis can mask, sort and intersect them without a Python object per 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Optional
 
 import numpy as np
@@ -73,7 +74,7 @@ class Spans:
         if not parts:
             return cls()
         return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
-                   [n for p in parts for n in p.names], [t for p in parts for t in p.tids],
+                   list(chain.from_iterable(p.names for p in parts)), list(chain.from_iterable(p.tids for p in parts)),
                    np.concatenate([p.correlations() for p in parts]))
 
     def factorized(self) -> tuple[np.ndarray, list[str]]:

@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator, Optional
 
+from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS
 from diagnose.analysis.fastparse import (
     CHUNK_BYTES,
@@ -34,11 +35,12 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None):
     fast expressions cannot read it all (the caller then parses the whole text). With two cores a forked process
     parses every other piece (both inflate the whole text, which costs far less than parsing it)."""
     size = piece_bytes or PIECE_BYTES
-    other = _forked(lambda: _read_share(path, size, 1, 2) or False) if _cores() > 1 else None
-    mine = _read_share(path, size, 0, 2 if other else 1)
+    jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
+    other = _forked(lambda: _read_share(path, size, 1, 2, jit) or False) if _cores() > 1 else None
+    mine = _read_share(path, size, 0, 2 if other else 1, jit)
     theirs = other() if other else None  # False: the helper could not read its pieces; None: it failed
     if other is not None and theirs is None and mine is not None:  # its pieces are read here
-        theirs = _read_share(path, size, 1, 2)
+        theirs = _read_share(path, size, 1, 2, jit)
     shares = [mine] + ([theirs] if other else [])
     if not all(shares):
         return None
@@ -54,8 +56,8 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None):
 class _Share:
     """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""
 
-    def __init__(self, parity: int, of: int):
-        self.parity, self.of = parity, of
+    def __init__(self, parity: int, of: int, jit: bool):
+        self.parity, self.of, self.jit = parity, of, jit
         self.pieces: dict[int, tuple] = {}
         self.pretty: Optional[bool] = None
         self.head: dict = {}
@@ -74,7 +76,7 @@ class _Share:
         pretty = bool(self.pretty)
         if self.pretty is not None and piece.find(b'"ph":"X"' if pretty else b'"ph": "X"') >= 0:
             return False  # both layouts in one file: not Kineto's writer
-        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], pretty)
+        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], pretty, self.jit)
         if matched != complete:
             return False
         self.pieces[index] = (parts, read_memory_events(piece), read_flop_ops(piece))
@@ -86,10 +88,10 @@ class _Share:
         return bool(self.tail) or bool(CLOSED.search(self.last[-256:]))
 
 
-def _read_share(path: Path, piece_bytes: int, parity: int, of: int) -> Optional[_Share]:
+def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool) -> Optional[_Share]:
     """This share's pieces; None when the stream cannot read the file (the whole-text path then reads it, and
     says what is wrong with it in its own words)."""
-    share = _Share(parity, of)
+    share = _Share(parity, of, jit)
     try:
         pieces = enumerate(_pieces(path, piece_bytes))
         if not _read_head(pieces, share):

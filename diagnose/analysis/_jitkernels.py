@@ -1,0 +1,298 @@
+"""numba kernels for jitscan.py (imported only there, and only when numba is installed): FAST_EVENT's grammar,
+walked byte by byte.
+
+    "ph":\\s*"X",\\s*"cat":\\s*"([^"\\\\]*)",\\s*"name":\\s*"((?:[^"\\\\]|\\\\.)*)",\\s*"pid":\\s*(ID),\\s*"tid":\\s*(ID),
+    \\s*"ts":\\s*(NUMBER),\\s*"dur":\\s*(NUMBER)
+    (?:,\\s*"args":\\s*\\{\\s*(?:"[^"\\\\]*":\\s*(?:SCALAR|"[^"\\\\]*"),\\s*)*?"correlation":\\s*(\\d+))?
+
+ID is -?\\d+ or a string without escapes; NUMBER is -?\\d+(\\.\\d*)?([eE][-+]?\\d+)?; SCALAR is a run of bytes
+without , { } " [ ] that does not begin with whitespace. As re.findall does, the scan tries a match at each
+'"ph":' and goes on after the end of each match."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NUMBER_WIDTH = 32
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+QUOTE, BACKSLASH, COMMA, COLON = 34, 92, 44, 58
+
+
+@njit(cache=True, nogil=True)
+def _space(c):
+    return c == 32 or (9 <= c <= 13)
+
+
+@njit(cache=True, nogil=True)
+def _digit(c):
+    return 48 <= c <= 57
+
+
+@njit(cache=True, nogil=True)
+def _skip_space(t, i, end):
+    while i < end and _space(t[i]):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _literal(t, i, end, keys, word):
+    """i + the word's length where t[i:] begins with keys' word (a row, NUL-padded), else -1."""
+    k = 0
+    while k < keys.shape[1] and keys[word, k] != 0:
+        if i + k >= end or t[i + k] != keys[word, k]:
+            return -1
+        k += 1
+    return i + k
+
+
+@njit(cache=True, nogil=True)
+def _key(t, i, end, keys, word):
+    """After `,\\s*"word":\\s*` from i, or -1 (word is the key with its quotes and colon)."""
+    if i >= end or t[i] != COMMA:
+        return -1
+    i = _literal(t, _skip_space(t, i + 1, end), end, keys, word)
+    return -1 if i < 0 else _skip_space(t, i, end)
+
+
+@njit(cache=True, nogil=True)
+def _plain_string(t, i, end):
+    """After a string without escapes that starts at i (its opening quote), or -1."""
+    if i >= end or t[i] != QUOTE:
+        return -1
+    i += 1
+    while i < end and t[i] != QUOTE and t[i] != BACKSLASH:
+        i += 1
+    return i + 1 if i < end and t[i] == QUOTE else -1
+
+
+@njit(cache=True, nogil=True)
+def _string(t, i, end):
+    """After a string with escapes allowed (a backslash and any byte), or -1."""
+    if i >= end or t[i] != QUOTE:
+        return -1
+    i += 1
+    while i < end:
+        c = t[i]
+        if c == QUOTE:
+            return i + 1
+        if c == BACKSLASH and i + 1 < end and t[i + 1] == 10:
+            return -1  # the expression's `.` does not take a newline
+        i += 2 if c == BACKSLASH else 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _digits(t, i, end):
+    j = i
+    while j < end and _digit(t[j]):
+        j += 1
+    return j
+
+
+@njit(cache=True, nogil=True)
+def _id(t, i, end):
+    """After -?\\d+ or a string without escapes, or -1."""
+    j = i + 1 if i < end and t[i] == 45 else i
+    k = _digits(t, j, end)
+    if k > j:
+        return k
+    return _plain_string(t, i, end)
+
+
+@njit(cache=True, nogil=True)
+def _number(t, i, end):
+    """After -?\\d+(\\.\\d*)?([eE][-+]?\\d+)?, or -1."""
+    j = i + 1 if i < end and t[i] == 45 else i
+    k = _digits(t, j, end)
+    if k == j:
+        return -1
+    if k < end and t[k] == 46:
+        k = _digits(t, k + 1, end)
+    if k < end and (t[k] == 101 or t[k] == 69):
+        e = k + 1
+        if e < end and (t[e] == 43 or t[e] == 45):
+            e += 1
+        f = _digits(t, e, end)
+        if f > e:
+            k = f
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _scalar(t, i, end):
+    """After [^,{}"\\[\\]\\s][^,{}"\\[\\]]*, or -1."""
+    if i >= end or _space(t[i]) or _stops_scalar(t[i]):
+        return -1
+    i += 1
+    while i < end and not _stops_scalar(t[i]):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _stops_scalar(c):
+    return c == COMMA or c == 123 or c == 125 or c == QUOTE or c == 91 or c == 93
+
+
+@njit(cache=True, nogil=True)
+def _correlation(t, i, end, keys):
+    """(value, end) of the optional args group from i (just after dur), or (-1, -1) where it does not match;
+    value -2 for a correlation id past int64 (the caller then gives up on the chunk)."""
+    i = _key(t, i, end, keys, 7)
+    if i < 0 or i >= end or t[i] != 123:
+        return -1, -1
+    i = _skip_space(t, i + 1, end)
+    while i < end:
+        j = _literal(t, i, end, keys, 8)
+        if j >= 0:
+            j = _skip_space(t, j, end)
+            k = _digits(t, j, end)
+            if k > j:
+                if k - j > 18:
+                    return -2, -1
+                value = 0
+                for m in range(j, k):
+                    value = value * 10 + (t[m] - 48)
+                return value, k
+        j = _plain_string(t, i, end)  # one more member: "key":\s*(SCALAR|"string"),\s*
+        if j < 0 or j >= end or t[j] != COLON:
+            return -1, -1
+        j = _skip_space(t, j + 1, end)
+        k = _plain_string(t, j, end) if j < end and t[j] == QUOTE else _scalar(t, j, end)
+        if k < 0 or k >= end or t[k] != COMMA:
+            return -1, -1
+        i = _skip_space(t, k + 1, end)
+    return -1, -1
+
+
+@njit(cache=True, nogil=True)
+def _hash(t, a, b, c, d):
+    """FNV-1a over t[a:b], a separator, and t[c:d]."""
+    h = FNV_OFFSET
+    for k in range(a, b):
+        h = (h ^ np.uint64(t[k])) * FNV_PRIME
+    h = (h ^ np.uint64(256)) * FNV_PRIME
+    for k in range(c, d):
+        h = (h ^ np.uint64(t[k])) * FNV_PRIME
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _copy_number(t, a, b, numbers, n, offset):
+    if b - a > NUMBER_WIDTH:
+        return False
+    for k in range(a, b):
+        numbers[n, offset + k - a] = t[k]
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _match(t, p, end, keys, ints, numbers, hashes, n):
+    """The event whose '"ph":' is at p into row n; returns where the match ends, -1 where it does not match, or
+    a negative code (TOO_LONG) where the scanner cannot read it."""
+    i = _skip_space(t, p + 5, end)
+    i = _literal(t, i, end, keys, 0)  # "X"
+    if i < 0:
+        return -1
+    i = _key(t, i, end, keys, 1)  # "cat":
+    cat = i
+    i = _plain_string(t, i, end) if i >= 0 else -1
+    if i < 0:
+        return -1
+    cat_end = i
+    i = _key(t, i, end, keys, 2)  # "name":
+    name = i
+    i = _string(t, i, end) if i >= 0 else -1
+    if i < 0:
+        return -1
+    name_end = i
+    i = _key(t, i, end, keys, 3)  # "pid":
+    pid = i
+    i = _id(t, i, end) if i >= 0 else -1
+    if i < 0:
+        return -1
+    pid_end = i
+    i = _key(t, i, end, keys, 4)  # "tid":
+    tid = i
+    i = _id(t, i, end) if i >= 0 else -1
+    if i < 0:
+        return -1
+    tid_end = i
+    i = _key(t, i, end, keys, 5)  # "ts":
+    ts = i
+    i = _number(t, i, end) if i >= 0 else -1
+    if i < 0:
+        return -1
+    ts_end = i
+    i = _key(t, i, end, keys, 6)  # "dur":
+    dur = i
+    i = _number(t, i, end) if i >= 0 else -1
+    if i < 0:
+        return -1
+    dur_end = i
+    corr, corr_end = _correlation(t, i, end, keys)
+    if corr == -2:
+        return -2
+    if not (_copy_number(t, ts, ts_end, numbers, n, 0) and _copy_number(t, dur, dur_end, numbers, n, NUMBER_WIDTH)):
+        return -3
+    ints[n, 0], ints[n, 1], ints[n, 2], ints[n, 3], ints[n, 4] = p, cat + 1, cat_end - 1, name + 1, name_end - 1
+    ints[n, 5], ints[n, 6], ints[n, 7], ints[n, 8], ints[n, 9] = pid, pid_end, tid, tid_end, corr
+    hashes[n, 0] = _hash(t, cat + 1, cat_end - 1, name + 1, name_end - 1)
+    hashes[n, 1] = _hash(t, pid, pid_end, tid, tid_end)
+    return corr_end if corr >= 0 else dur_end
+
+
+@njit(cache=True, nogil=True)
+def _scan(t, start, end, keys, ints, numbers, hashes):
+    """Each '"ph":' found by Horspool's search (the byte under the pattern's end says how far it may move)."""
+    n = 0
+    i = start
+    limit = end - 5
+    while i <= limit:
+        c = t[i + 4]
+        if c != COLON:
+            i += 1 if c == QUOTE else 2 if c == 104 else 3 if c == 112 else 5
+            continue
+        if t[i] == QUOTE and t[i + 1] == 112 and t[i + 2] == 104 and t[i + 3] == QUOTE:
+            if n >= len(ints):
+                return -4  # rows run out: the caller grows them and scans again
+            after = _match(t, i, end, keys, ints, numbers, hashes, n)
+            if after < -1:
+                return after
+            if after >= 0:
+                n += 1
+                i = after
+                continue
+        i += 5  # ':' is only the pattern's last byte, and the pattern cannot overlap itself
+    return n
+
+
+WORDS = (b'"X"', b'"cat":', b'"name":', b'"pid":', b'"tid":', b'"ts":', b'"dur":', b'"args":', b'"correlation":')
+KEYS = np.zeros((len(WORDS), 16), dtype=np.uint8)  # one word a row, NUL-padded
+for _row, _word in enumerate(WORDS):
+    KEYS[_row, :len(_word)] = np.frombuffer(_word, dtype=np.uint8)
+
+
+def scan(text, start, end, ints, numbers, hashes) -> int:
+    """Rows filled (ints: mark, category, name, pid and tid spans, correlation; numbers: ts and dur's bytes;
+    hashes: label and thread), or a negative code where the chunk is left to the expression."""
+    return _scan(text, start, end, KEYS, ints, numbers, hashes)
+
+
+@njit(cache=True, nogil=True)
+def same_bytes(t, spans, representative):
+    for n in range(len(spans)):
+        r = representative[n]
+        a, b, c, d = spans[n, 0], spans[n, 1], spans[n, 2], spans[n, 3]
+        ra, rb, rc, rd = spans[r, 0], spans[r, 1], spans[r, 2], spans[r, 3]
+        if b - a != rb - ra or d - c != rd - rc:
+            return False
+        for k in range(b - a):
+            if t[a + k] != t[ra + k]:
+                return False
+        for k in range(d - c):
+            if t[c + k] != t[rc + k]:
+                return False
+    return True

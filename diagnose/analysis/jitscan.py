@@ -1,0 +1,95 @@
+"""fastparse's expression, compiled: the same grammar walked byte by byte by numba, so that a big trace's complete
+events are read at a few hundred MB/s without a Python object per event.
+
+It returns, per event, where its category, name, pid and tid lie in the text (with a 64-bit hash of each label
+and thread, so that Python decodes each distinct one once), its ts and dur as fixed-width byte strings that
+numpy parses (the same correctly rounded parse as Python's float), and its correlation id. The grammar is
+FAST_EVENT's, step by step (see _match); a test compares both on every trace in tests/data.
+
+Importing numba and loading the cached kernels costs about 0.6 s and 100 MB, which only a trace big enough to be
+read as a stream (stream.py) pays back, so only that path uses it. The first use on a machine compiles the
+kernels (a few seconds) into numba's cache. Where numba is missing (a platform without its wheels) or fails to
+load, the expression reads every trace."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+NUMBER_WIDTH = 32
+FIELDS = 10  # mark, cat start/end, name start/end, pid start/end, tid start/end, correlation
+FULL = -4  # the kernel's code for rows run out (its others: a number or id it cannot read)
+
+_compiled = None
+
+
+SAMPLE = (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, '
+          b'"args": {"correlation": 3}}]}')
+
+
+def usable() -> bool:
+    """Whether the compiled scanner can read here: numba is installed and its kernels load (DIAGNOSE_NO_JIT=1
+    turns it off, and the expression reads everything). Loads the kernels, so that a forked reader has them."""
+    if os.environ.get("DIAGNOSE_NO_JIT") == "1":
+        return False
+    if _compiled is None:
+        _load()
+    return bool(_compiled)
+
+
+def _load() -> None:
+    """Import the kernels and run them once on a sample (numba loads its cached machine code on a first call)."""
+    global _compiled
+    try:
+        from diagnose.analysis import _jitkernels
+    except Exception:  # no numba on this platform, or no place to cache its code: the expression reads every trace
+        _compiled = False
+        return
+    _compiled = _jitkernels
+    scanned = scan(SAMPLE, 0, len(SAMPLE))
+    if scanned is None or len(scanned.ints) != 1:
+        _compiled = False
+
+
+def _kernels():
+    return _compiled
+
+
+class Scanned:
+    """What the compiled scanner read from one chunk: one row per complete event it matched."""
+
+    def __init__(self, ints: np.ndarray, begin: np.ndarray, duration: np.ndarray, label_hash: np.ndarray,
+                 thread_hash: np.ndarray):
+        self.ints, self.begin, self.duration = ints, begin, duration
+        self.label_hash, self.thread_hash = label_hash, thread_hash
+
+
+def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
+    """The complete events that start in raw[start:end]; None when the scanner cannot say (a number longer than
+    it parses, a correlation id past int64): the expression then reads the chunk."""
+    kernels = _kernels()
+    text = np.frombuffer(raw, dtype=np.uint8)
+    capacity = (end - start) // 256 + 64  # Kineto's events take 300 bytes and more; fewer rows are grown
+    while True:
+        ints = np.empty((capacity, FIELDS), dtype=np.int64)
+        numbers = np.zeros((capacity, 2 * NUMBER_WIDTH), dtype=np.uint8)
+        hashes = np.empty((capacity, 2), dtype=np.uint64)
+        count = kernels.scan(text, start, end, ints, numbers, hashes)
+        if count != FULL:
+            break
+        capacity *= 4
+    if count < 0:
+        return None
+    ints, numbers, hashes = ints[:count], numbers[:count], hashes[:count]
+    try:
+        parsed = np.ascontiguousarray(numbers).view(f"S{NUMBER_WIDTH}").astype(np.float64)
+    except ValueError:
+        return None
+    return Scanned(ints, parsed[:, 0], parsed[:, 1], hashes[:, 0].copy(), hashes[:, 1].copy())
+
+
+def same_bytes(raw: bytes, spans: np.ndarray, representative: np.ndarray) -> bool:
+    """Whether every row's two spans (start, end, start, end) hold the same bytes as its representative row's:
+    the check that two labels with one hash are one label."""
+    return bool(_kernels().same_bytes(np.frombuffer(raw, dtype=np.uint8), spans, representative))

@@ -1,0 +1,108 @@
+"""The compiled scanner of big traces reads exactly what fastparse's expression reads: the same spans (start, end,
+name, thread, correlation id), the same events left unmatched, on every trace in tests/data and on events written
+to test each turn of the grammar."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+from conftest import TRACES
+
+from diagnose.analysis import fastparse, jitscan, stream
+from diagnose.analysis.spans import Spans
+
+pytestmark = pytest.mark.skipif(not jitscan.usable(), reason="numba is not installed here")
+
+ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
+
+
+def read(text: bytes, jit: bool, chunk: int = 0):
+    pretty = text.find(b'"ph": "X"') >= 0
+    chunks = [(0, len(text))] if not chunk else [(a, min(a + chunk, len(text))) for a in range(0, len(text), chunk)]
+    return fastparse._read_chunks(text, chunks, pretty, jit)
+
+
+def assert_same(mine, theirs):
+    (parts, matched, complete), (their_parts, their_matched, their_complete) = mine, theirs
+    assert (matched, complete) == (their_matched, their_complete)
+    for kind in parts:
+        a, b = Spans.concat(parts[kind]), Spans.concat(their_parts[kind])
+        assert a.names == b.names and a.tids == b.tids, kind
+        assert np.array_equal(a.start, b.start) and np.array_equal(a.end, b.end), kind
+        assert np.array_equal(a.correlations(), b.correlations()), kind
+
+
+@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+def test_every_test_trace_is_read_as_the_expression_reads_it(path):
+    text = gzip.decompress(path.read_bytes())
+    scanned, matched = read(text, jit=True), read(text, jit=False)
+    assert scanned[1] > 0 or "gloo" in path.name or "rocm" in path.name
+    assert_same(scanned, matched)
+
+
+def event(head: str, tail: str = "") -> str:
+    return '{"ph": "X", ' + head + tail + "}"
+
+
+# each: one event's text after '"ph": "X", ' -- what it tests
+CASES = {
+    "plain": '"cat": "kernel", "name": "k", "pid": 1, "tid": 7,\n "ts": 10.5, "dur": 2, "args": {"correlation": 5}',
+    "escaped quote and unicode in the name":
+        '"cat": "cpu_op", "name": "a\\"b\\u00e9\\\\", "pid": 1, "tid": 1, "ts": 1, "dur": 1',
+    "string pid and tid": '"cat": "kernel", "name": "k", "pid": "Spans", "tid": "stream 7", "ts": 1, "dur": 1',
+    "negative and exponent numbers": '"cat": "cpu_op", "name": "n", "pid": -3, "tid": 2, "ts": -1.5e3, "dur": 2.E+1',
+    "number with a bare dot": '"cat": "cpu_op", "name": "n", "pid": 3, "tid": 2, "ts": 15., "dur": 0',
+    "correlation after a list": '"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+                                '"args": {"grid": [1, 1], "correlation": 9}',
+    "correlation as a string, then a number": '"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+                                              '"args": {"correlation": "x", "correlation": 4}',
+    "correlation after strings and scalars": '"cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, '
+                                             '"ts": 1, "dur": 1, "args": {"External id": 3, "a": "b, c", '
+                                             '"f": 1.5e-3 , "correlation": 11}',
+    "args not right after dur": '"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "bp": "e", '
+                                '"args": {"correlation": 2}',
+    "compact": '"cat":"kernel","name":"k","pid":1,"tid":1,"ts":3,"dur":1,"args":{"correlation":8}',
+    "other key order (the profiler's own span)": '"cat": "Trace", "ts": 1, "dur": 5, "pid": "Spans", "tid": 1, '
+                                                 '"name": "PyTorch Profiler (0)"',
+    "backslash in the category": '"cat": "a\\\\b", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1',
+    "a float pid": '"cat": "cpu_op", "name": "k", "pid": 1.5, "tid": 1, "ts": 1, "dur": 1',
+    "no dur": '"cat": "cpu_op", "name": "k", "pid": 1, "tid": 1, "ts": 1',
+    "tabs and newlines between keys": '"cat":\t"cpu_op",\n\t"name":  "k" ,"pid": 1, "tid": 1, "ts": 1, "dur": 1',
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_turn_of_the_grammar_is_read_as_the_expression_reads_it(case):
+    plain = event(CASES["plain"])
+    text = ('{"traceEvents": [\n' + ",\n".join([plain, event(CASES[case]), plain]) + "\n]}").encode()
+    assert_same(read(text, jit=True), read(text, jit=False))
+
+
+def test_a_number_longer_than_the_scanner_reads_leaves_the_chunk_to_the_expression():
+    long_ts = event('"cat": "cpu_op", "name": "k", "pid": 1, "tid": 1, "ts": ' + "1" * 40 + ', "dur": 1')
+    text = ('{"traceEvents": [' + long_ts + "]}").encode()
+    assert jitscan.scan(text, 0, len(text)) is None
+    assert_same(read(text, jit=True), read(text, jit=False))
+
+
+def test_chunks_of_any_size_read_the_same(monkeypatch):
+    text = gzip.decompress((TRACES / "a100_nccl_rank0_of2.json.gz").read_bytes())
+    whole = read(text, jit=False)
+    for chunk in (4096, 65536):
+        bounds = fastparse._chunks  # cut where an event begins, as the readers cut
+        monkeypatch.setattr(fastparse, "CHUNK_BYTES", chunk)
+        assert_same(fastparse._read_chunks(text, bounds(text, 0), True, True), whole)
+
+
+def test_the_stream_reads_with_the_scanner_and_without_it_alike(monkeypatch):
+    path = TRACES / "v100_ddp_rank1_of2.json.gz"
+    monkeypatch.setattr(stream, "PIECE_BYTES", 256 << 10)
+    scanned = stream.stream_rows(path)
+    monkeypatch.setenv("DIAGNOSE_NO_JIT", "1")
+    matched = stream.stream_rows(path)
+    assert scanned is not None and matched is not None
+    for kind, spans in matched[1].items():
+        mine = scanned[1][kind]
+        assert mine.names == spans.names and mine.tids == spans.tids, kind
+        assert np.array_equal(mine.start, spans.start) and np.array_equal(mine.correlations(), spans.correlations())
