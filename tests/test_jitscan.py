@@ -4,10 +4,12 @@ to test each turn of the grammar."""
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import TRACES
+from conftest import REPO, TRACES
 
 from diagnose.analysis import fastparse, jitscan, stream
 from diagnose.analysis.spans import Spans
@@ -106,3 +108,12 @@ def test_the_stream_reads_with_the_scanner_and_without_it_alike(monkeypatch):
         mine = scanned[1][kind]
         assert mine.names == spans.names and mine.tids == spans.tids, kind
         assert np.array_equal(mine.start, spans.start) and np.array_equal(mine.correlations(), spans.correlations())
+
+
+def test_a_trace_read_whole_does_not_pay_for_importing_numba():
+    # numba's import and cached code cost about 0.6 s: only a trace big enough to stream pays it back
+    trace = TRACES / "a100_ddp_rank3_of8.json.gz"
+    code = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+            f"load_trace(Path({str(trace)!r})); print('numba' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
