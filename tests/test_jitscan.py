@@ -70,6 +70,8 @@ CASES = {
     "backslash in the category": '"cat": "a\\\\b", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1',
     "a float pid": '"cat": "cpu_op", "name": "k", "pid": 1.5, "tid": 1, "ts": 1, "dur": 1',
     "no dur": '"cat": "cpu_op", "name": "k", "pid": 1, "tid": 1, "ts": 1',
+    "a correlation id past int64": '"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+                                   '"args": {"correlation": 99999999999999999999}',
     "tabs and newlines between keys": '"cat":\t"cpu_op",\n\t"name":  "k" ,"pid": 1, "tid": 1, "ts": 1, "dur": 1',
 }
 
@@ -117,3 +119,14 @@ def test_a_trace_read_whole_does_not_pay_for_importing_numba():
             f"load_trace(Path({str(trace)!r})); print('numba' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_a_correlation_id_past_int64_links_nothing_in_either_parser(tmp_path):
+    from diagnose.analysis.trace_file import parsed_rows
+
+    big = event('"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+                '"args": {"correlation": 99999999999999999999}')
+    text = ('{"traceEvents": [' + big + "]}").encode()
+    fast = Spans.concat(read(text, jit=False)[0]["kernel"])
+    _, full = parsed_rows(tmp_path / "t.json", text)
+    assert fast.correlations().tolist() == full["kernel"].correlations().tolist() == [-1]

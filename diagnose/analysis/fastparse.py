@@ -101,7 +101,8 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
         ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
         begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
         finish = begin + np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
-        links = np.fromiter((int(c) if c else -1 for c in corrs), dtype=np.int64, count=len(corrs))
+        links = np.fromiter((int(c) if c and len(c) < 19 else _link(c) for c in corrs), dtype=np.int64,
+                            count=len(corrs))
         groups: dict[str, list[int]] = {}
         for i, kind in enumerate(kind_of):
             if kind is not None:
@@ -125,7 +126,7 @@ def _scanned_into(parts: dict[str, list[Spans]], raw: bytes, scanned, caches: tu
     thread_rows, thread_of = _distinct(raw, scanned.thread_hash, ints[:, 5:9])
     if label_rows is None or thread_rows is None:
         return None
-    labels = []  # (kind, name) of each distinct label
+    labels = []  # (kind, name, category) of each distinct label
     for a, b, c, d in ints[label_rows, 1:5].tolist():
         cat, raw_name = raw[a:b], raw[c:d]
         text = names[raw_name] if raw_name in names else _decoded(names, raw_name)
@@ -152,6 +153,12 @@ def _distinct(raw: bytes, hashes: np.ndarray, spans: np.ndarray):
     if not jitscan.same_bytes(raw, np.ascontiguousarray(spans), first[inverse]):
         return None, None
     return first, inverse
+
+
+def _link(digits: bytes) -> int:
+    """A correlation id (-1: none); one past int64 links nothing (no runtime call writes such an id)."""
+    value = int(digits) if digits else -1
+    return value if value < 1 << 63 else -1
 
 
 def _cores() -> int:

@@ -8,8 +8,8 @@ FAST_EVENT's, step by step (see _match); a test compares both on every trace in 
 
 Importing numba and loading the cached kernels costs about 0.6 s and 100 MB, which only a trace big enough to be
 read as a stream (stream.py) pays back, so only that path uses it. The first use on a machine compiles the
-kernels (a few seconds) into numba's cache. Where numba is missing (a platform without its wheels) or fails to
-load, the expression reads every trace."""
+kernels (a few seconds) into numba's cache. Where numba cannot be imported, or its kernels fail to compile or to
+read a sample, the expression reads every trace."""
 from __future__ import annotations
 
 import os
@@ -47,8 +47,13 @@ def _load() -> None:
         _compiled = False
         return
     _compiled = _jitkernels
-    scanned = scan(SAMPLE, 0, len(SAMPLE))
-    if scanned is None or len(scanned.ints) != 1:
+    try:  # both kernels, so that a forked reader has them loaded too; a compiler that fails leaves the expression
+        scanned = scan(SAMPLE, 0, len(SAMPLE))
+        ok = scanned is not None and len(scanned.ints) == 1
+        ok = ok and same_bytes(SAMPLE, np.ascontiguousarray(scanned.ints[:, 1:5]), np.zeros(1, dtype=np.int64))
+    except Exception:
+        ok = False
+    if not ok:
         _compiled = False
 
 
@@ -70,6 +75,7 @@ def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
     it parses, a correlation id past int64): the expression then reads the chunk."""
     kernels = _kernels()
     text = np.frombuffer(raw, dtype=np.uint8)
+    end = min(end, len(raw))  # the kernel reads up to `end` unchecked
     capacity = (end - start) // 256 + 64  # Kineto's events take 300 bytes and more; fewer rows are grown
     while True:
         ints = np.empty((capacity, FIELDS), dtype=np.int64)

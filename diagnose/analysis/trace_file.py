@@ -63,4 +63,5 @@ def _finite(value) -> bool:
 def _correlation(e: dict) -> int:
     args = e.get("args")
     value = args.get("correlation") if isinstance(args, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+    fits = isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
+    return value if fits else -1  # one past int64 links nothing, as the fast parser reads it
