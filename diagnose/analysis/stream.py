@@ -1,8 +1,9 @@
 """Reading a big trace as a stream: decompressed and parsed piece by piece, each piece cut where an event begins,
 its text dropped once its events are in compact arrays. Peak memory is then the arrays plus a few pieces, not the
 whole text (which grows with the trace: a 4 GB trace held whole needs about twice that). The pieces go through the
-fast parser's expressions (fastparse.py, memory_events.py, flop_ops.py); any doubt (a layout they do not read,
-a text that does not end as a whole trace does) returns None and the whole-text parsers take over."""
+fast parser (fastparse.py, its spans by the compiled scanner of jitscan.py where numba loads; memory_events.py,
+flop_ops.py); any doubt (a layout they do not read, a text that does not end as a whole trace does) returns None
+and the whole-text parsers take over."""
 from __future__ import annotations
 
 import zlib
@@ -124,17 +125,21 @@ def _read_head(pieces: Iterator[tuple[int, bytes]], share: _Share) -> bool:
 def _pieces(path: Path, piece_bytes: int) -> Iterator[bytes]:
     """The decompressed text in pieces of about `piece_bytes`, each ending where an event's object begins (the
     `{` before a `"ph"`), so that no event is split."""
-    carry = b""
+    blocks: list[bytes] = []
+    size = 0
     for block in _decompressed(path):
-        carry += block
-        if len(carry) < piece_bytes:
+        blocks.append(block)
+        size += len(block)
+        if size < piece_bytes:
             continue
-        cut = _last_event_start(carry)
+        text = b"".join(blocks)  # one copy of the blocks a piece (adding each block to the last copied it again)
+        cut = _last_event_start(text)
+        rest = text[cut:] if cut > 0 else text
         if cut > 0:
-            yield carry[:cut]
-            carry = carry[cut:]
-    if carry:
-        yield carry
+            yield text[:cut]
+        blocks, size = [rest], len(rest)
+    if size:
+        yield b"".join(blocks)
 
 
 def _last_event_start(text: bytes) -> int:
