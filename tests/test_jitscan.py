@@ -130,3 +130,12 @@ def test_a_correlation_id_past_int64_links_nothing_in_either_parser(tmp_path):
     fast = Spans.concat(read(text, jit=False)[0]["kernel"])
     _, full = parsed_rows(tmp_path / "t.json", text)
     assert fast.correlations().tolist() == full["kernel"].correlations().tolist() == [-1]
+
+
+def test_events_smaller_than_the_scanner_expects_grow_its_rows():
+    # rows are sized for Kineto's 300-byte events; 2000 compact 80-byte ones run them out and are scanned again
+    tiny = event('"cat":"cpu_op","name":"k","pid":1,"tid":1,"ts":5,"dur":1').replace('"ph": "X", ', '"ph":"X",')
+    text = ('{"traceEvents": [' + ",".join([tiny] * 2000) + "]}").encode()
+    scanned = jitscan.scan(text, 0, len(text))
+    assert scanned is not None and len(scanned.ints) == 2000
+    assert_same(read(text, jit=True), read(text, jit=False))

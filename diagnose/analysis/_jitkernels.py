@@ -17,6 +17,8 @@ NUMBER_WIDTH = 32
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 QUOTE, BACKSLASH, COMMA, COLON = 34, 92, 44, 58
+# what _scan returns instead of a row count: a chunk it cannot read (the expression then reads it), or rows run out
+CORRELATION_TOO_LONG, NUMBER_TOO_LONG, FULL = -2, -3, -4
 
 
 @njit(cache=True, nogil=True)
@@ -139,7 +141,7 @@ def _stops_scalar(c):
 @njit(cache=True, nogil=True)
 def _correlation(t, i, end, keys):
     """(value, end) of the optional args group from i (just after dur), or (-1, -1) where it does not match;
-    value -2 for a correlation id past int64 (the caller then gives up on the chunk)."""
+    value CORRELATION_TOO_LONG for an id past int64 (the caller then gives up on the chunk)."""
     i = _key(t, i, end, keys, 7)
     if i < 0 or i >= end or t[i] != 123:
         return -1, -1
@@ -151,7 +153,7 @@ def _correlation(t, i, end, keys):
             k = _digits(t, j, end)
             if k > j:
                 if k - j > 18:
-                    return -2, -1
+                    return CORRELATION_TOO_LONG, -1
                 value = 0
                 for m in range(j, k):
                     value = value * 10 + (t[m] - 48)
@@ -191,7 +193,7 @@ def _copy_number(t, a, b, numbers, n, offset):
 @njit(cache=True, nogil=True)
 def _match(t, p, end, keys, ints, numbers, hashes, n):
     """The event whose '"ph":' is at p into row n; returns where the match ends, -1 where it does not match, or
-    a negative code (TOO_LONG) where the scanner cannot read it."""
+    CORRELATION_TOO_LONG / NUMBER_TOO_LONG where the scanner cannot read it."""
     i = _skip_space(t, p + 5, end)
     i = _literal(t, i, end, keys, 0)  # "X"
     if i < 0:
@@ -233,10 +235,10 @@ def _match(t, p, end, keys, ints, numbers, hashes, n):
         return -1
     dur_end = i
     corr, corr_end = _correlation(t, i, end, keys)
-    if corr == -2:
-        return -2
+    if corr == CORRELATION_TOO_LONG:
+        return CORRELATION_TOO_LONG
     if not (_copy_number(t, ts, ts_end, numbers, n, 0) and _copy_number(t, dur, dur_end, numbers, n, NUMBER_WIDTH)):
-        return -3
+        return NUMBER_TOO_LONG
     ints[n, 0], ints[n, 1], ints[n, 2], ints[n, 3], ints[n, 4] = p, cat + 1, cat_end - 1, name + 1, name_end - 1
     ints[n, 5], ints[n, 6], ints[n, 7], ints[n, 8], ints[n, 9] = pid, pid_end, tid, tid_end, corr
     hashes[n, 0] = _hash(t, cat + 1, cat_end - 1, name + 1, name_end - 1)
@@ -257,7 +259,7 @@ def _scan(t, start, end, keys, ints, numbers, hashes):
             continue
         if t[i] == QUOTE and t[i + 1] == 112 and t[i + 2] == 104 and t[i + 3] == QUOTE:
             if n >= len(ints):
-                return -4  # rows run out: the caller grows them and scans again
+                return FULL  # the caller grows the rows and scans again
             after = _match(t, i, end, keys, ints, numbers, hashes, n)
             if after < -1:
                 return after

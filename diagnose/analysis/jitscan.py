@@ -19,7 +19,6 @@ import numpy as np
 
 NUMBER_WIDTH = 32
 FIELDS = 10  # mark, cat start/end, name start/end, pid start/end, tid start/end, correlation
-FULL = -4  # the kernel's code for rows run out (its others: a number or id it cannot read)
 
 _compiled = None
 
@@ -82,7 +81,7 @@ def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
         numbers = np.zeros((capacity, 2 * NUMBER_WIDTH), dtype=np.uint8)
         hashes = np.empty((capacity, 2), dtype=np.uint64)
         count = kernels.scan(text, start, end, ints, numbers, hashes)
-        if count != FULL:
+        if count != kernels.FULL:
             break
         capacity *= 4
     if count < 0:
