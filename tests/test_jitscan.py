@@ -139,3 +139,35 @@ def test_events_smaller_than_the_scanner_expects_grow_its_rows():
     scanned = jitscan.scan(text, 0, len(text))
     assert scanned is not None and len(scanned.ints) == 2000
     assert_same(read(text, jit=True), read(text, jit=False))
+
+
+WITH_OPS = [p for p in ALL if "gloo" not in p.name and "rocm" not in p.name]
+
+
+@pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
+def test_self_times_walked_by_numba_equal_the_python_walk(path, monkeypatch):
+    from diagnose.analysis.breakdown import compute_threads
+    from diagnose.analysis.ops import self_times
+    from diagnose.analysis.trace import load_trace
+
+    trace = load_trace(path, stream=False)
+    threads = compute_threads(trace)
+    compiled = self_times(trace.cpu_ops, threads)
+    monkeypatch.setattr(jitscan, "loaded", lambda: None)
+    plain = self_times(trace.cpu_ops, threads)
+    assert np.array_equal(compiled[0], plain[0]) and np.array_equal(compiled[1], plain[1])
+    assert compiled[1].any() or not len(trace.cpu_ops)
+
+
+def test_self_times_of_nested_overlapping_ops_on_two_threads(monkeypatch):
+    from diagnose.analysis.ops import self_times
+
+    # thread a: a parent [0, 10) holding [1, 4) (itself holding [2, 3)) and [5, 12) (running past its end);
+    # thread b: [0, 5) and, starting with it, [0, 2): the longer one is the parent
+    ops = Spans.of([(0, 10, "p", "a"), (1, 3, "c", "a"), (2, 1, "g", "a"), (5, 7, "late", "a"),
+                    (0, 5, "q", "b"), (0, 2, "d", "b")])
+    expected = ([10 - 3 - 5, 3 - 1, 1, 7, 5 - 2, 2], [True, False, False, False, False, False])
+    for loaded in (jitscan.loaded, lambda: None):
+        monkeypatch.setattr(jitscan, "loaded", loaded)
+        self_t, top = self_times(ops, {"a"})
+        assert (self_t.tolist(), top.tolist()) == expected

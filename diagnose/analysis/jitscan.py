@@ -8,7 +8,8 @@ FAST_EVENT's, step by step (see _match); a test compares both on every trace in 
 
 Importing numba and loading the cached kernels costs about 0.6 s and 100 MB, which only a trace big enough to be
 read as a stream (stream.py) pays back, so only that path uses it. The first use on a machine compiles the
-kernels (a few seconds) into numba's cache. Where numba cannot be imported, or its kernels fail to compile or to
+kernels (a few seconds) into numba's cache. Once loaded, the analysis of that trace uses them too (ops.self_times'
+walk, nesting.py). Where numba cannot be imported, or its kernels fail to compile or to
 read a sample, the expression reads every trace."""
 from __future__ import annotations
 
@@ -50,14 +51,29 @@ def _load() -> None:
         scanned = scan(SAMPLE, 0, len(SAMPLE))
         ok = scanned is not None and len(scanned.ints) == 1
         ok = ok and same_bytes(SAMPLE, np.ascontiguousarray(scanned.ints[:, 1:5]), np.zeros(1, dtype=np.int64))
+        ok = ok and _walks_sample(_jitkernels)
     except Exception:
         ok = False
     if not ok:
         _compiled = False
 
 
+def _walks_sample(kernels) -> bool:
+    """The nesting walk on an op holding another (self time 3 - 1 = 2 for the parent, 1 for the child)."""
+    self_t, top = np.array([3.0, 1.0]), np.zeros(2, dtype=bool)
+    kernels.walk_nesting(np.array([0, 1]), np.zeros(2, dtype=np.int64), np.array([0.0, 1.0]), np.array([3.0, 2.0]),
+                         np.ones(1, dtype=bool), np.empty(2, dtype=np.int64), self_t, top)
+    return self_t.tolist() == [2.0, 1.0] and top.tolist() == [True, False]
+
+
 def _kernels():
     return _compiled
+
+
+def loaded():
+    """The compiled kernels when a big trace has loaded them already (never loads them: numba's import would cost a
+    small trace more than it saves), else None."""
+    return _compiled or None
 
 
 class Scanned:

@@ -6,6 +6,8 @@ import re
 import numpy as np
 
 import diagnose.analysis.intervals as iv
+from diagnose.analysis import jitscan
+from diagnose.analysis.nesting import walk_nesting
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat
@@ -46,28 +48,18 @@ def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
     n = len(ops)
     codes, threads = ops.thread_codes()
-    thread_of = codes.tolist()  # small ints: one shared object each
     counted = [t in tids for t in threads]
-    # numpy sorts by thread, start, then longest first (a parent before the children that start with it); plain
-    # lists are then fast to index, and no sort key is built per op (a third of this step's memory before)
-    order = np.lexsort((-ops.end, ops.start, codes)).tolist() if n else []
-    starts, ends = ops.start.tolist(), ops.end.tolist()
-    self_t = (ops.end - ops.start).tolist()
-    top = [False] * n
-    stack: list[int] = []
-    current_thread = -1
-    for i in order:
-        if thread_of[i] != current_thread:
-            stack, current_thread = [], thread_of[i]
-        start = starts[i]
-        while stack and ends[stack[-1]] <= start:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            self_t[parent] -= min(ends[i], ends[parent]) - start
-        elif counted[current_thread]:
-            top[i] = True
-        stack.append(i)
+    # numpy sorts by thread, start, then longest first (a parent before the children that start with it)
+    order = np.lexsort((-ops.end, ops.start, codes)) if n else np.zeros(0, dtype=np.int64)
+    kernels = jitscan.loaded()
+    if kernels is not None:  # numba is loaded already (a big trace): the walk over arrays, compiled
+        self_t, top = ops.end - ops.start, np.zeros(n, dtype=bool)
+        kernels.walk_nesting(order, codes, ops.start, ops.end, np.asarray(counted, dtype=bool),
+                             np.empty(n, dtype=np.int64), self_t, top)
+        return np.maximum(self_t, 0.0), top
+    # plain lists are fast to index in Python (small ints and floats: one shared object each where they repeat)
+    self_t, top = (ops.end - ops.start).tolist(), [False] * n
+    walk_nesting(order.tolist(), codes.tolist(), ops.start.tolist(), ops.end.tolist(), counted, [0] * n, self_t, top)
     return np.maximum(np.asarray(self_t, dtype=np.float64), 0.0), np.asarray(top, dtype=bool)
 
 
@@ -75,11 +67,14 @@ def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ..
     if not len(ops):
         return ()
     codes, uniques = ops.factorized()
-    counts = np.bincount(codes, minlength=len(uniques))
-    totals = np.bincount(codes, weights=ops.end - ops.start, minlength=len(uniques))
-    selfs = np.bincount(codes, weights=self_t, minlength=len(uniques))
+    present, first = np.unique(codes, return_index=True)
+    names = present[np.argsort(first)]  # the names these ops hold, in order of first appearance (ties rank so)
+    counts = np.bincount(codes, minlength=len(uniques))[names]
+    totals = np.bincount(codes, weights=ops.end - ops.start, minlength=len(uniques))[names]
+    selfs = np.bincount(codes, weights=self_t, minlength=len(uniques))[names]
     ranked = np.argsort(-selfs, kind="stable")[:limit]
-    return tuple(OpStat(uniques[i], int(counts[i]), float(totals[i]) / 1e6, float(selfs[i]) / 1e6) for i in ranked)
+    return tuple(OpStat(uniques[names[i]], int(counts[i]), float(totals[i]) / 1e6, float(selfs[i]) / 1e6)
+                 for i in ranked)
 
 
 def h2d_pageable_frac(trace: Trace):
