@@ -96,3 +96,20 @@ def test_interval_arithmetic_matches_brute_force_on_random_sets():
         window = np.array([[10.0, 60.0]])
         assert iv.measure_within(ua, window)[0] == pytest.approx(iv.total(iv.intersect(ua, window)))
         assert (iv.contains(ua, grid) == in_a).all()
+
+
+def test_spans_pieces_joined_and_subsets_keep_each_name_and_thread():
+    # a big trace's pieces each code their names and threads in their own tables; joined, one table holds each once
+    from diagnose.analysis.spans import Spans
+
+    first = Spans.of([(0, 1, "aten::mm", (1, 1), 4), (1, 1, "aten::add", (1, 2), -1)])
+    second = Spans.of([(2, 1, "aten::add", (1, 1)), (3, 1, "aten::relu", (1, 2))])
+    joined = Spans.concat([first, second])
+    assert joined.names == ["aten::mm", "aten::add", "aten::add", "aten::relu"]
+    assert joined.tids == [(1, 1), (1, 2), (1, 1), (1, 2)]
+    assert sorted(joined.name_table) == ["aten::add", "aten::mm", "aten::relu"] and len(joined.thread_table) == 2
+    assert joined.correlations().tolist() == [4, -1, -1, -1]
+    on_one = joined.where_thread(lambda t: t == (1, 1))
+    assert (on_one.names, on_one.start.tolist(), on_one.threads_present()) == (["aten::mm", "aten::add"], [0, 2],
+                                                                              [(1, 1)])
+    assert on_one.mask(lambda n: n == "aten::add").tolist() == [False, True]

@@ -146,7 +146,7 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
         host_top_line_frac=max((h.frac for h in host_lines if not h.in_torch), default=0.0)
         if inputs.stacks is not None or len(trace.python) else None,
         **host_split(host_lines, fractions["host_overhead"]),
-        item_calls_per_step=float(sum(1 for x in steady.cpu_ops.names if x == "aten::item")) / n,
+        item_calls_per_step=float(np.count_nonzero(steady.cpu_ops.mask(lambda x: x == "aten::item"))) / n,
         h2d_pageable_frac=op_stats.h2d_pageable_frac(trace),
     )
     m.update(device_metrics(trace, steady, capture, timeline, total_us, n, inputs.peaks))

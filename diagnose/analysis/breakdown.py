@@ -26,8 +26,9 @@ def step_windows(trace: Trace) -> np.ndarray:
 def compute_threads(trace: Trace) -> set:
     """Threads whose CPU ops are training work: the main thread and autograd threads, not pin-memory threads."""
     ops = trace.cpu_ops
-    working = np.flatnonzero(~ops.mask(lambda n: n in PINNED_THREAD_OPS)).tolist()
-    return {ops.tids[i] for i in working} | ({trace.main_thread} & set(ops.tids))
+    codes, threads = ops.thread_codes()
+    working = np.unique(codes[~ops.mask(lambda n: n in PINNED_THREAD_OPS)]).tolist()
+    return {threads[i] for i in working} | ({trace.main_thread} & set(threads[i] for i in np.unique(codes).tolist()))
 
 
 def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
@@ -35,7 +36,7 @@ def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
     kernel_comm = trace.kernels.mask(is_communication)
     memcpy_h2d = trace.memcpy.mask(lambda n: "HtoD" in n or "Host to Device" in n)
     threads = compute_threads(trace)
-    cpu_mask = np.fromiter((t in threads for t in trace.cpu_ops.tids), dtype=bool, count=len(trace.cpu_ops))
+    cpu_mask = trace.cpu_ops.thread_mask(lambda t: t in threads)
     cpu_comm = trace.cpu_ops.mask(is_communication)
     sources = [
         ("compute", trace.kernels.intervals(~kernel_comm)),

@@ -14,7 +14,7 @@ import orjson
 
 from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS, event_kind
-from diagnose.analysis.spans import Spans
+from diagnose.analysis.spans import Spans, codes_of
 
 _NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 _ID = rb'(-?\d+|"[^"\\]*")'
@@ -109,8 +109,8 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
                 groups.setdefault(kind, []).append(i)
         for kind, picks in groups.items():
             index = np.asarray(picks)
-            parts[kind].append(Spans(begin[index], finish[index], [texts[i] for i in picks], [ids[i] for i in picks],
-                                     links[index]))
+            parts[kind].append(Spans.from_lists(begin[index], finish[index], [texts[i] for i in picks],
+                                                [ids[i] for i in picks], links[index]))
     return parts, matched, complete
 
 
@@ -136,13 +136,16 @@ def _scanned_into(parts: dict[str, list[Spans]], raw: bytes, scanned, caches: tu
     profiler = np.asarray([cat == b"Trace" for _, _, cat in labels])
     profiler_spans = int(np.count_nonzero(profiler[label_of]))
     kind_of = np.asarray([KINDS.index(kind) if kind is not None else -1 for kind, _, _ in labels])[label_of]
+    # codes into tables of distinct names and threads (two labels may share a name, two byte forms a thread)
+    name_codes, name_table = codes_of([name for _, name, _ in labels])
+    thread_codes, thread_table = codes_of(ids)
+    names_of, threads_of = name_codes[label_of], thread_codes[thread_of]
     finish = scanned.begin + scanned.duration
     for code, kind in enumerate(KINDS):
         picks = np.flatnonzero(kind_of == code)
         if len(picks):
-            parts[kind].append(Spans(scanned.begin[picks], finish[picks],
-                                     [labels[i][1] for i in label_of[picks].tolist()],
-                                     [ids[i] for i in thread_of[picks].tolist()], ints[picks, 9].copy()))
+            parts[kind].append(Spans(scanned.begin[picks], finish[picks], names_of[picks], name_table,
+                                     threads_of[picks], thread_table, ints[picks, 9].copy()))
     return len(ints) - profiler_spans
 
 

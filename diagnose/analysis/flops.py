@@ -10,16 +10,18 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import numpy as np
 
 import diagnose.analysis.intervals as iv
 from diagnose.analysis.flop_ops import ATTENTION, GEMM, FlopOps
 from diagnose.analysis.phases import point_phases
+from diagnose.analysis.spans import codes_of
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, FlopCount
 
+T = TypeVar("T")
 DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
           "c10::Float8_e4m3fn": "float8", "c10::Float8_e5m2": "float8"}
 
@@ -32,17 +34,18 @@ def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
     keep = outermost_in(ops, host_windows)
     if not keep:
         return None
-    phases = point_phases(trace, ops.ts[keep], [ops.tids[i] for i in keep], host_windows)
+    phases = point_phases(trace, ops.ts[keep], codes_of([ops.tids[i] for i in keep]), host_windows)
     by_phase: dict[str, float] = defaultdict(float)
     by_dtype: dict[str, float] = defaultdict(float)
     uncounted: Counter = Counter()
-    for index, phase in zip(keep, phases.tolist()):
-        flops = op_flops(ops.names[index], ops.dims[index], ops.scalars[index])
+    counted = by_kind(ops, keep, lambda i: (op_flops(ops.names[i], ops.dims[i], ops.scalars[i]),
+                                            op_dtype(ops.types[i])))
+    for index, phase, (flops, dtype) in zip(keep, phases.tolist(), counted):
         if flops is None:
             uncounted[ops.names[index]] += 1
             continue
         by_phase[PHASES[phase]] += flops
-        by_dtype[op_dtype(ops.types[index])] += flops
+        by_dtype[dtype] += flops
     steps = len(host_windows)
     return FlopCount(
         per_step=sum(by_phase.values()) / steps,
@@ -60,13 +63,28 @@ def outermost_in(ops: FlopOps, host_windows: np.ndarray) -> list[int]:
 def _outermost(ops: FlopOps, indices: np.ndarray) -> list[int]:
     keep: list[int] = []
     open_until: dict = {}
-    for i in sorted(indices.tolist(), key=lambda k: (ops.ts[k], -ops.dur[k])):
+    ts, dur = ops.ts.tolist(), ops.dur.tolist()
+    # by start, the longest first among equal starts (np.lexsort is stable, as sorted() is)
+    for i in indices[np.lexsort((-ops.dur[indices], ops.ts[indices]))].tolist():
         tid = ops.tids[i]
-        if ops.ts[i] < open_until.get(tid, -math.inf):
+        if ts[i] < open_until.get(tid, -math.inf):
             continue
         keep.append(i)
-        open_until[tid] = ops.ts[i] + ops.dur[i]
+        open_until[tid] = ts[i] + dur[i]
     return keep
+
+
+def by_kind(ops: FlopOps, keep: list[int], value: Callable[[int], T]) -> list[T]:
+    """value(i) for each op i in `keep`, computed once per kind of op: a step's ops repeat every step, and the
+    reader shares one object between equal dims, scalars and types, so identity finds the repeats."""
+    known: dict[tuple, T] = {}
+    values = []
+    for i in keep:
+        key = (ops.names[i], id(ops.dims[i]), id(ops.scalars[i]), id(ops.types[i]))
+        if key not in known:
+            known[key] = value(i)
+        values.append(known[key])
+    return values
 
 
 def op_dtype(types) -> str:

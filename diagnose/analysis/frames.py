@@ -88,10 +88,9 @@ class FrameSegments:
 
 def innermost_segments(python: Spans, tid) -> FrameSegments:
     """Sweep the thread's nested frame spans once with a stack; each piece of time goes to the frame on top."""
-    index = [i for i, t in enumerate(python.tids) if t == tid]
-    if not index:
+    idx = np.flatnonzero(python.thread_mask(lambda t: t == tid))
+    if not len(idx):
         return FrameSegments(iv.EMPTY, (), np.zeros(0, dtype=bool))
-    idx = np.asarray(index)
     idx = idx[np.lexsort((-python.end[idx], python.start[idx]))]  # by start, outer frames first
     pieces: list[tuple[float, float, str, bool]] = []
     stack: list[tuple[float, str, bool]] = []  # (end, innermost user location so far, this frame is library)
@@ -105,7 +104,7 @@ def innermost_segments(python: Spans, tid) -> FrameSegments:
         cursor = max(cursor, t)
 
     for i in idx.tolist():
-        start, end, name = float(python.start[i]), float(python.end[i]), python.names[i]
+        start, end, name = float(python.start[i]), float(python.end[i]), python.name(i)
         while stack and stack[-1][0] <= start:
             emit_until(stack[-1][0])
             stack.pop()

@@ -55,8 +55,9 @@ def sync_points(trace: Trace) -> np.ndarray:
     waits = runtime.mask(lambda n: n in SYNC_RUNTIME)
     points = blocking.copy()
     previous: dict = {}
+    threads = runtime.thread_codes_.tolist()
     for i in np.argsort(runtime.start, kind="stable").tolist():
-        tid = runtime.tids[i]
+        tid = threads[i]
         if waits[i] and copies[previous.get(tid, i)] and previous.get(tid, i) != i:
             points[i] = False
         previous[tid] = i
@@ -172,10 +173,10 @@ def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, frames: FrameSegme
     if not picks:
         return ()
     at = trace.runtime.start[picks]
-    threads = [trace.runtime.tids[i] for i in picks]
+    threads = [trace.runtime.thread(i) for i in picks]
     ops = _outermost_enclosing(trace.cpu_ops, top, at, threads)
     lines = _user_location_at(frames, at, [t == trace.main_thread for t in threads])
-    counts = Counter(zip((trace.runtime.names[i] for i in picks), ops, lines))
+    counts = Counter(zip((trace.runtime.name(i) for i in picks), ops, lines))
     return tuple(SyncSource(call, op or "", line or "", count / n_steps)
                  for (call, op, line), count in counts.most_common(limit))
 
@@ -186,7 +187,7 @@ def _outermost_enclosing(spans: Spans, top: np.ndarray, at: np.ndarray, threads:
     tops = np.flatnonzero(top)
     by_thread: dict = {}
     for i in tops.tolist():
-        by_thread.setdefault(spans.tids[i], []).append(i)
+        by_thread.setdefault(spans.thread(i), []).append(i)
     for tid, idx in by_thread.items():
         order = np.asarray(idx)[np.argsort(spans.start[idx], kind="stable")]
         _assign(result, spans, order, at, threads, tid)
@@ -212,4 +213,4 @@ def _assign(result: list, spans: Spans, tops: np.ndarray, at: np.ndarray, thread
             continue
         j = int(np.searchsorted(starts, at[k], side="right")) - 1
         if j >= 0 and ends[j] >= at[k]:
-            result[k] = spans.names[int(tops[j])]
+            result[k] = spans.name(int(tops[j]))

@@ -14,6 +14,7 @@ import numpy as np
 
 from diagnose.analysis.memory_events import CPU, CUDA, MemoryEvents
 from diagnose.analysis.phases import point_phases
+from diagnose.analysis.spans import codes_of
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, Capture, MemoryBreakdown, MemoryPart, MemorySizes, Samples, Status
 
@@ -41,7 +42,8 @@ def memory_breakdown(trace: Trace, host_windows: np.ndarray, capture: Optional[C
     top = inside[highest]
     shift = _shift(device, base, sizes)
     peak = int(events.allocated[top] + shift) if shift is not None else None
-    phases = point_phases(trace, events.ts[inside], [events.tids[i] for i in inside.tolist()], host_windows)
+    phases = point_phases(trace, events.ts[inside], codes_of([events.tids[i] for i in inside.tolist()]),
+                          host_windows)
     phase = PHASES[int(phases[highest])]
     limit, source = _limit(capture, device, samples)
     t, level, phase_names = _timeline(events, inside, phases, start, shift or 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import diagnose.analysis.intervals as iv
+from diagnose.analysis.spans import threads_where
 from diagnose.analysis.timeline import StepTimeline, device_work, from_launch
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, PhaseStat
@@ -47,15 +48,17 @@ def phase_stats(trace: Trace, timeline: StepTimeline) -> tuple[PhaseStat, ...]:
 def launch_phases(trace: Trace, host: np.ndarray) -> np.ndarray:
     """Index into PHASES of each runtime call's phase."""
     runtime = trace.runtime
-    return point_phases(trace, runtime.start, runtime.tids, host, _copies_in(trace))
+    return point_phases(trace, runtime.start, runtime.thread_codes(), host, _copies_in(trace))
 
 
-def point_phases(trace: Trace, at: np.ndarray, tids, host: np.ndarray, data_extra=None) -> np.ndarray:
-    """Index into PHASES of host events at times `at` on threads `tids` (launches, allocations): inside the
+def point_phases(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list], host: np.ndarray,
+                 data_extra=None) -> np.ndarray:
+    """Index into PHASES of host events at times `at` on `threads` (codes and the threads they index, as
+    Spans.thread_codes gives them) (launches, allocations): inside the
     DataLoader's next() (data), made by autograd's engine (backward), inside an optimizer step, before the step's
     first backward event (forward), or after it (other)."""
     phase = np.full(len(at), PHASES.index("forward"))
-    backward = _by_engine(trace, at, tids)
+    backward = _by_engine(trace, at, threads)
     _after_backward_is_other(phase, at, backward, host)
     data = iv.contains(iv.union(trace.dataloader.intervals()), at)
     if data_extra is not None:
@@ -71,13 +74,14 @@ def optimizer_intervals(trace: Trace) -> np.ndarray:
     return iv.union(trace.annotations.intervals(marks))
 
 
-def _by_engine(trace: Trace, at: np.ndarray, tids) -> np.ndarray:
+def _by_engine(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list]) -> np.ndarray:
     """Events made by autograd's engine: on a thread of its own (CUDA backward), or inside its evaluate_function."""
     ops = trace.cpu_ops
     engine = ops.mask(lambda n: n.startswith(BACKWARD_OP))
-    engine_threads = {ops.tids[i] for i in np.flatnonzero(engine).tolist()} - {trace.main_thread}
-    on_engine_thread = np.fromiter((t in engine_threads for t in tids), dtype=bool, count=len(at))
-    main_engine = engine & np.fromiter((t == trace.main_thread for t in ops.tids), dtype=bool, count=len(ops))
+    codes, op_threads = ops.thread_codes()
+    engine_threads = {op_threads[i] for i in np.unique(codes[engine]).tolist()} - {trace.main_thread}
+    on_engine_thread = threads_where(threads, lambda t: t in engine_threads)
+    main_engine = engine & ops.thread_mask(lambda t: t == trace.main_thread)
     return on_engine_thread | iv.contains(iv.union(ops.intervals(main_engine)), at)
 
 

@@ -13,7 +13,8 @@ from typing import Optional
 import numpy as np
 
 from diagnose.analysis.flop_ops import FlopOps
-from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements, outermost_in
+from diagnose.analysis.flops import by_kind, op_dtype, op_flops, op_output_elements, outermost_in
+from diagnose.analysis.spans import present_in_order
 from diagnose.analysis.timeline import from_launch
 from diagnose.analysis.trace import Trace
 from diagnose.model import Peak, Roofline, RooflineOp
@@ -33,14 +34,13 @@ def roofline(trace: Trace, host_windows: np.ndarray, peaks: dict[str, Peak], tf3
     keep = outermost_in(ops, host_windows)
     seconds = _kernel_seconds(trace, ops, keep) if trace.has_gpu else {i: ops.dur[i] / 1e6 for i in keep}
     groups: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # calls, FLOPs, bytes, seconds
-    for i in keep:
-        counted = _flops_and_bytes(ops, i)
+    kinds = by_kind(ops, keep, lambda i: (_flops_and_bytes(ops, i), op_dtype(ops.types[i]), _shapes(ops.dims[i])))
+    for i, (counted, dtype, shapes) in zip(keep, kinds):
         if counted is None or not seconds.get(i):
             continue
-        dtype = op_dtype(ops.types[i])
         if tf32 and dtype == "float32" and "tf32" in peaks:
             dtype = "tf32"
-        group = groups[(ops.names[i], _shapes(ops.dims[i]), dtype)]
+        group = groups[(ops.names[i], shapes, dtype)]
         for k, value in enumerate((1, *counted, seconds[i])):
             group[k] += value
     rows = [r for r in (_row(key, g, peaks, bandwidth, len(host_windows), mean_step_s) for key, g in groups.items())
@@ -102,18 +102,19 @@ def _kernel_seconds(trace: Trace, ops: FlopOps, keep: list[int]) -> dict[int, fl
     per_call = np.zeros(len(runtime))
     linked = launcher >= 0
     np.add.at(per_call, launcher[linked], (kernels.end - kernels.start)[linked] / 1e6)
-    threads: dict = defaultdict(list)
-    for j, tid in enumerate(runtime.tids):
-        threads[tid].append(j)
-    sums = {}
-    for tid, calls in threads.items():
-        calls = np.asarray(calls)[np.argsort(runtime.start[calls], kind="stable")]
-        sums[tid] = (runtime.start[calls], np.concatenate([[0.0], np.cumsum(per_call[calls])]))
-    seconds = {}
+    codes, table = runtime.thread_codes()
+    threads = {table[c]: np.flatnonzero(codes == c) for c in present_in_order(codes).tolist()}
+    op_threads: dict = defaultdict(list)
     for i in keep:
-        if ops.tids[i] not in sums:
+        op_threads[ops.tids[i]].append(i)
+    seconds = {}
+    for tid, picks in op_threads.items():
+        if tid not in threads:
             continue
-        starts, cumulative = sums[ops.tids[i]]
-        lo, hi = np.searchsorted(starts, [ops.ts[i], ops.ts[i] + ops.dur[i]])
-        seconds[i] = float(cumulative[hi] - cumulative[lo])
+        calls = threads[tid][np.argsort(runtime.start[threads[tid]], kind="stable")]
+        starts, cumulative = runtime.start[calls], np.concatenate([[0.0], np.cumsum(per_call[calls])])
+        index = np.asarray(picks)
+        lo = np.searchsorted(starts, ops.ts[index])
+        hi = np.searchsorted(starts, ops.ts[index] + ops.dur[index])
+        seconds.update(zip(picks, (cumulative[hi] - cumulative[lo]).tolist()))
     return seconds

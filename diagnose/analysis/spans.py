@@ -1,24 +1,33 @@
 """Spans: the events of one kind from a trace (start, end, name, thread, correlation id), held as arrays so
-that the analysis can mask, sort and intersect them without a Python object per event."""
+that the analysis can mask, sort and intersect them without a Python object per event. Names and threads repeat
+a lot (a step's ops recur every step): each is held as a small integer code into a table of distinct values,
+4 bytes a span instead of a Python list's 8-byte pointer, and a subset or a mask costs numpy's time only."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
+
+CODE = np.int32
+
+
+def _no_codes() -> np.ndarray:
+    return np.zeros(0, dtype=CODE)
 
 
 @dataclass
 class Spans:
-    """Spans of one kind: start, end (us) and names, as arrays."""
+    """Spans of one kind: start, end (us), the codes of their names and threads (indices into `name_table` and
+    `thread_table`, which may also hold values that no span here has, once a subset is taken) and correlation
+    ids (CUDA's launch -> device work link, -1: none)."""
     start: np.ndarray = field(default_factory=lambda: np.zeros(0))
     end: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    names: list[str] = field(default_factory=list)
-    tids: list = field(default_factory=list)
-    corr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # CUDA correlation id, -1: none
-    _codes: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
-    _uniques: list[str] = field(default_factory=list, repr=False, compare=False)
+    name_codes: np.ndarray = field(default_factory=_no_codes)
+    name_table: list[str] = field(default_factory=list)
+    thread_codes_: np.ndarray = field(default_factory=_no_codes)
+    thread_table: list = field(default_factory=list)
+    corr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def of(cls, rows: list[tuple]) -> "Spans":
@@ -26,11 +35,34 @@ class Spans:
             return cls()
         ts, dur, names, tids, *corr = zip(*rows)  # (ts, dur, name, tid[, correlation])
         start = np.asarray(ts, dtype=np.float64)
-        return cls(start, start + np.asarray(dur, dtype=np.float64), list(names), list(tids),
-                   np.asarray(corr[0] if corr else [-1] * len(names), dtype=np.int64))
+        return cls.from_lists(start, start + np.asarray(dur, dtype=np.float64), names, tids,
+                              np.asarray(corr[0] if corr else [-1] * len(names), dtype=np.int64))
+
+    @classmethod
+    def from_lists(cls, start: np.ndarray, end: np.ndarray, names: Sequence[str], tids: Sequence,
+                   corr: np.ndarray) -> "Spans":
+        name_codes, name_table = codes_of(names)
+        thread_codes, thread_table = codes_of(tids)
+        return cls(start, end, name_codes, name_table, thread_codes, thread_table, corr)
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.start)
+
+    @property
+    def names(self) -> list[str]:
+        """Every span's name, as a list (built on each call: index `name_codes` in a loop instead)."""
+        return [self.name_table[c] for c in self.name_codes.tolist()]
+
+    @property
+    def tids(self) -> list:
+        """Every span's (pid, tid), as a list (built on each call: index `thread_codes_` in a loop instead)."""
+        return [self.thread_table[c] for c in self.thread_codes_.tolist()]
+
+    def name(self, i: int) -> str:
+        return self.name_table[self.name_codes[i]]
+
+    def thread(self, i: int):
+        return self.thread_table[self.thread_codes_[i]]
 
     def intervals(self, mask: Optional[np.ndarray] = None) -> np.ndarray:
         if mask is None:
@@ -38,32 +70,35 @@ class Spans:
         return np.column_stack([self.start[mask], self.end[mask]])
 
     def mask(self, predicate) -> np.ndarray:
-        """predicate(name) for every span, evaluated once per distinct name (names repeat a lot)."""
-        codes, uniques = self.factorized()
-        return np.fromiter((predicate(n) for n in uniques), dtype=bool, count=len(uniques))[codes]
+        """predicate(name) for every span, evaluated once per distinct name."""
+        return _where(self.name_codes, self.name_table, predicate)
 
     def take(self, index: np.ndarray) -> "Spans":
-        picks = index.tolist()
-        return Spans(self.start[index], self.end[index], [self.names[i] for i in picks], [self.tids[i] for i in picks],
-                     self.correlations()[index])
+        """The spans at `index` (their codes keep indexing the same tables)."""
+        return Spans(self.start[index], self.end[index], self.name_codes[index], self.name_table,
+                     self.thread_codes_[index], self.thread_table, self.correlations()[index])
 
     def correlations(self) -> np.ndarray:
         """Correlation ids (launch -> device work), -1 where an event has none."""
-        if len(self.corr) != len(self.names):
-            self.corr = np.full(len(self.names), -1, dtype=np.int64)
+        if len(self.corr) != len(self.start):
+            self.corr = np.full(len(self.start), -1, dtype=np.int64)
         return self.corr
 
     def where_thread(self, predicate) -> "Spans":
         """The spans whose (pid, tid) satisfies predicate, evaluated once per distinct thread."""
-        codes, threads = self.thread_codes()
-        keep = np.fromiter((bool(predicate(t)) for t in threads), dtype=bool, count=len(threads))
-        return self.take(np.flatnonzero(keep[codes])) if len(self) else self
+        return self.take(np.flatnonzero(self.thread_mask(predicate))) if len(self) else self
+
+    def thread_mask(self, predicate) -> np.ndarray:
+        """predicate(thread) for every span, evaluated once per distinct thread."""
+        return _where(self.thread_codes_, self.thread_table, predicate)
 
     def thread_codes(self) -> tuple[np.ndarray, list]:
-        """Each span's thread as an index into the distinct threads (in order of first appearance)."""
-        index: dict = {}
-        codes = np.asarray([index.setdefault(t, len(index)) for t in self.tids], dtype=np.int64)
-        return codes, list(index)
+        """Each span's thread as an index into the table of threads."""
+        return self.thread_codes_, self.thread_table
+
+    def threads_present(self) -> list:
+        """The threads these spans are on, in order of first appearance."""
+        return [self.thread_table[c] for c in present_in_order(self.thread_codes_).tolist()]
 
     def sorted(self) -> "Spans":
         return self.take(np.argsort(self.start, kind="stable"))
@@ -71,16 +106,46 @@ class Spans:
     @classmethod
     def concat(cls, parts: list["Spans"]) -> "Spans":
         parts = [p for p in parts if len(p)]
-        if not parts:
-            return cls()
+        if len(parts) <= 1:
+            return parts[0] if parts else cls()
+        name_codes, name_table = _merged_codes([(p.name_codes, p.name_table) for p in parts])
+        thread_codes, thread_table = _merged_codes([(p.thread_codes_, p.thread_table) for p in parts])
         return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
-                   list(chain.from_iterable(p.names for p in parts)), list(chain.from_iterable(p.tids for p in parts)),
+                   name_codes, name_table, thread_codes, thread_table,
                    np.concatenate([p.correlations() for p in parts]))
 
     def factorized(self) -> tuple[np.ndarray, list[str]]:
-        if self._codes is None:
-            index: dict[str, int] = {}
-            codes = np.fromiter((index.setdefault(n, len(index)) for n in self.names), dtype=np.int64,
-                                count=len(self.names))
-            self._codes, self._uniques = codes, list(index)
-        return self._codes, self._uniques
+        """Each span's name as an index into the table of names."""
+        return self.name_codes, self.name_table
+
+
+def codes_of(values: Sequence) -> tuple[np.ndarray, list]:
+    """Each value as an index into its distinct values (in order of first appearance)."""
+    index: dict = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=CODE, count=len(values))
+    return codes, list(index)
+
+
+def present_in_order(codes: np.ndarray) -> np.ndarray:
+    """The codes that occur, in order of their first occurrence."""
+    present, first = np.unique(codes, return_index=True)
+    return present[np.argsort(first, kind="stable")]
+
+
+def threads_where(thread_codes: tuple[np.ndarray, list], predicate) -> np.ndarray:
+    """predicate(thread) for each coded thread, evaluated once per distinct thread."""
+    return _where(*thread_codes, predicate)
+
+
+def _where(codes: np.ndarray, table: list, predicate) -> np.ndarray:
+    return np.fromiter((bool(predicate(v)) for v in table), dtype=bool, count=len(table))[codes]
+
+
+def _merged_codes(parts: list[tuple[np.ndarray, list]]) -> tuple[np.ndarray, list]:
+    """Codes into one table of every part's values (a value in several parts' tables gets one code)."""
+    index: dict = {}
+    remapped = []
+    for codes, table in parts:
+        mapping = np.fromiter((index.setdefault(v, len(index)) for v in table), dtype=CODE, count=len(table))
+        remapped.append(mapping[codes])
+    return np.concatenate(remapped), list(index)

@@ -4,7 +4,6 @@ Reading the file is trace_file's job, parsing it fastparse's (or trace_file's fu
 into kinds classify's; here the main thread is found and the spans are assembled into one Trace."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -15,7 +14,7 @@ from diagnose.analysis.fastparse import fast_rows
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.prefetch import text_is_big
-from diagnose.analysis.spans import Spans
+from diagnose.analysis.spans import Spans, present_in_order
 from diagnose.analysis.stream import stream_rows
 from diagnose.analysis.trace_file import parsed_rows, read_bytes
 from diagnose.errors import UserError
@@ -68,7 +67,7 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
                         "pass a trace written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)")
     steps = b["step"]
     if len(steps):
-        main = Counter(steps.tids).most_common(1)[0][0]
+        main = _most_spans_thread(steps)
         definition = "ProfilerStep markers"
     else:
         main = _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
@@ -92,11 +91,23 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
     )
 
 
+def _most_spans_thread(spans: Spans):
+    """The thread with the most spans (the first of them to appear, on a tie)."""
+    codes, table = spans.thread_codes()
+    order = present_in_order(codes)
+    counts = np.bincount(codes, minlength=len(table))[order]
+    return table[int(order[int(np.argmax(counts))])]
+
+
 def _busiest_thread(spans: Spans) -> Optional[tuple]:
+    """The thread whose spans last longest in all (the first of them to appear, on a tie)."""
+    if not len(spans):
+        return None
+    codes, table = spans.thread_codes()
     totals: dict = {}
-    for tid, duration in zip(spans.tids, (spans.end - spans.start).tolist()):
-        totals[tid] = totals.get(tid, 0.0) + duration
-    return max(totals, key=totals.get) if totals else None
+    for code, duration in zip(codes.tolist(), (spans.end - spans.start).tolist()):
+        totals[code] = totals.get(code, 0.0) + duration
+    return table[max(totals, key=totals.get)]
 
 
 def _whole_trace_step(b: dict[str, Spans]) -> Spans:
@@ -105,4 +116,5 @@ def _whole_trace_step(b: dict[str, Spans]) -> Spans:
         return Spans()
     start = min(float(s.start.min()) for s in every)
     end = max(float(s.end.max()) for s in every)
-    return Spans(np.array([start]), np.array([end]), ["whole trace"], [None], np.array([-1], dtype=np.int64))
+    return Spans.from_lists(np.array([start]), np.array([end]), ["whole trace"], [None],
+                            np.array([-1], dtype=np.int64))
