@@ -95,30 +95,35 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
         if not found:
             continue
         cats, raw_names, pids, tids, ts, durs, corrs = zip(*found)
-        matched += len(found) - cats.count(b"Trace")
-        texts = [names[n] if n in names else _decoded(names, n) for n in raw_names]
-        kind_of = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in zip(cats, texts)]
-        ids = [threads[t] if t in threads else _thread_into(threads, t) for t in zip(pids, tids)]
+        label_codes: dict[tuple, int] = {}
+        label_of = np.fromiter((label_codes.setdefault(k, len(label_codes)) for k in zip(cats, raw_names)),
+                               dtype=np.int64, count=len(found))
+        thread_codes: dict[tuple, int] = {}
+        thread_of = np.fromiter((thread_codes.setdefault(t, len(thread_codes)) for t in zip(pids, tids)),
+                                dtype=np.int64, count=len(found))
         begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
-        finish = begin + np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
+        duration = np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
         links = np.fromiter((int(c) if c and len(c) < 19 else _link(c) for c in corrs), dtype=np.int64,
                             count=len(corrs))
-        groups: dict[str, list[int]] = {}
-        for i, kind in enumerate(kind_of):
-            if kind is not None:
-                groups.setdefault(kind, []).append(i)
-        for kind, picks in groups.items():
-            index = np.asarray(picks)
-            parts[kind].append(Spans.from_lists(begin[index], finish[index], [texts[i] for i in picks],
-                                                [ids[i] for i in picks], links[index]))
+        events = _Coded(list(label_codes), label_of, list(thread_codes), thread_of, begin, duration, links)
+        matched += _coded_into(parts, events, (names, threads, kinds))
     return parts, matched, complete
 
 
+class _Coded:
+    """A chunk's events with their labels (category, name) and threads (pid, tid) as raw bytes, once each, and
+    each event's index into them: what both readers, the scanner and the expression, give."""
+
+    def __init__(self, labels: list[tuple[bytes, bytes]], label_of: np.ndarray, threads: list[tuple[bytes, bytes]],
+                 thread_of: np.ndarray, begin: np.ndarray, duration: np.ndarray, links: np.ndarray):
+        self.labels, self.label_of, self.threads, self.thread_of = labels, label_of, threads, thread_of
+        self.begin, self.duration, self.links = begin, duration, links
+
+
 def _scanned_into(parts: dict[str, list[Spans]], raw: bytes, scanned, caches: tuple[dict, dict, dict]) -> Optional[int]:
-    """Add what the compiled scanner read to `parts`, as the expression's results would be added, and return the
+    """Add what the compiled scanner read to `parts`, as the expression's results are added, and return the
     complete events matched (the profiler's own span not counted); None (nothing added) when two different labels
     or threads share a hash, which the expression then sorts out."""
-    names, threads, kinds = caches
     ints = scanned.ints
     if not len(ints):
         return 0
@@ -126,27 +131,33 @@ def _scanned_into(parts: dict[str, list[Spans]], raw: bytes, scanned, caches: tu
     thread_rows, thread_of = _distinct(raw, scanned.thread_hash, ints[:, 5:9])
     if label_rows is None or thread_rows is None:
         return None
-    labels = []  # (kind, name, category) of each distinct label
-    for a, b, c, d in ints[label_rows, 1:5].tolist():
-        cat, raw_name = raw[a:b], raw[c:d]
-        text = names[raw_name] if raw_name in names else _decoded(names, raw_name)
-        labels.append((kinds[(cat, text)] if (cat, text) in kinds else _kind_into(kinds, (cat, text)), text, cat))
-    ids = [threads[t] if t in threads else _thread_into(threads, t)
-           for t in ((raw[a:b], raw[c:d]) for a, b, c, d in ints[thread_rows, 5:9].tolist())]
-    profiler = np.asarray([cat == b"Trace" for _, _, cat in labels])
-    profiler_spans = int(np.count_nonzero(profiler[label_of]))
-    kind_of = np.asarray([KINDS.index(kind) if kind is not None else -1 for kind, _, _ in labels])[label_of]
+    labels = [(raw[a:b], raw[c:d]) for a, b, c, d in ints[label_rows, 1:5].tolist()]
+    threads = [(raw[a:b], raw[c:d]) for a, b, c, d in ints[thread_rows, 5:9].tolist()]
+    events = _Coded(labels, label_of, threads, thread_of, scanned.begin, scanned.duration, ints[:, 9])
+    return _coded_into(parts, events, caches)
+
+
+def _coded_into(parts: dict[str, list[Spans]], events: _Coded, caches: tuple[dict, dict, dict]) -> int:
+    """Add a chunk's events to `parts` by kind, each name and thread decoded once; return how many there are
+    beside the profiler's own span."""
+    names, threads, kinds = caches
+    texts = [names[n] if n in names else _decoded(names, n) for _, n in events.labels]
+    labels = [(cat, text) for (cat, _), text in zip(events.labels, texts)]
+    kind_of_label = [kinds[k] if k in kinds else _kind_into(kinds, k) for k in labels]
+    ids = [threads[t] if t in threads else _thread_into(threads, t) for t in events.threads]
+    profiler = np.asarray([cat == b"Trace" for cat, _ in events.labels])
+    kind_of = np.asarray([KINDS.index(kind) if kind is not None else -1 for kind in kind_of_label])[events.label_of]
     # codes into tables of distinct names and threads (two labels may share a name, two byte forms a thread)
-    name_codes, name_table = codes_of([name for _, name, _ in labels])
+    name_codes, name_table = codes_of(texts)
     thread_codes, thread_table = codes_of(ids)
-    names_of, threads_of = name_codes[label_of], thread_codes[thread_of]
-    finish = scanned.begin + scanned.duration
+    names_of, threads_of = name_codes[events.label_of], thread_codes[events.thread_of]
+    finish = events.begin + events.duration
     for code, kind in enumerate(KINDS):
         picks = np.flatnonzero(kind_of == code)
         if len(picks):
-            parts[kind].append(Spans(scanned.begin[picks], finish[picks], names_of[picks], name_table,
-                                     threads_of[picks], thread_table, ints[picks, 9].copy()))
-    return len(ints) - profiler_spans
+            parts[kind].append(Spans(events.begin[picks], finish[picks], names_of[picks], name_table,
+                                     threads_of[picks], thread_table, events.links[picks]))
+    return len(events.label_of) - int(np.count_nonzero(profiler[events.label_of]))
 
 
 def _distinct(raw: bytes, hashes: np.ndarray, spans: np.ndarray):
