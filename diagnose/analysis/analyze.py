@@ -123,7 +123,8 @@ def within_steps(trace: Trace, windows: np.ndarray) -> Trace:
     within = iv.union(windows)
 
     def keep(spans):
-        return spans.take(np.flatnonzero(iv.contains(within, spans.start)))
+        inside = np.flatnonzero(iv.contains(within, spans.start))
+        return spans if len(inside) == len(spans) else spans.take(inside)
 
     return replace(trace, cpu_ops=keep(trace.cpu_ops), runtime=keep(trace.runtime))
 

@@ -155,8 +155,10 @@ def _coded_into(parts: dict[str, list[Spans]], events: _Coded, caches: tuple[dic
     for code, kind in enumerate(KINDS):
         picks = np.flatnonzero(kind_of == code)
         if len(picks):
+            links = events.links[picks]
+            links = links if (links >= 0).any() else np.zeros(0, dtype=np.int64)  # host ops link nothing
             parts[kind].append(Spans(events.begin[picks], finish[picks], names_of[picks], name_table,
-                                     threads_of[picks], thread_table, events.links[picks]))
+                                     threads_of[picks], thread_table, links))
     return len(events.label_of) - int(np.count_nonzero(profiler[events.label_of]))
 
 

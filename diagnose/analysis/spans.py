@@ -20,7 +20,7 @@ def _no_codes() -> np.ndarray:
 class Spans:
     """Spans of one kind: start, end (us), the codes of their names and threads (indices into `name_table` and
     `thread_table`, which may also hold values that no span here has, once a subset is taken) and correlation
-    ids (CUDA's launch -> device work link, -1: none)."""
+    ids (CUDA's launch -> device work link, -1: none; an empty array where no span has one, as a host op)."""
     start: np.ndarray = field(default_factory=lambda: np.zeros(0))
     end: np.ndarray = field(default_factory=lambda: np.zeros(0))
     name_codes: np.ndarray = field(default_factory=_no_codes)
@@ -76,13 +76,14 @@ class Spans:
     def take(self, index: np.ndarray) -> "Spans":
         """The spans at `index` (their codes keep indexing the same tables)."""
         return Spans(self.start[index], self.end[index], self.name_codes[index], self.name_table,
-                     self.thread_codes_[index], self.thread_table, self.correlations()[index])
+                     self.thread_codes_[index], self.thread_table, self.corr[index] if self._linked() else self.corr)
 
     def correlations(self) -> np.ndarray:
         """Correlation ids (launch -> device work), -1 where an event has none."""
-        if len(self.corr) != len(self.start):
-            self.corr = np.full(len(self.start), -1, dtype=np.int64)
-        return self.corr
+        return self.corr if self._linked() else np.full(len(self.start), -1, dtype=np.int64)
+
+    def _linked(self) -> bool:
+        return len(self.corr) == len(self.start)
 
     def where_thread(self, predicate) -> "Spans":
         """The spans whose (pid, tid) satisfies predicate, evaluated once per distinct thread."""
@@ -110,9 +111,10 @@ class Spans:
             return parts[0] if parts else cls()
         name_codes, name_table = _merged_codes([(p.name_codes, p.name_table) for p in parts])
         thread_codes, thread_table = _merged_codes([(p.thread_codes_, p.thread_table) for p in parts])
+        linked = any(p._linked() for p in parts)
         return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
                    name_codes, name_table, thread_codes, thread_table,
-                   np.concatenate([p.correlations() for p in parts]))
+                   np.concatenate([p.correlations() for p in parts]) if linked else np.zeros(0, dtype=np.int64))
 
     def factorized(self) -> tuple[np.ndarray, list[str]]:
         """Each span's name as an index into the table of names."""
