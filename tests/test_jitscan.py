@@ -90,6 +90,15 @@ def test_a_number_longer_than_the_scanner_reads_leaves_the_chunk_to_the_expressi
     assert_same(read(text, jit=True), read(text, jit=False))
 
 
+def test_the_scanner_counts_complete_events_whatever_their_spacing():
+    # two layouts in one text: the expression's count (one spacing) misses one, so that reader leaves the text to
+    # the full parser; the scanner counts every '"ph": "X"' it passes, and reads them all
+    compact = '{"ph":"X","cat":"kernel","name":"k","pid":1,"tid":7,"ts":3,"dur":1}'
+    text = ('{"traceEvents": [' + ",".join([event(CASES["plain"]), compact, event(CASES["plain"])]) + "]}").encode()
+    assert read(text, jit=True)[1:] == (3, 3)
+    assert read(text, jit=False)[1:] == (3, 2)
+
+
 def test_chunks_of_any_size_read_the_same(monkeypatch):
     text = gzip.decompress((TRACES / "a100_nccl_rank0_of2.json.gz").read_bytes())
     whole = read(text, jit=False)

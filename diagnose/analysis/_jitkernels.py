@@ -249,9 +249,12 @@ def _match(t, p, end, keys, ints, numbers, hashes, n):
 
 
 @njit(cache=True, nogil=True)
-def _scan(t, start, end, keys, ints, numbers, hashes):
-    """Each '"ph":' found by Horspool's search (the byte under the pattern's end says how far it may move)."""
+def _scan(t, start, end, keys, ints, numbers, hashes, counts):
+    """Each '"ph":' found by Horspool's search (the byte under the pattern's end says how far it may move).
+    counts: the complete events ('"ph":\\s*"X"'), matched or not, and the profiler's own spans among them
+    ('"cat":\\s*"Trace"' next), which the expression's reader counts with two passes over the text."""
     n = 0
+    counts[0] = counts[1] = 0
     i = start
     limit = end - 5
     while i <= limit:
@@ -260,6 +263,12 @@ def _scan(t, start, end, keys, ints, numbers, hashes):
             i += 1 if c == QUOTE else 2 if c == 104 else 3 if c == 112 else 5
             continue
         if t[i] == QUOTE and t[i + 1] == 112 and t[i + 2] == 104 and t[i + 3] == QUOTE:
+            x = _literal(t, _skip_space(t, i + 5, end), end, keys, 0)  # "X"
+            if x >= 0:
+                counts[0] += 1
+                category = _key(t, x, end, keys, 1)
+                if category >= 0 and _literal(t, category, end, keys, 9) >= 0:  # "Trace"
+                    counts[1] += 1
             if n >= len(ints):
                 return FULL  # the caller grows the rows and scans again
             after = _match(t, i, end, keys, ints, numbers, hashes, n)
@@ -273,16 +282,18 @@ def _scan(t, start, end, keys, ints, numbers, hashes):
     return n
 
 
-WORDS = (b'"X"', b'"cat":', b'"name":', b'"pid":', b'"tid":', b'"ts":', b'"dur":', b'"args":', b'"correlation":')
+WORDS = (b'"X"', b'"cat":', b'"name":', b'"pid":', b'"tid":', b'"ts":', b'"dur":', b'"args":', b'"correlation":',
+         b'"Trace"')
 KEYS = np.zeros((len(WORDS), 16), dtype=np.uint8)  # one word a row, NUL-padded
 for _row, _word in enumerate(WORDS):
     KEYS[_row, :len(_word)] = np.frombuffer(_word, dtype=np.uint8)
 
 
-def scan(text, start, end, ints, numbers, hashes) -> int:
+def scan(text, start, end, ints, numbers, hashes, counts) -> int:
     """Rows filled (ints: mark, category, name, pid and tid spans, correlation; numbers: ts and dur's bytes;
-    hashes: label and thread), or a negative code where the chunk is left to the expression."""
-    return _scan(text, start, end, KEYS, ints, numbers, hashes)
+    hashes: label and thread; counts: complete events, the profiler's spans among them), or a negative code where
+    the chunk is left to the expression."""
+    return _scan(text, start, end, KEYS, ints, numbers, hashes, counts)
 
 
 @njit(cache=True, nogil=True)

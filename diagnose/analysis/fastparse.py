@@ -83,14 +83,15 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
     profiler_span = b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"'
     matched = complete = 0
     for start, end in chunks:
+        scanned = jitscan.scan(raw, start, end) if jit else None
+        added = _scanned_into(parts, raw, scanned, (names, threads, kinds)) if scanned is not None else None
+        if added is not None:  # the scanner counted the chunk's complete events as it read them, any spacing
+            matched += added
+            complete += scanned.complete
+            continue
         # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser.
         # The profiler's own span ("Trace") has its keys in another order and is not needed.
         complete += raw.count(complete_mark, start, end) - raw.count(profiler_span, start, end)
-        scanned = jitscan.scan(raw, start, end) if jit else None
-        added = _scanned_into(parts, raw, scanned, (names, threads, kinds)) if scanned is not None else None
-        if added is not None:
-            matched += added
-            continue
         found = FAST_EVENT.findall(raw, start, end)
         if not found:
             continue

@@ -80,9 +80,10 @@ class Scanned:
     """What the compiled scanner read from one chunk: one row per complete event it matched."""
 
     def __init__(self, ints: np.ndarray, begin: np.ndarray, duration: np.ndarray, label_hash: np.ndarray,
-                 thread_hash: np.ndarray):
+                 thread_hash: np.ndarray, complete: int):
         self.ints, self.begin, self.duration = ints, begin, duration
         self.label_hash, self.thread_hash = label_hash, thread_hash
+        self.complete = complete  # the chunk's complete events, matched or not, beside the profiler's own span
 
 
 def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
@@ -92,11 +93,12 @@ def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
     text = np.frombuffer(raw, dtype=np.uint8)
     end = min(end, len(raw))  # the kernel reads up to `end` unchecked
     capacity = (end - start) // 256 + 64  # Kineto's events take 300 bytes and more; fewer rows are grown
+    counts = np.zeros(2, dtype=np.int64)
     while True:
         ints = np.empty((capacity, FIELDS), dtype=np.int64)
         numbers = np.zeros((capacity, 2 * NUMBER_WIDTH), dtype=np.uint8)
         hashes = np.empty((capacity, 2), dtype=np.uint64)
-        count = kernels.scan(text, start, end, ints, numbers, hashes)
+        count = kernels.scan(text, start, end, ints, numbers, hashes, counts)
         if count != kernels.FULL:
             break
         capacity *= 4
@@ -107,7 +109,8 @@ def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
         parsed = np.ascontiguousarray(numbers).view(f"S{NUMBER_WIDTH}").astype(np.float64)
     except ValueError:
         return None
-    return Scanned(ints, parsed[:, 0], parsed[:, 1], hashes[:, 0].copy(), hashes[:, 1].copy())
+    return Scanned(ints, parsed[:, 0], parsed[:, 1], hashes[:, 0].copy(), hashes[:, 1].copy(),
+                   int(counts[0] - counts[1]))
 
 
 def same_bytes(raw: bytes, spans: np.ndarray, representative: np.ndarray) -> bool:
