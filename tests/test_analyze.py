@@ -154,6 +154,11 @@ def test_out_folder_is_never_overwritten(tmp_path):
     proc = diagnose_cli("analyze", str(TRACES / "rocm_mi250_toy.json.gz"), "--out", str(out))
     assert proc.returncode == 2 and "already exists" in proc.stderr
     assert (out / "keep.txt").read_text() == "mine"
+    # refused before the trace is read (a big one takes minutes): a file that is no trace is not looked at
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    proc = diagnose_cli("analyze", str(bad), "--out", str(out))
+    assert proc.returncode == 2 and "already exists" in proc.stderr and "not a Chrome trace" not in proc.stderr
 
 
 def test_analyze_does_not_import_torch():

@@ -11,7 +11,7 @@ from typing import Optional
 from rich.console import Console
 
 from diagnose.analysis.sources import analyze_traces, default_jobs, find_traces
-from diagnose.commands.output import new_run_dir
+from diagnose.commands.output import check_out_dir, new_run_dir
 from diagnose.commands.pipeline import diagnose_analysis, write_outputs
 from diagnose.commands.rules import load_rules
 from diagnose.model import ExperimentResults, Status
@@ -25,6 +25,7 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
                     as_json: bool, open_report: bool, jobs: Optional[int] = None) -> int:
     traces = find_traces(path)
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
+    check_out_dir(out)  # as does a used --out: a big trace takes minutes to read
     console = Console(stderr=True)
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces, jobs or default_jobs())
