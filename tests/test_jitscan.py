@@ -166,6 +166,8 @@ def test_self_times_walked_by_numba_equal_the_python_walk(path, monkeypatch):
     plain = self_times(trace.cpu_ops, threads)
     assert np.array_equal(compiled[0], plain[0]) and np.array_equal(compiled[1], plain[1])
     assert compiled[1].any() or not len(trace.cpu_ops)
+    # the analysis calls the walk with the types the sample check compiled: no second compilation (seconds)
+    assert len(jitscan._kernels().walk_nesting.signatures) == 1
 
 
 def test_self_times_of_nested_overlapping_ops_on_two_threads(monkeypatch):

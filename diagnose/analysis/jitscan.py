@@ -18,6 +18,8 @@ from typing import Optional
 
 import numpy as np
 
+from diagnose.analysis.spans import CODE
+
 NUMBER_WIDTH = 32
 FIELDS = 10  # mark, cat start/end, name start/end, pid start/end, tid start/end, correlation
 
@@ -59,10 +61,11 @@ def _load() -> None:
 
 
 def _walks_sample(kernels) -> bool:
-    """The nesting walk on an op holding another (self time 3 - 1 = 2 for the parent, 1 for the child)."""
+    """The nesting walk on an op holding another (self time 3 - 1 = 2 for the parent, 1 for the child), with the
+    argument types ops.self_times passes (one compiled signature: the one the analysis runs)."""
     self_t, top = np.array([3.0, 1.0]), np.zeros(2, dtype=bool)
-    kernels.walk_nesting(np.array([0, 1]), np.zeros(2, dtype=np.int64), np.array([0.0, 1.0]), np.array([3.0, 2.0]),
-                         np.ones(1, dtype=bool), np.empty(2, dtype=np.int64), self_t, top)
+    kernels.walk_nesting(np.array([0, 1], dtype=np.intp), np.zeros(2, dtype=CODE), np.array([0.0, 1.0]),
+                         np.array([3.0, 2.0]), np.ones(1, dtype=bool), np.empty(2, dtype=np.int64), self_t, top)
     return self_t.tolist() == [2.0, 1.0] and top.tolist() == [True, False]
 
 

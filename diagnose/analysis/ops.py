@@ -8,7 +8,7 @@ import numpy as np
 import diagnose.analysis.intervals as iv
 from diagnose.analysis import jitscan
 from diagnose.analysis.nesting import walk_nesting
-from diagnose.analysis.spans import Spans
+from diagnose.analysis.spans import CODE, Spans
 from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat
 
@@ -54,8 +54,10 @@ def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     kernels = jitscan.loaded()
     if kernels is not None:  # numba is loaded already (a big trace): the walk over arrays, compiled
         self_t, top = ops.end - ops.start, np.zeros(n, dtype=bool)
-        kernels.walk_nesting(order, codes, ops.start, ops.end, np.asarray(counted, dtype=bool),
-                             np.empty(n, dtype=np.int64), self_t, top)
+        # the types jitscan's sample check compiled (another dtype or layout would compile again, seconds)
+        starts, ends = np.ascontiguousarray(ops.start), np.ascontiguousarray(ops.end)
+        kernels.walk_nesting(order.astype(np.intp, copy=False), codes.astype(CODE, copy=False), starts, ends,
+                             np.asarray(counted, dtype=bool), np.empty(n, dtype=np.int64), self_t, top)
         return np.maximum(self_t, 0.0), top
     # plain lists are fast to index in Python (small ints and floats: one shared object each where they repeat)
     self_t, top = (ops.end - ops.start).tolist(), [False] * n
