@@ -67,3 +67,34 @@ def test_a_two_million_event_trace_is_analysed_in_bounded_memory(tmp_path):
     text_bytes = len(gzip.decompress(path.read_bytes()))
     assert steps == 10 and peak < 1 << 30, (steps, peak >> 20, text_bytes >> 20)
     print(json.dumps({"text_mib": text_bytes >> 20, "peak_rss_mib": peak >> 20}))
+
+
+def test_the_text_is_inflated_alike_by_isal_and_zlib(tmp_path, monkeypatch):
+    import zlib
+
+    from diagnose.analysis import inflate
+
+    text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
+    path = tmp_path / "two_members.json.gz"  # gzip files written one after the other: two members, one text
+    path.write_bytes(gzip.compress(text[:len(text) // 3]) + gzip.compress(text[len(text) // 3:]))
+    try:
+        import isal  # noqa: F401  (installed with diagnose; a platform without its wheels uses zlib)
+        assert inflate._zlib is not zlib
+    except ImportError:
+        pass
+    for _ in range(2):
+        assert b"".join(stream._decompressed(path)) == text and inflate.gunzip(path.read_bytes()) == text
+        monkeypatch.setattr(inflate, "_zlib", zlib)
+        monkeypatch.setattr(inflate, "_gzip", gzip)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_corrupt_gzip_trace_is_a_clear_error(tmp_path, streamed):
+    from diagnose.errors import UserError
+
+    raw = bytearray((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
+    raw[len(raw) // 2:len(raw) // 2 + 64] = bytes(64)  # a run of zeros mid-file: an invalid deflate block
+    path = tmp_path / "corrupt.json.gz"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match="cannot read trace"):
+        load_trace(path, stream=streamed)

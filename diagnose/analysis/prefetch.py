@@ -3,10 +3,11 @@ reads release the GIL). Kept free of heavy imports, as the analysis package's __
 start first."""
 from __future__ import annotations
 
-import gzip
 import threading
 from pathlib import Path
 from typing import Optional
+
+from diagnose.analysis.inflate import gunzip
 
 _pending: dict[str, tuple[threading.Thread, list]] = {}
 # a trace whose text is larger is streamed (stream.py), in bounded memory and as fast; the whole text, held with
@@ -39,7 +40,7 @@ def start(path: Path) -> None:
     def read() -> None:
         try:
             raw = path.read_bytes()
-            box.append(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+            box.append(gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw)
         except Exception:  # the real read reports the error in its own words
             pass
 

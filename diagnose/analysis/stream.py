@@ -6,7 +6,6 @@ flop_ops.py); any doubt (a layout they do not read, a text that does not end as 
 and the whole-text parsers take over."""
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -23,6 +22,8 @@ from diagnose.analysis.fastparse import (
     _tail_metadata,
 )
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
+from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.analysis.inflate import inflater
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.spans import Spans
 
@@ -102,7 +103,7 @@ def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool) -
         for index, piece in pieces:
             if not share.take(index, piece):
                 return None
-    except (OSError, zlib.error, EOFError):  # unreadable here: the whole-text path says why in its own words
+    except INFLATE_ERRORS:  # unreadable here: the whole-text path says why in its own words
         return None
     return share if share.finish() else None
 
@@ -160,11 +161,13 @@ def _decompressed(path: Path) -> Iterator[bytes]:
             while block := file.read(READ_BYTES):
                 yield block
             return
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        inflate = inflater()
         while True:
-            pending = inflate.unconsumed_tail or file.read(READ_BYTES >> 3)
-            if inflate.eof and inflate.unused_data:  # another gzip member follows: a new inflater reads it
-                pending, inflate = inflate.unused_data + pending, zlib.decompressobj(16 + zlib.MAX_WBITS)
+            if inflate.eof:  # a member ended; another may follow (gzip files written one after the other)
+                pending, inflate = inflate.unused_data, inflater()  # (zlib leaves the same bytes in unconsumed_tail)
+            else:
+                pending = inflate.unconsumed_tail
+            pending = pending or file.read(READ_BYTES >> 3)
             if not pending:
                 break
             yield inflate.decompress(pending, READ_BYTES)

@@ -2,7 +2,6 @@
 read them, its events through the full JSON parser."""
 from __future__ import annotations
 
-import gzip
 import math
 from pathlib import Path
 from typing import Optional
@@ -11,6 +10,8 @@ import orjson
 
 import diagnose.analysis.prefetch as prefetch
 from diagnose.analysis.classify import empty_buckets, event_kind
+from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.analysis.inflate import gunzip
 from diagnose.analysis.spans import Spans
 from diagnose.errors import UserError
 
@@ -21,8 +22,8 @@ def read_bytes(path: Path) -> bytes:
         return prefetched
     try:
         raw = path.read_bytes()
-        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        return gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except INFLATE_ERRORS as exc:
         raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
 
 
