@@ -113,3 +113,16 @@ def test_spans_pieces_joined_and_subsets_keep_each_name_and_thread():
     assert (on_one.names, on_one.start.tolist(), on_one.threads_present()) == (["aten::mm", "aten::add"], [0, 2],
                                                                               [(1, 1)])
     assert on_one.mask(lambda n: n == "aten::add").tolist() == [False, True]
+
+
+def test_a_thread_written_as_a_list_is_read_not_a_traceback(tmp_path):
+    # no profiler writes one, but the full parser reads any JSON: such a thread keys its table by its JSON text
+    import json
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": [7], "ts": 20, "dur": 30}]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    assert trace.kernels.tids == [(0, "[7]")] and len(analyze(Inputs(trace)).steps) == 1

@@ -14,7 +14,7 @@ import orjson
 
 from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS, event_kind
-from diagnose.analysis.spans import Spans, codes_of
+from diagnose.analysis.spans import CODE, Spans, codes_of
 
 _NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 _ID = rb'(-?\d+|"[^"\\]*")'
@@ -79,7 +79,7 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
     names: dict[bytes, str] = {}
     threads: dict[tuple, tuple] = {}
     kinds: dict[tuple, Optional[str]] = {}
-    complete_mark = b'"ph": "X"' if pretty else b'"ph":"X"'
+    complete_mark, other_mark = (b'"ph": "X"', b'"ph":"X"') if pretty else (b'"ph":"X"', b'"ph": "X"')
     profiler_span = b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"'
     matched = complete = 0
     for start, end in chunks:
@@ -92,6 +92,8 @@ def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
         # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser.
         # The profiler's own span ("Trace") has its keys in another order and is not needed.
         complete += raw.count(complete_mark, start, end) - raw.count(profiler_span, start, end)
+        if jit and raw.find(other_mark, start, end) >= 0:
+            complete += 1  # both layouts (the stream checks only without the scanner): a mismatch, the full parser
         found = FAST_EVENT.findall(raw, start, end)
         if not found:
             continue
@@ -158,9 +160,17 @@ def _coded_into(parts: dict[str, list[Spans]], events: _Coded, caches: tuple[dic
         if len(picks):
             links = events.links[picks]
             links = links if (links >= 0).any() else np.zeros(0, dtype=np.int64)  # host ops link nothing
-            parts[kind].append(Spans(events.begin[picks], finish[picks], names_of[picks], name_table,
-                                     threads_of[picks], thread_table, links))
+            names, name_values = _own_table(names_of[picks], name_table)
+            threads_here, thread_values = _own_table(threads_of[picks], thread_table)
+            parts[kind].append(Spans(events.begin[picks], finish[picks], names, name_values, threads_here,
+                                     thread_values, links))
     return len(events.label_of) - int(np.count_nonzero(profiler[events.label_of]))
+
+
+def _own_table(codes: np.ndarray, table: list) -> tuple[np.ndarray, list]:
+    """Codes into a table of only the values they use (a kind's masks then test its own names alone)."""
+    used, inverse = np.unique(codes, return_inverse=True)
+    return inverse.ravel().astype(CODE), [table[u] for u in used.tolist()]
 
 
 def _distinct(raw: bytes, hashes: np.ndarray, spans: np.ndarray):

@@ -10,7 +10,7 @@ import numpy as np
 import diagnose.analysis.intervals as iv
 from diagnose.analysis.classify import SYNC_RUNTIME, is_communication
 from diagnose.analysis.frames import FrameSegments
-from diagnose.analysis.spans import Spans
+from diagnose.analysis.spans import Spans, present_in_order
 from diagnose.analysis.trace import Trace
 from diagnose.model import SyncSource
 
@@ -185,12 +185,11 @@ def _outermost_enclosing(spans: Spans, top: np.ndarray, at: np.ndarray, threads:
     """Name of the top-level span (top: as self_times found them) on the same thread that contains each time."""
     result: list[Optional[str]] = [None] * len(at)
     tops = np.flatnonzero(top)
-    by_thread: dict = {}
-    for i in tops.tolist():
-        by_thread.setdefault(spans.thread(i), []).append(i)
-    for tid, idx in by_thread.items():
-        order = np.asarray(idx)[np.argsort(spans.start[idx], kind="stable")]
-        _assign(result, spans, order, at, threads, tid)
+    codes, table = spans.thread_codes()
+    for code in present_in_order(codes[tops]).tolist():
+        idx = tops[codes[tops] == code]
+        order = idx[np.argsort(spans.start[idx], kind="stable")]
+        _assign(result, spans, order, at, threads, table[code])
     return result
 
 

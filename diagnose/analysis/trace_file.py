@@ -52,9 +52,14 @@ def parsed_rows(path: Path, raw: bytes) -> tuple[dict, dict[str, Spans]]:
         if kind is not None:
             name = e.get("name", "")
             rows[kind].append((e.get("ts", 0.0), e["dur"], name if isinstance(name, str) else str(name),
-                               (e.get("pid"), e.get("tid")), _correlation(e)))
+                               (_scalar(e.get("pid")), _scalar(e.get("tid"))), _correlation(e)))
     metadata = {k: v for k, v in data.items() if k != "traceEvents"}
     return metadata, {kind: Spans.of(r) for kind, r in rows.items()}
+
+
+def _scalar(value):
+    """A pid or tid as it can key a table: a list or an object (no profiler writes one) as its JSON text."""
+    return value if value is None or isinstance(value, (str, int, float)) else orjson.dumps(value).decode()
 
 
 def _finite(value) -> bool:
