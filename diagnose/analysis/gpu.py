@@ -69,16 +69,16 @@ def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict
     the DataLoader, waiting in a sync, launching work, running torch ops on the CPU, or none of those (Python)."""
     idle = iv.subtract(iv.union(windows), gpu_activity(trace))
     result = {"gpu_idle_frac": iv.total(idle) / total_us}
-    sources = [
-        ("data_wait", trace.dataloader.intervals()),
-        ("sync", np.vstack([trace.runtime.intervals(blocking_runtime(trace)),
-                            trace.cpu_ops.intervals(trace.cpu_ops.mask(lambda n: n in SYNC_OPS))])),
-        ("runtime", trace.runtime.intervals()),
-        ("cpu_ops", trace.cpu_ops.intervals()),
+    sources = [  # made one at a time: a big trace's ops and runtime calls take hundreds of MB as intervals
+        ("data_wait", lambda: trace.dataloader.intervals()),
+        ("sync", lambda: np.vstack([trace.runtime.intervals(blocking_runtime(trace)),
+                                    trace.cpu_ops.intervals(trace.cpu_ops.mask(lambda n: n in SYNC_OPS))])),
+        ("runtime", lambda: trace.runtime.intervals()),
+        ("cpu_ops", lambda: trace.cpu_ops.intervals()),
     ]
     remaining = idle
     for cause, raw in sources:
-        mine = iv.intersect(remaining, iv.union(raw))
+        mine = iv.intersect(remaining, iv.union(raw()))
         result[f"gpu_idle_{cause}_frac"] = iv.total(mine) / total_us
         remaining = iv.subtract(remaining, mine)
     result["gpu_idle_python_frac"] = iv.total(remaining) / total_us
