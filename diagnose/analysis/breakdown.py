@@ -26,9 +26,8 @@ def step_windows(trace: Trace) -> np.ndarray:
 def compute_threads(trace: Trace) -> set:
     """Threads whose CPU ops are training work: the main thread and autograd threads, not pin-memory threads."""
     ops = trace.cpu_ops
-    codes, threads = ops.thread_codes()
-    working = np.unique(codes[~ops.mask(lambda n: n in PINNED_THREAD_OPS)]).tolist()
-    return {threads[i] for i in working} | ({trace.main_thread} & set(threads[i] for i in np.unique(codes).tolist()))
+    working = ops.threads_present(~ops.mask(lambda n: n in PINNED_THREAD_OPS))
+    return set(working) | ({trace.main_thread} & set(ops.threads_present()))
 
 
 def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:

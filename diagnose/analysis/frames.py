@@ -103,8 +103,7 @@ def innermost_segments(python: Spans, tid) -> FrameSegments:
             pieces.append((cursor, t, location, lib))
         cursor = max(cursor, t)
 
-    names = [python.name_table[c] for c in python.name_codes[idx].tolist()]
-    for i, name in zip(idx.tolist(), names):
+    for i, name in zip(idx.tolist(), python.take(idx).names):
         start, end = float(python.start[i]), float(python.end[i])
         while stack and stack[-1][0] <= start:
             emit_until(stack[-1][0])

@@ -172,11 +172,11 @@ def sync_sources(trace: Trace, top: np.ndarray, n_steps: int, frames: FrameSegme
     picks = np.flatnonzero(sync_points(trace)).tolist()
     if not picks:
         return ()
-    at = trace.runtime.start[picks]
-    threads = [trace.runtime.thread(i) for i in picks]
+    syncs = trace.runtime.take(np.asarray(picks))
+    at, threads = syncs.start, syncs.tids
     ops = _outermost_enclosing(trace.cpu_ops, top, at, threads)
     lines = _user_location_at(frames, at, [t == trace.main_thread for t in threads])
-    counts = Counter(zip((trace.runtime.name(i) for i in picks), ops, lines))
+    counts = Counter(zip(syncs.names, ops, lines))
     return tuple(SyncSource(call, op or "", line or "", count / n_steps)
                  for (call, op, line), count in counts.most_common(limit))
 

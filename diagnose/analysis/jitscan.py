@@ -9,8 +9,8 @@ FAST_EVENT's, step by step (see _match); a test compares both on every trace in 
 Importing numba and loading the cached kernels costs about 0.6 s and 100 MB, which only a trace big enough to be
 read as a stream (stream.py) pays back, so only that path uses it. The first use on a machine compiles the
 kernels (a few seconds) into numba's cache. Once loaded, the analysis of that trace uses them too (ops.self_times'
-walk, nesting.py). Where numba cannot be imported, or its kernels fail to compile or to
-read a sample, the expression reads every trace."""
+walk, nesting.py). Where numba cannot be imported, or its kernels fail to compile or to read a sample, the
+expression reads every trace."""
 from __future__ import annotations
 
 import os

@@ -8,7 +8,7 @@ import numpy as np
 import diagnose.analysis.intervals as iv
 from diagnose.analysis import jitscan
 from diagnose.analysis.nesting import walk_nesting
-from diagnose.analysis.spans import CODE, Spans
+from diagnose.analysis.spans import CODE, Spans, present_in_order
 from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat
 
@@ -69,8 +69,7 @@ def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ..
     if not len(ops):
         return ()
     codes, uniques = ops.factorized()
-    present, first = np.unique(codes, return_index=True)
-    names = present[np.argsort(first)]  # the names these ops hold, in order of first appearance (ties rank so)
+    names = present_in_order(codes)  # the names these ops hold, in order of first appearance (ties rank so)
     counts = np.bincount(codes, minlength=len(uniques))[names]
     totals = np.bincount(codes, weights=ops.end - ops.start, minlength=len(uniques))[names]
     selfs = np.bincount(codes, weights=self_t, minlength=len(uniques))[names]

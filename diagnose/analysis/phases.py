@@ -78,8 +78,7 @@ def _by_engine(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list]) -
     """Events made by autograd's engine: on a thread of its own (CUDA backward), or inside its evaluate_function."""
     ops = trace.cpu_ops
     engine = ops.mask(lambda n: n.startswith(BACKWARD_OP))
-    codes, op_threads = ops.thread_codes()
-    engine_threads = {op_threads[i] for i in np.unique(codes[engine]).tolist()} - {trace.main_thread}
+    engine_threads = set(ops.threads_present(engine)) - {trace.main_thread}
     on_engine_thread = threads_where(threads, lambda t: t in engine_threads)
     main_engine = engine & ops.thread_mask(lambda t: t == trace.main_thread)
     return on_engine_thread | iv.contains(iv.union(ops.intervals(main_engine)), at)

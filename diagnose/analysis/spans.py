@@ -61,9 +61,6 @@ class Spans:
     def name(self, i: int) -> str:
         return self.name_table[self.name_codes[i]]
 
-    def thread(self, i: int):
-        return self.thread_table[self.thread_codes_[i]]
-
     def intervals(self, mask: Optional[np.ndarray] = None) -> np.ndarray:
         if mask is None:
             return np.column_stack([self.start, self.end])
@@ -97,9 +94,10 @@ class Spans:
         """Each span's thread as an index into the table of threads."""
         return self.thread_codes_, self.thread_table
 
-    def threads_present(self) -> list:
-        """The threads these spans are on, in order of first appearance."""
-        return [self.thread_table[c] for c in present_in_order(self.thread_codes_).tolist()]
+    def threads_present(self, mask: Optional[np.ndarray] = None) -> list:
+        """The threads these spans (those `mask` picks) are on, in order of first appearance."""
+        codes = self.thread_codes_ if mask is None else self.thread_codes_[mask]
+        return [self.thread_table[c] for c in present_in_order(codes).tolist()]
 
     def sorted(self) -> "Spans":
         return self.take(np.argsort(self.start, kind="stable"))
