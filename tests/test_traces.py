@@ -113,6 +113,16 @@ def test_spans_pieces_joined_and_subsets_keep_each_name_and_thread():
     assert (on_one.names, on_one.start.tolist(), on_one.threads_present()) == (["aten::mm", "aten::add"], [0, 2],
                                                                               [(1, 1)])
     assert on_one.mask(lambda n: n == "aten::add").tolist() == [False, True]
+    # a big trace's pieces are gathered: the same join, each piece emptied once copied (its memory given back)
+    host_ops = Spans(np.array([4.0]), np.array([5.0]), np.zeros(1, dtype=np.int32), ["aten::mm"],
+                     np.zeros(1, dtype=np.int32), [(1, 3)])
+    pieces = [first, second, host_ops]
+    expected = Spans.concat(pieces)
+    gathered = Spans.gathered(pieces)
+    assert (gathered.names, gathered.tids) == (expected.names, expected.tids)
+    assert gathered.start.tolist() == expected.start.tolist() and gathered.end.tolist() == expected.end.tolist()
+    assert gathered.correlations().tolist() == [4, -1, -1, -1, -1]
+    assert all(len(piece.start) == len(piece.name_codes) == len(piece.corr) == 0 for piece in pieces)
 
 
 def test_a_thread_written_as_a_list_is_read_not_a_traceback(tmp_path):

@@ -57,7 +57,7 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
     matched, complete = sum(r[1] for r in results), sum(r[2] for r in results)
     if matched != complete:
         return None
-    return metadata, {kind: Spans.concat([p for r in results for p in r[0][kind]]) for kind in KINDS}
+    return metadata, {kind: Spans.gathered([p for r in results for p in r[0][kind]]) for kind in KINDS}
 
 
 def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
@@ -208,8 +208,8 @@ def _forked(work):
         code = 1
         try:
             os.close(read_end)
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL))
+            with os.fdopen(write_end, "wb") as pipe:  # written as pickled: no whole copy of the result's bytes
+                pickle.dump(work(), pipe, protocol=pickle.HIGHEST_PROTOCOL)
             code = 0
         finally:
             os._exit(code)
@@ -217,9 +217,12 @@ def _forked(work):
 
     def result():
         with os.fdopen(read_end, "rb") as pipe:
-            data = pipe.read()
+            try:  # unpickled as it arrives: the result's bytes are never held whole beside it
+                value = pickle.load(pipe)
+            except Exception:  # a child that failed mid-write leaves a pickle broken anywhere
+                value = None
         _, status = os.waitpid(pid, 0)
-        return pickle.loads(data) if status == 0 and data else None
+        return value if status == 0 else None
 
     return result
 

@@ -9,6 +9,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from diagnose.analysis.release import give_back_freed_memory
+
 CODE = np.int32
 
 
@@ -84,7 +86,8 @@ class Spans:
 
     def where_thread(self, predicate) -> "Spans":
         """The spans whose (pid, tid) satisfies predicate, evaluated once per distinct thread."""
-        return self.take(np.flatnonzero(self.thread_mask(predicate))) if len(self) else self
+        keep = self.thread_mask(predicate)
+        return self if keep.all() else self.take(np.flatnonzero(keep))  # all kept: no copy of a big trace's spans
 
     def thread_mask(self, predicate) -> np.ndarray:
         """predicate(thread) for every span, evaluated once per distinct thread."""
@@ -104,15 +107,30 @@ class Spans:
 
     @classmethod
     def concat(cls, parts: list["Spans"]) -> "Spans":
+        return cls._joined(parts, spend=False)
+
+    @classmethod
+    def gathered(cls, parts: list["Spans"]) -> "Spans":
+        """concat, emptying each part's arrays once they are copied (the parts are spent): the join then holds
+        about one part beside the result, not a second copy of every span (a big trace's arrays come in pieces)."""
+        return cls._joined(parts, spend=True)
+
+    @classmethod
+    def _joined(cls, parts: list["Spans"], spend: bool) -> "Spans":
         parts = [p for p in parts if len(p)]
         if len(parts) <= 1:
             return parts[0] if parts else cls()
-        name_codes, name_table = _merged_codes([(p.name_codes, p.name_table) for p in parts])
-        thread_codes, thread_table = _merged_codes([(p.thread_codes_, p.thread_table) for p in parts])
         linked = any(p._linked() for p in parts)
-        return cls(np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
-                   name_codes, name_table, thread_codes, thread_table,
-                   np.concatenate([p.correlations() for p in parts]) if linked else np.zeros(0, dtype=np.int64))
+        if linked:  # a part without correlations gets its -1s before any array is spent
+            for part in parts:
+                part.corr = part.correlations()
+        size = sum(len(p) for p in parts)  # taken before any part is spent
+        name_table = _merged_table([p.name_table for p in parts])
+        thread_table = _merged_table([p.thread_table for p in parts])
+        return cls(_join(parts, "start", size, spend), _join(parts, "end", size, spend),
+                   _join(parts, "name_codes", size, spend, name_table), list(name_table),
+                   _join(parts, "thread_codes_", size, spend, thread_table), list(thread_table),
+                   _join(parts, "corr", size, spend) if linked else np.zeros(0, dtype=np.int64))
 
     def factorized(self) -> tuple[np.ndarray, list[str]]:
         """Each span's name as an index into the table of names."""
@@ -141,11 +159,30 @@ def _where(codes: np.ndarray, table: list, predicate) -> np.ndarray:
     return np.fromiter((bool(predicate(v)) for v in table), dtype=bool, count=len(table))[codes]
 
 
-def _merged_codes(parts: list[tuple[np.ndarray, list]]) -> tuple[np.ndarray, list]:
-    """Codes into one table of every part's values (a value in several parts' tables gets one code)."""
+def _merged_table(tables: list[list]) -> dict:
+    """Each value of every table, once, with its code in the merged table (in order of first appearance)."""
     index: dict = {}
-    remapped = []
-    for codes, table in parts:
-        mapping = np.fromiter((index.setdefault(v, len(index)) for v in table), dtype=CODE, count=len(table))
-        remapped.append(mapping[codes])
-    return np.concatenate(remapped), list(index)
+    for table in tables:
+        for value in table:
+            index.setdefault(value, len(index))
+    return index
+
+
+def _join(parts: list[Spans], column: str, size: int, spend: bool, merged: Optional[dict] = None) -> np.ndarray:
+    """One column of every part, end to end (codes recoded into `merged`); `spend` empties each part's column
+    once it is copied. np.empty maps the result lazily: its pages are resident only as the parts fill them."""
+    first = getattr(parts[0], column)
+    out = np.empty(size, dtype=first.dtype)
+    at = 0
+    for part in parts:
+        values = getattr(part, column)
+        if merged is not None:
+            table = part.name_table if column == "name_codes" else part.thread_table
+            values = np.fromiter((merged[v] for v in table), dtype=CODE, count=len(table))[values]
+        out[at:at + len(values)] = values
+        at += len(values)
+        if spend:
+            setattr(part, column, np.zeros(0, dtype=first.dtype))
+    if spend:
+        give_back_freed_memory()
+    return out

@@ -25,6 +25,7 @@ from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.inflate import inflater
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
+from diagnose.analysis.release import give_back_freed_memory
 from diagnose.analysis.spans import Spans
 
 READ_BYTES = 4 << 20
@@ -49,9 +50,11 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None):
     head, tail = mine.head, mine.tail
     pieces = sorted((index, piece) for share in shares for index, piece in share.pieces.items())
     parts = [piece for _, piece in pieces]
-    spans = {kind: Spans.concat([s for part in parts for s in part[0][kind]]) for kind in KINDS}
+    spans = {kind: Spans.gathered([s for part in parts for s in part[0][kind]]) for kind in KINDS}
     memory = MemoryEvents.concat([part[1] for part in parts])
     flops = FlopOps.concat([part[2] for part in parts])
+    del parts, pieces, shares, mine, theirs
+    give_back_freed_memory()  # the pieces' text and temporaries: the analysis starts from the arrays alone
     return {**head, **tail}, spans, memory, flops
 
 
