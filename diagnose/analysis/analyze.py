@@ -34,6 +34,7 @@ from diagnose.analysis.metric_values import (
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_intervals, optimizer_metrics, phase_stats
+from diagnose.analysis.release import released
 from diagnose.analysis.roofline import roofline
 from diagnose.analysis.speed_of_light import Busy, preferred_peaks, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
@@ -56,22 +57,22 @@ def analyze(inputs: Inputs) -> Analysis:
     host_windows = step_windows(trace)
     if inputs.capture is not None and not inputs.capture.last_step_complete and len(host_windows) > 1:
         host_windows = host_windows[:-1]  # the script stopped mid-step: that step's time is not a step time
-    timeline = step_timeline(trace, host_windows)
+    timeline = released(step_timeline(trace, host_windows))
     windows = timeline.device  # time is accounted where the step really ran; host events are counted per host step
-    buckets, _ = exclusive_buckets(trace, windows)
+    buckets, _ = released(exclusive_buckets(trace, windows))
     steps = per_step(buckets, windows)
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
-    steady = within_steps(trace, host_windows)
-    self_t, top = op_stats.self_times(steady.cpu_ops, compute_threads(trace))
+    steady = released(within_steps(trace, host_windows))
+    self_t, top = released(op_stats.self_times(steady.cpu_ops, compute_threads(trace)))
     frames = innermost_segments(trace.python, trace.main_thread)
     if inputs.stacks is not None:
         host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
     else:
         host_lines = lines_from_frames(frames, buckets["host_overhead"], len(steps), stats["mean"], inputs.source_roots)
     syncs = gpu.sync_sources(steady, top, len(steps), frames) if trace.has_gpu and steps else ()
-    phases = phase_stats(steady, timeline)
-    metrics = _metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline)
+    phases = released(phase_stats(steady, timeline))
+    metrics = released(_metrics(inputs, steady, steps, fractions, stats, top, host_lines, timeline))
     steps_us = sum(s.duration_s for s in steps) * 1e6
     if not metrics["has_gpu"] and steps_us > 0:  # on the host the CPU runs the elementwise ops itself
         elementwise_us = op_stats.elementwise_op_self_us(steady.cpu_ops, self_t, optimizer_intervals(steady))
