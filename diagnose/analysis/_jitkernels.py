@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from diagnose.analysis import interval_sweeps as _sweeps
 from diagnose.analysis.nesting import walk_nesting as _walk_nesting
 
 NUMBER_WIDTH = 32
@@ -315,3 +316,9 @@ def same_bytes(t, spans, representative):
 
 # ops.self_times' walk, the same function compiled: over a big trace's arrays, no Python object per op
 walk_nesting = njit(cache=True, nogil=True)(_walk_nesting)
+
+# intervals.py's union, intersect and subtract over a big trace's intervals, as passes (interval_sweeps.py)
+is_sorted = njit(cache=True, nogil=True)(_sweeps.is_sorted)
+union_into = njit(cache=True, nogil=True)(_sweeps.union_into)
+is_chain = njit(cache=True, nogil=True)(_sweeps.is_chain)
+coverage_into = njit(cache=True, nogil=True)(_sweeps.coverage_into)

@@ -9,8 +9,8 @@ FAST_EVENT's, step by step (see _match); a test compares both on every trace in 
 Importing numba and loading the cached kernels costs about 0.6 s and 100 MB, which only a trace big enough to be
 read as a stream (stream.py) pays back, so only that path uses it. The first use on a machine compiles the
 kernels (a few seconds) into numba's cache. Once loaded, the analysis of that trace uses them too (ops.self_times'
-walk, nesting.py). Where numba cannot be imported, or its kernels fail to compile or to read a sample, the
-expression reads every trace."""
+walk, nesting.py; union, intersect and subtract, interval_sweeps.py). Where numba cannot be imported, or its
+kernels fail to compile or to read a sample, the expression reads every trace and numpy does the arithmetic."""
 from __future__ import annotations
 
 import os
@@ -53,7 +53,7 @@ def _load() -> None:
         scanned = scan(SAMPLE, 0, len(SAMPLE))
         ok = scanned is not None and len(scanned.ints) == 1
         ok = ok and same_bytes(SAMPLE, np.ascontiguousarray(scanned.ints[:, 1:5]), np.zeros(1, dtype=np.int64))
-        ok = ok and _walks_sample(_jitkernels)
+        ok = ok and _walks_sample(_jitkernels) and _sweeps_sample(_jitkernels)
     except Exception:
         ok = False
     if not ok:
@@ -67,6 +67,19 @@ def _walks_sample(kernels) -> bool:
     kernels.walk_nesting(np.array([0, 1], dtype=np.intp), np.zeros(2, dtype=CODE), np.array([0.0, 1.0]),
                          np.array([3.0, 2.0]), np.ones(1, dtype=bool), np.empty(2, dtype=np.int64), self_t, top)
     return self_t.tolist() == [2.0, 1.0] and top.tolist() == [True, False]
+
+
+def _sweeps_sample(kernels) -> bool:
+    """The interval passes on two small sets, with the argument types intervals.py passes (its only signatures)."""
+    a = np.array([[1.0, 3.0], [0.0, 2.0], [5.0, 6.0]])
+    out = np.empty_like(a)
+    n = kernels.union_into(a, np.array([1, 0, 2], dtype=np.intp), out)
+    merged = out[:n].tolist() == [[0.0, 3.0], [5.0, 6.0]] and not kernels.is_sorted(a)
+    chain, cut = np.array([[0.0, 3.0], [5.0, 6.0]]), np.array([[2.0, 5.5]])
+    both, out = kernels.is_chain(chain) and kernels.is_chain(cut), np.empty((3, 2))
+    inside = out[:kernels.coverage_into(chain, cut, False, out)].tolist() == [[2.0, 3.0], [5.0, 5.5]]
+    outside = out[:kernels.coverage_into(chain, cut, True, out)].tolist() == [[0.0, 2.0], [5.5, 6.0]]
+    return merged and both and inside and outside
 
 
 def _kernels():
