@@ -1,19 +1,24 @@
-"""The interval passes a big trace's analysis runs (interval_sweeps.py, compiled by numba) give numpy's forms'
-results exactly: on random sets full of ties, touching and zero-length intervals, and on every test trace's whole
-analysis with the passes on for every size."""
+"""The passes a big trace's analysis runs (interval_sweeps.py and key_join.py, compiled by numba) give numpy's
+forms' results exactly: on random sets full of ties, touching and zero-length intervals, on launch lookups with
+repeated and missing correlation ids, and on real traces' whole analysis with the passes on for every size."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from conftest import TRACES
 
 import diagnose.analysis.intervals as iv
-from diagnose.analysis import interval_sweeps, jitscan
+from diagnose.analysis import interval_sweeps, jitscan, key_join
 from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import load_trace
 from diagnose.serial import to_jsonable
 
-KERNELS = [pytest.param(interval_sweeps, id="plain-python")] + (
+PLAIN = SimpleNamespace(**{name: getattr(module, name) for module in (interval_sweeps, key_join)
+                           for name in dir(module) if not name.startswith("_")})
+KERNELS = [pytest.param(PLAIN, id="plain-python")] + (
     [pytest.param("compiled", id="numba")] if jitscan.usable() else [])
 
 
@@ -24,17 +29,24 @@ def random_intervals(rng, n: int, span: int = 40) -> np.ndarray:
 
 
 def numpy_forms(monkeypatch):
-    monkeypatch.setattr(iv, "_kernels", lambda size: None)
+    monkeypatch.setattr(jitscan, "for_size", lambda size: None)
 
 
 def sweeps(monkeypatch, kernels):
-    monkeypatch.setattr(iv, "_kernels", lambda size: jitscan._kernels() if kernels == "compiled" else kernels)
+    monkeypatch.setattr(jitscan, "for_size", lambda size: jitscan._kernels() if kernels == "compiled" else kernels)
+
+
+def spans_of(a: np.ndarray) -> Spans:
+    codes = np.zeros(len(a), dtype=np.int32)
+    return Spans(a[:, 0].copy(), a[:, 1].copy(), codes, ["op"], codes.copy(), [(0, 0)])
 
 
 def results(a: np.ndarray, b: np.ndarray) -> list:
     chain_a, chain_b = iv.union(a), iv.union(b)
+    picked = np.arange(len(a)) % 3 != 1
     return [iv.union(a), iv.intersect(chain_a, chain_b), iv.subtract(chain_a, chain_b),
-            iv.subtract(chain_a, chain_b[::2]), iv.intersect(a, chain_b)]  # the last: `a` not a chain
+            iv.subtract(chain_a, chain_b[::2]), iv.intersect(a, chain_b),  # `a` not a chain: numpy's form
+            iv.union_of(spans_of(a)), iv.union_of(spans_of(a), picked), iv.union_of(spans_of(a), picked & False)]
 
 
 @pytest.mark.parametrize("kernels", KERNELS)
@@ -59,6 +71,33 @@ def test_zero_length_and_touching_intervals_as_numpy_takes_them(kernels, monkeyp
     assert iv.subtract(np.array([[3.0, 3.0]]), np.array([[0.0, 1.0]])).tolist() == []
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_the_launch_lookup_gives_numpys_values(kernels, monkeypatch):
+    from diagnose.analysis.timeline import from_launch
+
+    rng = np.random.default_rng(3)
+
+    def spans(corr: np.ndarray) -> Spans:
+        zeros = np.zeros(len(corr))
+        return Spans(zeros, zeros, np.zeros(len(corr), dtype=np.int32), ["k"], np.zeros(len(corr), dtype=np.int32),
+                     [(0, 0)], corr)
+
+    for ascending in (False, True):
+        for _ in range(100):
+            launches = rng.integers(-1, 25, int(rng.integers(1, 40)))  # repeated ids, and -1: none
+            launches = np.sort(launches) if ascending else launches
+            runtime, work = spans(launches), spans(rng.integers(-1, 30, int(rng.integers(1, 40))))
+            trace, values = SimpleNamespace(runtime=runtime), np.arange(len(launches)) * 10
+            numpy_forms(monkeypatch)
+            expected = from_launch(trace, work, values)
+            sweeps(monkeypatch, kernels)
+            found = from_launch(trace, work, values)
+            assert found.dtype == expected.dtype and found.tolist() == expected.tolist(), launches.tolist()
+
+
+PASSES = ("ascending", "union_into", "is_chain", "coverage_into", "is_ascending", "values_by_key")
+
+
 class Counting:
     def __init__(self, kernels):
         self.kernels, self.calls = kernels, 0
@@ -77,10 +116,11 @@ def test_an_analysis_with_every_interval_swept_is_the_same(path, monkeypatch):
     trace = load_trace(path, stream=False)
     numpy_forms(monkeypatch)
     expected = to_jsonable(analyze(Inputs(trace)))
-    counting = Counting(jitscan._kernels())
+    kernels = jitscan._kernels()
+    compiled = {name: len(getattr(kernels, name).signatures) for name in PASSES}
+    counting = Counting(kernels)
     sweeps(monkeypatch, counting)
     assert to_jsonable(analyze(Inputs(trace))) == expected
     assert counting.calls > 10  # the passes ran, not numpy's forms
-    # the analysis passes the types the sample check compiled: no second compilation (seconds each)
-    kernels = jitscan._kernels()
-    assert all(len(k.signatures) == 1 for k in (kernels.union_into, kernels.coverage_into, kernels.is_chain))
+    # the analysis passes the types the sample check compiled: no compilation (seconds each) during an analysis
+    assert {name: len(getattr(kernels, name).signatures) for name in PASSES} == compiled

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from diagnose.analysis import interval_sweeps as _sweeps
+from diagnose.analysis import key_join as _key_join
 from diagnose.analysis.nesting import walk_nesting as _walk_nesting
 
 NUMBER_WIDTH = 32
@@ -318,7 +319,11 @@ def same_bytes(t, spans, representative):
 walk_nesting = njit(cache=True, nogil=True)(_walk_nesting)
 
 # intervals.py's union, intersect and subtract over a big trace's intervals, as passes (interval_sweeps.py)
-is_sorted = njit(cache=True, nogil=True)(_sweeps.is_sorted)
+ascending = njit(cache=True, nogil=True)(_sweeps.ascending)
 union_into = njit(cache=True, nogil=True)(_sweeps.union_into)
 is_chain = njit(cache=True, nogil=True)(_sweeps.is_chain)
 coverage_into = njit(cache=True, nogil=True)(_sweeps.coverage_into)
+
+# timeline.from_launch's lookup by correlation id over a big trace's device events, as a pass (key_join.py)
+is_ascending = njit(cache=True, nogil=True)(_key_join.is_ascending)
+values_by_key = njit(cache=True, nogil=True)(_key_join.values_by_key)

@@ -26,7 +26,7 @@ SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::i
 
 def gpu_activity(trace: Trace) -> np.ndarray:
     """Times when the GPU runs anything: kernels on any stream, copies, memsets."""
-    return iv.union(np.vstack([trace.kernels.intervals(), trace.memcpy.intervals(), trace.memset.intervals()]))
+    return iv.union(np.vstack([iv.union_of(trace.kernels), iv.union_of(trace.memcpy), iv.union_of(trace.memset)]))
 
 
 def blocking_runtime(trace: Trace) -> np.ndarray:
@@ -70,20 +70,26 @@ def idle_attribution(trace: Trace, windows: np.ndarray, total_us: float) -> dict
     idle = iv.subtract(iv.union(windows), gpu_activity(trace))
     result = {"gpu_idle_frac": iv.total(idle) / total_us}
     sources = [  # made one at a time: a big trace's ops and runtime calls take hundreds of MB as intervals
-        ("data_wait", lambda: trace.dataloader.intervals()),
-        ("sync", lambda: np.vstack([trace.runtime.intervals(blocking_runtime(trace)),
-                                    trace.cpu_ops.intervals(trace.cpu_ops.mask(lambda n: n in SYNC_OPS))])),
-        ("runtime", lambda: trace.runtime.intervals()),
-        ("cpu_ops", lambda: trace.cpu_ops.intervals()),
+        ("data_wait", lambda: iv.union_of(trace.dataloader)),
+        ("sync", lambda: _sync_time(trace)),
+        ("runtime", lambda: iv.union_of(trace.runtime)),
+        ("cpu_ops", lambda: iv.union_of(trace.cpu_ops)),
     ]
     remaining = idle
-    for cause, raw in sources:
-        mine = iv.intersect(remaining, iv.union(raw()))
+    for cause, covered in sources:
+        mine = iv.intersect(remaining, covered())
         result[f"gpu_idle_{cause}_frac"] = iv.total(mine) / total_us
         remaining = iv.subtract(remaining, mine)
     result["gpu_idle_python_frac"] = iv.total(remaining) / total_us
     result["gpu_idle_after_sync_frac"] = _gaps_after_syncs(trace, idle) / total_us
     return result
+
+
+def _sync_time(trace: Trace) -> np.ndarray:
+    """When the host waits in a sync: blocking runtime calls, and the ops that sync (.item(), nonzero)."""
+    ops = trace.cpu_ops
+    return iv.union(np.vstack([iv.union_of(trace.runtime, blocking_runtime(trace)),
+                               iv.union_of(ops, ops.mask(lambda n: n in SYNC_OPS))]))
 
 
 def _gaps_after_syncs(trace: Trace, idle: np.ndarray) -> float:
@@ -157,8 +163,8 @@ def communication_metrics(trace: Trace, within: np.ndarray, total_us: float) -> 
                            trace.annotations.intervals(comm_annotations)])
         result["collective_wait_frac"] = iv.total(iv.intersect(iv.union(every), within)) / total_us
     if comm_mask.any():
-        comm = iv.intersect(iv.union(trace.kernels.intervals(comm_mask)), within)
-        compute = iv.union(trace.kernels.intervals(~comm_mask))
+        comm = iv.intersect(iv.union_of(trace.kernels, comm_mask), within)
+        compute = iv.union_of(trace.kernels, ~comm_mask)
         comm_total = iv.total(comm)
         result["comm_kernel_frac"] = comm_total / total_us
         result["comm_overlap_frac"] = iv.total(iv.intersect(comm, compute)) / comm_total if comm_total else None

@@ -5,23 +5,24 @@ intersection, where a pass holds its output only. Plain Python here (indexing, c
 them as they are, against numpy's forms, with or without numba. Both give the same endpoints, which they copy."""
 
 
-def is_sorted(a):
-    """Whether the intervals' starts never decrease (then a union needs no sort)."""
-    for i in range(1, len(a)):
-        if a[i, 0] < a[i - 1, 0]:
+def ascending(values, order):
+    """Whether `values` taken in `order` (empty: as they are) never decrease (then a union needs no sort)."""
+    for k in range(1, len(order) if len(order) else len(values)):
+        i, before = (order[k], order[k - 1]) if len(order) else (k, k - 1)
+        if values[i] < values[before]:
             return False
     return True
 
 
-def union_into(a, order, out):
-    """Merge the intervals of `a` taken in `order` (by start; empty: as they are) into `out`; return how many.
-    A new interval starts where one begins after everything before it has ended (touching ones merge); its end
-    is the latest end so far, as numpy's running maximum is (never reset, as there)."""
+def union_into(starts, ends, order, out):
+    """Merge the intervals (starts[i], ends[i]) for i in `order` (by start; empty: every i, as they are) into
+    `out`; return how many. A new interval starts where one begins after everything before it has ended
+    (touching ones merge); its end is the latest end so far, as numpy's running maximum is (never reset)."""
     n = 0
     running = 0.0
-    for k in range(len(a)):
+    for k in range(len(order) if len(order) else len(starts)):
         i = order[k] if len(order) else k
-        start, end = a[i, 0], a[i, 1]
+        start, end = starts[i], ends[i]
         if k == 0 or start > running:
             if k > 0:
                 n += 1
@@ -30,7 +31,7 @@ def union_into(a, order, out):
         else:
             running = max(running, end)
         out[n, 1] = running
-    return n + 1 if len(a) else 0
+    return n + 1 if (len(order) or len(starts)) else 0
 
 
 def is_chain(a):

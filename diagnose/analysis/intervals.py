@@ -6,23 +6,22 @@ the same results, in a fraction of the memory numpy's forms take.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from diagnose.analysis import jitscan
 
 EMPTY = np.zeros((0, 2), dtype=np.float64)
-SWEEP_FROM = 4096  # intervals: fewer cost numpy less time than a call into the compiled kernels, and little memory
 
 
 def union(a: np.ndarray) -> np.ndarray:
     if len(a) == 0:
         return EMPTY
-    kernels = _kernels(len(a))
+    kernels = jitscan.for_size(len(a))
     if kernels is not None:
         a = np.ascontiguousarray(a, dtype=np.float64)
-        order = _NO_ORDER if kernels.is_sorted(a) else np.argsort(a[:, 0], kind="stable")
-        out = np.empty_like(a)
-        return out[:kernels.union_into(a, order, out)].copy()
+        return _union_pass(kernels, a[:, 0], a[:, 1], None)
     a = a[np.argsort(a[:, 0], kind="stable")]
     running_end = np.maximum.accumulate(a[:, 1])
     # a new block starts where an interval begins after everything before it has ended
@@ -36,8 +35,25 @@ def union(a: np.ndarray) -> np.ndarray:
     return np.column_stack([starts, ends])
 
 
-def _kernels(size: int):
-    return jitscan.loaded() if size >= SWEEP_FROM else None
+def union_of(spans, mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """union(spans.intervals(mask)): on a big trace, straight from the spans' start and end arrays, without
+    stacking them into a copy first (16 bytes a span: 200 MB for a 10 GB trace's ops)."""
+    count = len(spans.start) if mask is None else int(np.count_nonzero(mask))
+    kernels = jitscan.for_size(count)
+    if kernels is None or count == 0:  # (the pass takes an empty order for "every span")
+        return union(spans.intervals(mask))
+    picks = None if mask is None else np.flatnonzero(mask)
+    return _union_pass(kernels, np.ascontiguousarray(spans.start), np.ascontiguousarray(spans.end), picks)
+
+
+def _union_pass(kernels, starts: np.ndarray, ends: np.ndarray, picks: Optional[np.ndarray]) -> np.ndarray:
+    """The union by the compiled pass over (starts[i], ends[i]) for i in `picks` (None: all), sorted by start as
+    numpy's stable sort would (no sort when they are in order already)."""
+    order = _NO_ORDER if picks is None else picks
+    if not kernels.ascending(starts, order):
+        order = np.argsort(starts, kind="stable") if picks is None else picks[np.argsort(starts[picks], kind="stable")]
+    out = np.empty((len(starts) if picks is None else len(picks), 2))  # mapped lazily: pages touched as filled
+    return out[:kernels.union_into(starts, ends, order, out)].copy()
 
 
 _NO_ORDER = np.zeros(0, dtype=np.intp)
@@ -46,7 +62,7 @@ _NO_ORDER = np.zeros(0, dtype=np.intp)
 def _swept(a: np.ndarray, b: np.ndarray, without_b: bool):
     """intersect (subtract: `without_b`) by the compiled sweep; None where it does not apply (few intervals, no
     kernels loaded, or inputs that are not sorted and disjoint, which numpy's form takes as they are)."""
-    kernels = _kernels(len(a) + len(b))
+    kernels = jitscan.for_size(len(a) + len(b))
     if kernels is None:
         return None
     a, b = np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(b, dtype=np.float64)

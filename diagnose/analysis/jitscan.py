@@ -9,8 +9,9 @@ FAST_EVENT's, step by step (see _match); a test compares both on every trace in 
 Importing numba and loading the cached kernels costs about 0.6 s and 100 MB, which only a trace big enough to be
 read as a stream (stream.py) pays back, so only that path uses it. The first use on a machine compiles the
 kernels (a few seconds) into numba's cache. Once loaded, the analysis of that trace uses them too (ops.self_times'
-walk, nesting.py; union, intersect and subtract, interval_sweeps.py). Where numba cannot be imported, or its
-kernels fail to compile or to read a sample, the expression reads every trace and numpy does the arithmetic."""
+walk, nesting.py; union, intersect and subtract, interval_sweeps.py; the launch lookup, key_join.py). Where numba
+cannot be imported, or its kernels fail to compile or to read a sample, the expression reads every trace and
+numpy does the arithmetic."""
 from __future__ import annotations
 
 import os
@@ -24,6 +25,7 @@ NUMBER_WIDTH = 32
 FIELDS = 10  # mark, cat start/end, name start/end, pid start/end, tid start/end, correlation
 
 _compiled = None
+PASS_FROM = 4096
 
 
 SAMPLE = (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, '
@@ -53,7 +55,7 @@ def _load() -> None:
         scanned = scan(SAMPLE, 0, len(SAMPLE))
         ok = scanned is not None and len(scanned.ints) == 1
         ok = ok and same_bytes(SAMPLE, np.ascontiguousarray(scanned.ints[:, 1:5]), np.zeros(1, dtype=np.int64))
-        ok = ok and _walks_sample(_jitkernels) and _sweeps_sample(_jitkernels)
+        ok = ok and _walks_sample(_jitkernels) and _sweeps_sample(_jitkernels) and _joins_sample(_jitkernels)
     except Exception:
         ok = False
     if not ok:
@@ -70,11 +72,14 @@ def _walks_sample(kernels) -> bool:
 
 
 def _sweeps_sample(kernels) -> bool:
-    """The interval passes on two small sets, with the argument types intervals.py passes (its only signatures)."""
+    """The interval passes on two small sets, with the argument types intervals.py passes (its only signatures:
+    a union over a stacked array's columns, or over a Spans' start and end arrays)."""
     a = np.array([[1.0, 3.0], [0.0, 2.0], [5.0, 6.0]])
-    out = np.empty_like(a)
-    n = kernels.union_into(a, np.array([1, 0, 2], dtype=np.intp), out)
-    merged = out[:n].tolist() == [[0.0, 3.0], [5.0, 6.0]] and not kernels.is_sorted(a)
+    order, out = np.array([1, 0, 2], dtype=np.intp), np.empty_like(a)
+    stacked = out[:kernels.union_into(a[:, 0], a[:, 1], order, out)].tolist()
+    columns = out[:kernels.union_into(a[:, 0].copy(), a[:, 1].copy(), order, out)].tolist()
+    merged = stacked == columns == [[0.0, 3.0], [5.0, 6.0]]
+    merged = merged and not kernels.ascending(a[:, 0], order[:0]) and kernels.ascending(a[:, 0].copy(), order)
     chain, cut = np.array([[0.0, 3.0], [5.0, 6.0]]), np.array([[2.0, 5.5]])
     both, out = kernels.is_chain(chain) and kernels.is_chain(cut), np.empty((3, 2))
     inside = out[:kernels.coverage_into(chain, cut, False, out)].tolist() == [[2.0, 3.0], [5.0, 5.5]]
@@ -82,8 +87,22 @@ def _sweeps_sample(kernels) -> bool:
     return merged and both and inside and outside
 
 
+def _joins_sample(kernels) -> bool:
+    """The lookup by correlation id, with the argument types timeline.from_launch passes (its only signature)."""
+    keys, values, out = np.array([7, -1, 3, 7], dtype=np.int64), np.arange(4, dtype=np.int64), np.empty(4, np.int64)
+    order = np.argsort(keys, kind="stable")
+    kernels.values_by_key(keys, order, values, np.array([7, 3, 5, -1], dtype=np.int64), np.int64(-1), out)
+    return out.tolist() == [0, 2, -1, -1] and not kernels.is_ascending(keys)
+
+
 def _kernels():
     return _compiled
+
+
+def for_size(size: int):
+    """The compiled kernels for arrays of `size` items, when a big trace has loaded them and `size` is at least
+    PASS_FROM (fewer cost numpy less time than a call into the kernels, and little memory); else None."""
+    return loaded() if size >= PASS_FROM else None
 
 
 def loaded():

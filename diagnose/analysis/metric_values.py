@@ -53,7 +53,7 @@ def device_metrics(trace: Trace, steady: Trace, capture: Optional[Capture], time
     metrics = {"has_gpu": float(has_gpu), **gpu.communication_metrics(trace, within, total_us)}
     if not has_gpu:
         return metrics
-    kernels = iv.intersect(iv.union(trace.kernels.intervals()), within)
+    kernels = iv.intersect(iv.union_of(trace.kernels), within)
     fp32_gemm = op_stats.fp32_gemm_time_us(trace, within) / total_us
     name = capture.environment.gpu_name if capture else trace_gpu_name(trace.metadata)
     rates = tensor_core_metrics(capability, name, peaks)

@@ -32,7 +32,7 @@ ELEMENTWISE_OPS = frozenset(
 def elementwise_kernel_time_us(trace: Trace, within: np.ndarray) -> float:
     """GPU time of elementwise, normalization and reduction kernels inside the measured steps."""
     mask = trace.kernels.mask(lambda n: bool(ELEMENTWISE_KERNEL.search(n)) and not GEMM_KERNEL.search(n))
-    return iv.total(iv.intersect(iv.union(trace.kernels.intervals(mask)), within))
+    return iv.total(iv.intersect(iv.union_of(trace.kernels, mask), within))
 
 
 def elementwise_op_self_us(ops: Spans, self_t: np.ndarray, optimizer: np.ndarray) -> float:
@@ -90,4 +90,4 @@ def h2d_pageable_frac(trace: Trace):
 def fp32_gemm_time_us(trace: Trace, within: np.ndarray) -> float:
     """GPU time of fp32 GEMM/convolution kernels without tensor-core markers, inside the measured steps."""
     mask = trace.kernels.mask(lambda n: bool(GEMM_KERNEL.search(n)) and not TENSOR_CORE_KERNEL.search(n))
-    return iv.total(iv.intersect(iv.union(trace.kernels.intervals(mask)), within))
+    return iv.total(iv.intersect(iv.union_of(trace.kernels, mask), within))

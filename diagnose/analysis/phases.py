@@ -39,7 +39,7 @@ def phase_stats(trace: Trace, timeline: StepTimeline) -> tuple[PhaseStat, ...]:
     stats = []
     for index, name in enumerate(PHASES):
         mine = work_phase == index
-        busy = iv.total(iv.intersect(iv.union(work.intervals(mine)), within))
+        busy = iv.total(iv.intersect(iv.union_of(work, mine), within))
         stats.append(PhaseStat(name, float((launches & (phase == index)).sum()) / n, float(mine.sum()) / n,
                                busy / 1e6 / n))
     return tuple(stats)
@@ -60,7 +60,7 @@ def point_phases(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list],
     phase = np.full(len(at), PHASES.index("forward"))
     backward = _by_engine(trace, at, threads)
     _after_backward_is_other(phase, at, backward, host)
-    data = iv.contains(iv.union(trace.dataloader.intervals()), at)
+    data = iv.contains(iv.union_of(trace.dataloader), at)
     if data_extra is not None:
         data = data | data_extra
     phase[data] = PHASES.index("data")
@@ -71,7 +71,7 @@ def point_phases(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list],
 
 def optimizer_intervals(trace: Trace) -> np.ndarray:
     marks = trace.annotations.mask(lambda n: n.startswith(OPTIMIZER_MARKS))
-    return iv.union(trace.annotations.intervals(marks))
+    return iv.union_of(trace.annotations, marks)
 
 
 def _by_engine(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list]) -> np.ndarray:
@@ -81,7 +81,7 @@ def _by_engine(trace: Trace, at: np.ndarray, threads: tuple[np.ndarray, list]) -
     engine_threads = set(ops.threads_present(engine)) - {trace.main_thread}
     on_engine_thread = threads_where(threads, lambda t: t in engine_threads)
     main_engine = engine & ops.thread_mask(lambda t: t == trace.main_thread)
-    return on_engine_thread | iv.contains(iv.union(ops.intervals(main_engine)), at)
+    return on_engine_thread | iv.contains(iv.union_of(ops, main_engine), at)
 
 
 def _after_backward_is_other(phase: np.ndarray, at: np.ndarray, backward: np.ndarray, host: np.ndarray) -> None:

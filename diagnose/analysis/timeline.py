@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from diagnose.analysis import jitscan
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import Trace
 
@@ -59,11 +60,21 @@ def from_launch(trace: Trace, work: Spans, values: np.ndarray, missing: int = -1
     linked = corr >= 0
     if not linked.any() or not len(work):
         return np.full(len(work), missing)
+    kernels = jitscan.for_size(len(work))
+    if kernels is not None:  # a big trace: one pass, holding the sort order and the result only
+        values = np.asarray(values, dtype=np.int64)
+        order = _NO_ORDER if kernels.is_ascending(corr) else np.argsort(corr, kind="stable")
+        out = np.empty(len(work), dtype=np.int64)
+        kernels.values_by_key(corr, order, values, work.correlations(), np.int64(missing), out)
+        return out
     order = np.argsort(corr[linked], kind="stable")
     keys, picked = corr[linked][order], np.asarray(values)[linked][order]
     mine = work.correlations()
     j = np.clip(np.searchsorted(keys, mine), 0, len(keys) - 1)
     return np.where((mine >= 0) & (keys[j] == mine), picked[j], missing)
+
+
+_NO_ORDER = np.zeros(0, dtype=np.intp)
 
 
 def step_timeline(trace: Trace, host: np.ndarray) -> StepTimeline:
