@@ -11,7 +11,7 @@ import numpy as np
 
 import diagnose.analysis.intervals as iv
 from diagnose.analysis.spans import threads_where
-from diagnose.analysis.timeline import StepTimeline, device_work, from_launch
+from diagnose.analysis.timeline import StepTimeline, from_launch_each
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, PhaseStat
 
@@ -33,15 +33,16 @@ def phase_stats(trace: Trace, timeline: StepTimeline) -> tuple[PhaseStat, ...]:
     runtime = trace.runtime
     launches = runtime.mask(is_launch) & iv.contains(iv.union(timeline.host), runtime.start)
     phase = launch_phases(trace, timeline.host)
-    work = device_work(trace)
-    work_phase = from_launch(trace, work, phase)
+    kinds = [trace.kernels, trace.memcpy, trace.memset]  # each kind as it is: joined, a big trace's kernels copied
+    phase_of = from_launch_each(trace, kinds, phase)
     within = iv.union(timeline.device)
     stats = []
     for index, name in enumerate(PHASES):
-        mine = work_phase == index
-        busy = iv.total(iv.intersect(iv.union_of(work, mine), within))
-        stats.append(PhaseStat(name, float((launches & (phase == index)).sum()) / n, float(mine.sum()) / n,
-                               busy / 1e6 / n))
+        mine = [of == index for of in phase_of]
+        covered = iv.union(np.vstack([iv.union_of(spans, picked) for spans, picked in zip(kinds, mine)]))
+        busy = iv.total(iv.intersect(covered, within))
+        stats.append(PhaseStat(name, float((launches & (phase == index)).sum()) / n,
+                               float(sum(int(picked.sum()) for picked in mine)) / n, busy / 1e6 / n))
     return tuple(stats)
 
 
