@@ -1,6 +1,7 @@
-"""The passes a big trace's analysis runs (interval_sweeps.py and key_join.py, compiled by numba) give numpy's
-forms' results exactly: on random sets full of ties, touching and zero-length intervals, on launch lookups with
-repeated and missing correlation ids, and on real traces' whole analysis with the passes on for every size."""
+"""The passes a big trace's analysis runs (interval_sweeps.py, key_join.py and nesting.py's outermost walk,
+compiled by numba) give numpy's forms' (and plain Python's) results exactly: on random sets full of ties, touching
+and zero-length intervals, on launch lookups with repeated and missing correlation ids, and on real traces' whole
+analysis with the passes on for every size."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -95,7 +96,8 @@ def test_the_launch_lookup_gives_numpys_values(kernels, monkeypatch):
             assert found.dtype == expected.dtype and found.tolist() == expected.tolist(), launches.tolist()
 
 
-PASSES = ("ascending", "union_into", "is_chain", "coverage_into", "is_ascending", "values_by_key")
+PASSES = ("ascending", "union_into", "is_chain", "coverage_into", "is_ascending", "values_by_key", "walk_outermost",
+          "walk_first_seen")
 
 
 class Counting:

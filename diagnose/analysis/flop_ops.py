@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import orjson
 
 from diagnose.analysis.fastparse import _thread_into
+from diagnose.analysis.spans import CODE
 
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
 # listed, so each product is counted once, where it is computed
@@ -36,56 +38,75 @@ FLOP_EVENT = re.compile(rb'"name":\s*"(' + _NAMES + rb')"' + _SEP + rb'"pid":\s*
 
 @dataclass
 class FlopOps:
-    names: tuple[str, ...] = ()
+    """The ops, each a kind (its name, input dims, dtypes and scalar arguments: `kinds`, one entry per distinct
+    kind, as a step's ops repeat every step) and a thread (`threads`), held as int32 codes into those tables beside
+    its start and duration: 24 bytes an op, no Python object per op (a 10 GB trace holds two million)."""
     ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
     dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    tids: tuple = ()  # (pid, tid)
-    dims: tuple = ()  # each op's "Input Dims" (None: the trace has no shapes)
-    types: tuple = ()  # each op's "Input type"
-    scalars: tuple = ()  # each op's "Concrete Inputs" (strides, paddings, masks as text)
+    kind_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=CODE))
+    kinds: list[OpKind] = field(default_factory=list)
+    thread_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=CODE))
+    threads: list = field(default_factory=list)  # (pid, tid)
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.ts)
 
     @classmethod
     def concat(cls, parts: list["FlopOps"]) -> "FlopOps":
-        """Several pieces' ops, in order (a streamed trace's)."""
+        """Several pieces' ops, in order (a streamed trace's); equal kinds and threads get one code."""
         parts = [p for p in parts if len(p)]
         if len(parts) <= 1:
             return parts[0] if parts else cls()
-        return cls(tuple(n for p in parts for n in p.names), np.concatenate([p.ts for p in parts]),
-                   np.concatenate([p.dur for p in parts]), tuple(t for p in parts for t in p.tids),
-                   tuple(d for p in parts for d in p.dims), tuple(t for p in parts for t in p.types),
-                   tuple(s for p in parts for s in p.scalars))
+        kind_index: dict[tuple, int] = {}
+        kinds: list[OpKind] = []
+        thread_index: dict = {}
+        kind_codes, thread_codes = [], []
+        for part in parts:
+            for kind in part.kinds:
+                if kind.key not in kind_index:
+                    kind_index[kind.key] = len(kinds)
+                    kinds.append(kind)
+            recode = np.fromiter((kind_index[k.key] for k in part.kinds), dtype=CODE, count=len(part.kinds))
+            kind_codes.append(recode[part.kind_codes])
+            retread = np.fromiter((thread_index.setdefault(t, len(thread_index)) for t in part.threads), dtype=CODE,
+                                  count=len(part.threads))
+            thread_codes.append(retread[part.thread_codes])
+        return cls(np.concatenate([p.ts for p in parts]), np.concatenate([p.dur for p in parts]),
+                   np.concatenate(kind_codes), kinds, np.concatenate(thread_codes), list(thread_index))
+
+
+@dataclass(frozen=True)
+class OpKind:
+    name: str
+    dims: Optional[list]  # each input's dims (None: the trace has no shapes)
+    types: Optional[list]  # each input's dtype
+    scalars: Optional[list]  # "Concrete Inputs": strides, paddings, masks as text
+    key: tuple = field(compare=False, repr=False)  # name and the values' JSON: equal kinds, equal keys
 
 
 def read_flop_ops(raw: bytes) -> FlopOps:
     found = FLOP_EVENT.findall(raw)
     if not found:
         return FlopOps()
-    names, threads, ts, dur, dims, types, scalars = [], [], [], [], [], [], []
-    # a step's ops repeat every step: one object for each distinct name, thread and argument value
-    seen: dict = {}
+    ts, dur, kind_codes, thread_codes = [], [], [], []
+    kinds: dict[tuple, int] = {}
+    table: list[OpKind] = []
     known_threads: dict[tuple, tuple] = {}
+    threads: dict[tuple, int] = {}
     for name, pid, tid, start, length, args in found:
         parsed = _args(args)
-        names.append(seen[name] if name in seen else seen.setdefault(name, name.decode()))
+        values = (parsed.get("Input Dims"), parsed.get("Input type"), parsed.get("Concrete Inputs"))
+        key = (name, *(None if v is None else orjson.dumps(v) for v in values))
+        if key not in kinds:
+            kinds[key] = len(table)
+            table.append(OpKind(name.decode(), *values, key=key))
+        kind_codes.append(kinds[key])
         thread = known_threads.get((pid, tid)) or _thread_into(known_threads, (pid, tid))
-        threads.append(thread)
+        thread_codes.append(threads.setdefault(thread, len(threads)))
         ts.append(float(start))
         dur.append(float(length))
-        dims.append(_shared(seen, parsed.get("Input Dims")))
-        types.append(_shared(seen, parsed.get("Input type")))
-        scalars.append(_shared(seen, parsed.get("Concrete Inputs")))
-    return FlopOps(tuple(names), np.array(ts), np.array(dur), tuple(threads), tuple(dims), tuple(types),
-                   tuple(scalars))
-
-
-def _shared(seen: dict, value):
-    """The one object already read for an equal value (big traces hold millions of these lists)."""
-    if value is None:
-        return None
-    return seen.setdefault(("value", orjson.dumps(value)), value)
+    return FlopOps(np.array(ts), np.array(dur), np.array(kind_codes, dtype=CODE), table,
+                   np.array(thread_codes, dtype=CODE), list(threads))
 
 
 def _args(raw: bytes) -> dict:
@@ -96,4 +117,3 @@ def _args(raw: bytes) -> dict:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
-

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter, defaultdict
-from typing import Callable, Optional, TypeVar
+from typing import Optional, Sequence
 
 import numpy as np
 
 import diagnose.analysis.intervals as iv
+from diagnose.analysis import jitscan
 from diagnose.analysis.flop_ops import ATTENTION, GEMM, FlopOps
+from diagnose.analysis.nesting import walk_outermost
 from diagnose.analysis.phases import point_phases
-from diagnose.analysis.spans import codes_of
+from diagnose.analysis.spans import CODE, codes_of, present_in_order
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, FlopCount
 
-T = TypeVar("T")
 DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
           "c10::Float8_e4m3fn": "float8", "c10::Float8_e5m2": "float8"}
 
@@ -32,59 +32,58 @@ def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
     if not len(ops) or not len(host_windows):
         return None
     keep = outermost_in(ops, host_windows)
-    if not keep:
+    if not len(keep):
         return None
-    phases = point_phases(trace, ops.ts[keep], codes_of([ops.tids[i] for i in keep]), host_windows)
-    by_phase: dict[str, float] = defaultdict(float)
-    by_dtype: dict[str, float] = defaultdict(float)
-    uncounted: Counter = Counter()
-    counted = by_kind(ops, keep, lambda i: (op_flops(ops.names[i], ops.dims[i], ops.scalars[i]),
-                                            op_dtype(ops.types[i])))
-    for index, phase, (flops, dtype) in zip(keep, phases.tolist(), counted):
-        if flops is None:
-            uncounted[ops.names[index]] += 1
-            continue
-        by_phase[PHASES[phase]] += flops
-        by_dtype[dtype] += flops
+    phases = point_phases(trace, ops.ts[keep], (ops.thread_codes[keep], ops.threads), host_windows)
+    # a step's ops repeat every step: each kind of op is counted once, then its count given to each op of it
+    per_kind = [op_flops(k.name, k.dims, k.scalars) for k in ops.kinds]
+    kinds = ops.kind_codes[keep]
+    flops = np.array([np.nan if f is None else f for f in per_kind], dtype=np.float64)[kinds]
+    counted = ~np.isnan(flops)
+    dtype_codes, dtypes = codes_of([op_dtype(k.types) for k in ops.kinds])
+    name_codes, names = codes_of([k.name for k in ops.kinds])
     steps = len(host_windows)
+    by_phase = sums_in_order(phases[counted], flops[counted], PHASES)
+    by_dtype = sums_in_order(dtype_codes[kinds][counted], flops[counted], dtypes)
     return FlopCount(
         per_step=sum(by_phase.values()) / steps,
         by_phase={p: v / steps for p, v in by_phase.items()},
         by_dtype={d: v / steps for d, v in by_dtype.items()},
         source="the trace's shapes (matrix products, convolutions, attention)",
-        uncounted=tuple(f"{name} x{count // steps or count}" for name, count in uncounted.most_common()))
+        uncounted=tuple(f"{names[c]} x{n // steps or n}" for c, n in most_common(name_codes[kinds][~counted])))
 
 
-def outermost_in(ops: FlopOps, host_windows: np.ndarray) -> list[int]:
-    """The counted ops inside the steps that are not inside another counted op on the same thread."""
-    return _outermost(ops, np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts)))
+def sums_in_order(codes: np.ndarray, weights: np.ndarray, labels: Sequence) -> dict:
+    """The weights summed by code, in order (the same sums as adding them one by one), keyed by label in order of
+    each code's first appearance."""
+    sums = np.bincount(codes, weights=weights, minlength=len(labels))
+    return {labels[c]: float(sums[c]) for c in present_in_order(codes).tolist()}
 
 
-def _outermost(ops: FlopOps, indices: np.ndarray) -> list[int]:
-    keep: list[int] = []
-    open_until: dict = {}
-    ts, dur = ops.ts.tolist(), ops.dur.tolist()
-    # by start, the longest first among equal starts (np.lexsort is stable, as sorted() is)
-    for i in indices[np.lexsort((-ops.dur[indices], ops.ts[indices]))].tolist():
-        tid = ops.tids[i]
-        if ts[i] < open_until.get(tid, -math.inf):
-            continue
-        keep.append(i)
-        open_until[tid] = ts[i] + dur[i]
-    return keep
+def most_common(codes: np.ndarray) -> list[tuple[int, int]]:
+    """(code, count) by count, the first to appear first among equal counts (as Counter.most_common)."""
+    present = present_in_order(codes)
+    counts = np.bincount(codes)[present] if len(codes) else np.zeros(0, dtype=np.int64)
+    ranked = np.argsort(-counts, kind="stable")
+    return list(zip(present[ranked].tolist(), counts[ranked].tolist()))
 
 
-def by_kind(ops: FlopOps, keep: list[int], value: Callable[[int], T]) -> list[T]:
-    """value(i) for each op i in `keep`, computed once per kind of op: a step's ops repeat every step, and the
-    reader shares one object between equal dims, scalars and types, so identity finds the repeats."""
-    known: dict[tuple, T] = {}
-    values = []
-    for i in keep:
-        key = (ops.names[i], id(ops.dims[i]), id(ops.scalars[i]), id(ops.types[i]))
-        if key not in known:
-            known[key] = value(i)
-        values.append(known[key])
-    return values
+def outermost_in(ops: FlopOps, host_windows: np.ndarray) -> np.ndarray:
+    """The counted ops inside the steps that are not inside another counted op on the same thread, by start."""
+    indices = np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts))
+    # by start, the longest first among equal starts (np.lexsort is stable)
+    order = indices[np.lexsort((-ops.dur[indices], ops.ts[indices]))]
+    kernels = jitscan.for_size(len(order))
+    if kernels is not None:  # a big trace: the walk compiled, over arrays
+        keep = np.empty(len(order), dtype=np.intp)
+        n = kernels.walk_outermost(order.astype(np.intp, copy=False), ops.thread_codes.astype(CODE, copy=False),
+                                   np.ascontiguousarray(ops.ts), np.ascontiguousarray(ops.dur),
+                                   np.full(len(ops.threads), -np.inf), keep)
+        return keep[:n].copy()
+    keep_list = [0] * len(order)
+    n = walk_outermost(order.tolist(), ops.thread_codes.tolist(), ops.ts.tolist(), ops.dur.tolist(),
+                       [-math.inf] * len(ops.threads), keep_list)
+    return np.asarray(keep_list[:n], dtype=np.intp)
 
 
 def op_dtype(types) -> str:

@@ -63,12 +63,22 @@ def _load() -> None:
 
 
 def _walks_sample(kernels) -> bool:
-    """The nesting walk on an op holding another (self time 3 - 1 = 2 for the parent, 1 for the child), with the
-    argument types ops.self_times passes (one compiled signature: the one the analysis runs)."""
+    """The nesting walk on an op holding another (self time 3 - 1 = 2 for the parent, 1 for the child), and the
+    outermost walk, with the argument types ops.self_times and flops.outermost_in pass (one compiled signature
+    each: the one the analysis runs)."""
     self_t, top = np.array([3.0, 1.0]), np.zeros(2, dtype=bool)
     kernels.walk_nesting(np.array([0, 1], dtype=np.intp), np.zeros(2, dtype=CODE), np.array([0.0, 1.0]),
                          np.array([3.0, 2.0]), np.ones(1, dtype=bool), np.empty(2, dtype=np.int64), self_t, top)
-    return self_t.tolist() == [2.0, 1.0] and top.tolist() == [True, False]
+    if not (self_t.tolist() == [2.0, 1.0] and top.tolist() == [True, False]):
+        return False
+    keep = np.empty(3, dtype=np.intp)  # flops.outermost_in's walk: [0, 4) holds [1, 2); [5, 6) is kept too
+    n = kernels.walk_outermost(np.array([0, 1, 2], dtype=np.intp), np.zeros(3, dtype=CODE),
+                               np.array([0.0, 1.0, 5.0]), np.array([4.0, 1.0, 1.0]), np.full(1, -np.inf), keep)
+    if keep[:n].tolist() != [0, 2]:
+        return False
+    first, out = np.full(3, -1, dtype=np.int64), np.empty(3, dtype=CODE)  # spans.present_in_order's walk
+    n = kernels.walk_first_seen(np.array([2, 0, 2, 1, 0], dtype=CODE), first, out)
+    return out[:n].tolist() == [2, 0, 1]
 
 
 def _sweeps_sample(kernels) -> bool:

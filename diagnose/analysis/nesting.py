@@ -1,6 +1,7 @@
-"""The walk behind ops.self_times, written once for two runtimes: plain Python over lists (a small trace), and
-numba over arrays (_jitkernels compiles this same function for a big trace, whose op lists would cost about 150
-bytes an op as Python objects). It uses only indexing, comparisons and arithmetic, which both run alike."""
+"""The walks behind ops.self_times, flops.outermost_in and spans.present_in_order, each written once for two
+runtimes: plain Python over lists (a small trace), and numba over arrays (_jitkernels compiles these same functions
+for a big trace, whose op lists would cost about 150 bytes an op as Python objects). They use only indexing,
+comparisons and arithmetic, which both run alike."""
 
 
 def walk_nesting(order, thread_of, starts, ends, counted, stack, self_t, top):
@@ -23,3 +24,31 @@ def walk_nesting(order, thread_of, starts, ends, counted, stack, self_t, top):
             top[i] = True
         stack[depth] = i
         depth += 1
+
+
+def walk_outermost(order, thread_of, starts, durations, open_until, keep):
+    """Visit ops in `order` (by start, the longest first among equal starts) and put in `keep` each one that does
+    not start inside the last one kept on its thread (`open_until`, by thread code: where that one ends, -inf at
+    first); return how many were kept."""
+    n = 0
+    for i in order:
+        thread = thread_of[i]
+        if starts[i] < open_until[thread]:
+            continue
+        keep[n] = i
+        n += 1
+        open_until[thread] = starts[i] + durations[i]
+    return n
+
+
+def walk_first_seen(codes, first, out):
+    """Put in `out` each code of `codes` the first time it appears (`first`, by code: -1 until then, then where);
+    return how many there are."""
+    n = 0
+    for i in range(len(codes)):
+        code = codes[i]
+        if first[code] < 0:
+            first[code] = i
+            out[n] = code
+            n += 1
+    return n

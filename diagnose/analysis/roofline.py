@@ -12,9 +12,9 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.flop_ops import FlopOps
-from diagnose.analysis.flops import by_kind, op_dtype, op_flops, op_output_elements, outermost_in
-from diagnose.analysis.spans import present_in_order
+from diagnose.analysis.flop_ops import FlopOps, OpKind
+from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements, outermost_in
+from diagnose.analysis.spans import codes_of, present_in_order
 from diagnose.analysis.timeline import from_launch
 from diagnose.analysis.trace import Trace
 from diagnose.model import Peak, Roofline, RooflineOp
@@ -32,27 +32,34 @@ def roofline(trace: Trace, host_windows: np.ndarray, peaks: dict[str, Peak], tf3
     if bandwidth is None or not len(ops) or not len(host_windows) or mean_step_s <= 0:
         return None
     keep = outermost_in(ops, host_windows)
-    seconds = _kernel_seconds(trace, ops, keep) if trace.has_gpu else {i: ops.dur[i] / 1e6 for i in keep}
-    groups: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # calls, FLOPs, bytes, seconds
-    kinds = by_kind(ops, keep, lambda i: (_flops_and_bytes(ops, i), op_dtype(ops.types[i]), _shapes(ops.dims[i])))
-    for i, (counted, dtype, shapes) in zip(keep, kinds):
-        if counted is None or not seconds.get(i):
-            continue
-        if tf32 and dtype == "float32" and "tf32" in peaks:
-            dtype = "tf32"
-        group = groups[(ops.names[i], shapes, dtype)]
-        for k, value in enumerate((1, *counted, seconds[i])):
-            group[k] += value
-    rows = [r for r in (_row(key, g, peaks, bandwidth, len(host_windows), mean_step_s) for key, g in groups.items())
-            if r is not None]
+    seconds = _kernel_seconds(trace, ops, keep) if trace.has_gpu else ops.dur[keep] / 1e6
+    # each kind of op (name, dims, dtypes, scalars) is measured once; its ops are grouped by name, shapes, dtype
+    per_kind = [(_flops_and_bytes(k), _dtype(op_dtype(k.types), tf32, peaks), _shapes(k.dims)) for k in ops.kinds]
+    group_codes, groups = codes_of([(k.name, shapes, dtype) for k, (_, dtype, shapes) in zip(ops.kinds, per_kind)])
+    kinds = ops.kind_codes[keep]
+    measured = np.array([counted is not None for counted, _, _ in per_kind], dtype=bool)[kinds] & (seconds != 0)
+    moved = np.array([counted or (0.0, 0.0) for counted, _, _ in per_kind], dtype=np.float64)[kinds[measured]]
+    group_of = group_codes[kinds[measured]]
+    calls = np.bincount(group_of, minlength=len(groups))
+    flops = np.bincount(group_of, weights=moved[:, 0], minlength=len(groups))
+    bytes_moved = np.bincount(group_of, weights=moved[:, 1], minlength=len(groups))
+    spent = np.bincount(group_of, weights=seconds[measured], minlength=len(groups))
+    rows = [r for r in (_row(groups[g], (int(calls[g]), float(flops[g]), float(bytes_moved[g]), float(spent[g])),
+                             peaks, bandwidth, len(host_windows), mean_step_s)
+                        for g in present_in_order(group_of).tolist()) if r is not None]
     return _summary(rows, peaks, bandwidth, "device kernels" if trace.has_gpu else "host op time") if rows else None
 
 
-def _flops_and_bytes(ops: FlopOps, i: int) -> Optional[tuple[float, float]]:
-    name, dims = ops.names[i], ops.dims[i]
-    flops = op_flops(name, dims, ops.scalars[i])
-    written = op_output_elements(name, dims, ops.scalars[i])
-    element = ELEMENT_BYTES.get(op_dtype(ops.types[i]))
+def _dtype(dtype: str, tf32: bool, peaks: dict[str, Peak]) -> str:
+    """float32 products ran as TF32 where the run allowed it (and the machine has its peak)."""
+    return "tf32" if tf32 and dtype == "float32" and "tf32" in peaks else dtype
+
+
+def _flops_and_bytes(kind: OpKind) -> Optional[tuple[float, float]]:
+    name, dims = kind.name, kind.dims
+    flops = op_flops(name, dims, kind.scalars)
+    written = op_output_elements(name, dims, kind.scalars)
+    element = ELEMENT_BYTES.get(op_dtype(kind.types))
     if flops is None or written is None or element is None:
         return None
     read = sum(math.prod(d) for d in dims if isinstance(d, list) and d)
@@ -95,26 +102,27 @@ def _shapes(dims) -> str:
     return " x ".join(str(d) for d in tensors[:3]) + (" ..." if len(tensors) > 3 else "")
 
 
-def _kernel_seconds(trace: Trace, ops: FlopOps, keep: list[int]) -> dict[int, float]:
-    """Each op's kernels' time: the kernels launched by the runtime calls made inside the op, on its thread."""
+def _kernel_seconds(trace: Trace, ops: FlopOps, keep: np.ndarray) -> np.ndarray:
+    """Each kept op's kernels' time: the kernels launched by the runtime calls made inside the op, on its thread
+    (0 where its thread made no runtime call)."""
     runtime, kernels = trace.runtime, trace.kernels
     launcher = from_launch(trace, kernels, np.arange(len(runtime)))
     per_call = np.zeros(len(runtime))
     linked = launcher >= 0
     np.add.at(per_call, launcher[linked], (kernels.end - kernels.start)[linked] / 1e6)
     codes, table = runtime.thread_codes()
-    threads = {table[c]: np.flatnonzero(codes == c) for c in present_in_order(codes).tolist()}
-    op_threads: dict = defaultdict(list)
-    for i in keep:
-        op_threads[ops.tids[i]].append(i)
-    seconds = {}
-    for tid, picks in op_threads.items():
-        if tid not in threads:
+    calls_of = {table[c]: np.flatnonzero(codes == c) for c in present_in_order(codes).tolist()}
+    seconds = np.zeros(len(keep))
+    op_threads = ops.thread_codes[keep]
+    for code in present_in_order(op_threads).tolist():
+        thread_calls = calls_of.get(ops.threads[code])
+        if thread_calls is None:
             continue
-        calls = threads[tid][np.argsort(runtime.start[threads[tid]], kind="stable")]
+        calls = thread_calls[np.argsort(runtime.start[thread_calls], kind="stable")]
         starts, cumulative = runtime.start[calls], np.concatenate([[0.0], np.cumsum(per_call[calls])])
-        index = np.asarray(picks)
+        mine = np.flatnonzero(op_threads == code)
+        index = keep[mine]
         lo = np.searchsorted(starts, ops.ts[index])
         hi = np.searchsorted(starts, ops.ts[index] + ops.dur[index])
-        seconds.update(zip(picks, (cumulative[hi] - cumulative[lo]).tolist()))
+        seconds[mine] = cumulative[hi] - cumulative[lo]
     return seconds

@@ -146,6 +146,14 @@ def codes_of(values: Sequence) -> tuple[np.ndarray, list]:
 
 def present_in_order(codes: np.ndarray) -> np.ndarray:
     """The codes that occur, in order of their first occurrence."""
+    from diagnose.analysis import jitscan  # (here: jitscan imports this module)
+
+    kernels = jitscan.for_size(len(codes))
+    if kernels is not None and len(codes) and codes.dtype == CODE:  # a big trace: one pass (np.unique sorts a copy)
+        table = int(codes.max()) + 1
+        out = np.empty(min(table, len(codes)), dtype=CODE)
+        n = kernels.walk_first_seen(np.ascontiguousarray(codes), np.full(table, -1, dtype=np.int64), out)
+        return out[:n].copy()
     present, first = np.unique(codes, return_index=True)
     return present[np.argsort(first, kind="stable")]
 
