@@ -81,7 +81,7 @@ def analyze(inputs: Inputs) -> Analysis:
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))
     busy = metrics.get("gpu_busy_frac") if trace.has_gpu else metrics.get("compute_frac")
-    light = _speed_of_light(inputs, host_windows, stats["mean"], busy)
+    light = released(_speed_of_light(inputs, host_windows, stats["mean"], busy))
     metrics.update(speed_metrics(light))
     return Analysis(
         steps=tuple(steps),
@@ -106,7 +106,7 @@ def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float
                     busy_frac: Optional[float]) -> Optional[SpeedOfLight]:
     """torch's count from the run where there is one (the trace's beside it as a cross-check), else the trace's,
     over the step time the report states (unprofiled when measured)."""
-    from_trace = trace_flops(inputs.trace, host_windows)
+    from_trace = released(trace_flops(inputs.trace, host_windows))
     capture = inputs.capture
     counted = capture.flops if capture is not None and capture.flops and capture.flops.per_step else None
     step_s = unprofiled_step_s(capture) or mean_step_s

@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from diagnose.analysis import jitscan
 from diagnose.analysis.flop_ops import FlopOps, OpKind
 from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements, outermost_in
 from diagnose.analysis.spans import codes_of, present_in_order
@@ -105,20 +106,16 @@ def _shapes(dims) -> str:
 def _kernel_seconds(trace: Trace, ops: FlopOps, keep: np.ndarray) -> np.ndarray:
     """Each kept op's kernels' time: the kernels launched by the runtime calls made inside the op, on its thread
     (0 where its thread made no runtime call)."""
-    runtime, kernels = trace.runtime, trace.kernels
-    launcher = from_launch(trace, kernels, np.arange(len(runtime)))
-    per_call = np.zeros(len(runtime))
-    linked = launcher >= 0
-    np.add.at(per_call, launcher[linked], (kernels.end - kernels.start)[linked] / 1e6)
+    runtime = trace.runtime
+    per_call = _kernel_seconds_by_call(trace)
     codes, table = runtime.thread_codes()
-    calls_of = {table[c]: np.flatnonzero(codes == c) for c in present_in_order(codes).tolist()}
+    code_of = {table[c]: c for c in present_in_order(codes).tolist()}
     seconds = np.zeros(len(keep))
     op_threads = ops.thread_codes[keep]
     for code in present_in_order(op_threads).tolist():
-        thread_calls = calls_of.get(ops.threads[code])
-        if thread_calls is None:
+        if ops.threads[code] not in code_of:
             continue
-        calls = thread_calls[np.argsort(runtime.start[thread_calls], kind="stable")]
+        calls = _by_start(runtime.start, np.flatnonzero(codes == code_of[ops.threads[code]]))
         starts, cumulative = runtime.start[calls], np.concatenate([[0.0], np.cumsum(per_call[calls])])
         mine = np.flatnonzero(op_threads == code)
         index = keep[mine]
@@ -126,3 +123,27 @@ def _kernel_seconds(trace: Trace, ops: FlopOps, keep: np.ndarray) -> np.ndarray:
         hi = np.searchsorted(starts, ops.ts[index] + ops.dur[index])
         seconds[mine] = cumulative[hi] - cumulative[lo]
     return seconds
+
+
+def _kernel_seconds_by_call(trace: Trace) -> np.ndarray:
+    """Seconds of the kernels each runtime call launched, added in the kernels' order (a big trace's arrays are
+    taken whole where every kernel is linked: each masked copy is as long as the kernels)."""
+    kernels = trace.kernels
+    launcher = from_launch(trace, kernels, np.arange(len(trace.runtime)))
+    durations = kernels.end - kernels.start
+    durations /= 1e6
+    per_call = np.zeros(len(trace.runtime))
+    linked = launcher >= 0
+    if linked.all():
+        np.add.at(per_call, launcher, durations)
+    else:
+        np.add.at(per_call, launcher[linked], durations[linked])
+    return per_call
+
+
+def _by_start(starts: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """`calls` in order of start (stably): as they are when they are already (a thread's calls usually are)."""
+    kernels = jitscan.for_size(len(calls))
+    if kernels is not None and kernels.ascending(starts, calls):
+        return calls
+    return calls[np.argsort(starts[calls], kind="stable")]
