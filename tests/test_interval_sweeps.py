@@ -11,13 +11,13 @@ import pytest
 from conftest import TRACES
 
 import diagnose.analysis.intervals as iv
-from diagnose.analysis import interval_sweeps, jitscan, key_join
+from diagnose.analysis import interval_sweeps, jitscan, key_join, nesting
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import load_trace
 from diagnose.serial import to_jsonable
 
-PLAIN = SimpleNamespace(**{name: getattr(module, name) for module in (interval_sweeps, key_join)
+PLAIN = SimpleNamespace(**{name: getattr(module, name) for module in (interval_sweeps, key_join, nesting)
                            for name in dir(module) if not name.startswith("_")})
 KERNELS = [pytest.param(PLAIN, id="plain-python")] + (
     [pytest.param("compiled", id="numba")] if jitscan.usable() else [])
@@ -97,7 +97,26 @@ def test_the_launch_lookup_gives_numpys_values(kernels, monkeypatch):
 
 
 PASSES = ("ascending", "union_into", "is_chain", "coverage_into", "is_ascending", "values_by_key", "walk_outermost",
+          "in_thread_order", "walk_nesting",
           "walk_first_seen")
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_ops_in_thread_order_are_found_as_lexsort_would_order_them(kernels):
+    kernels = jitscan._kernels() if kernels == "compiled" else kernels
+    rng = np.random.default_rng(5)
+    found = 0
+    for _ in range(400):
+        n = int(rng.integers(1, 12))
+        codes = rng.integers(0, 3, n).astype(np.int32)
+        starts, ends = rng.integers(0, 4, n).astype(np.float64), rng.integers(4, 7, n).astype(np.float64)
+        if rng.random() < 0.5:  # each thread's ops by start, the longest first, threads interleaved
+            by_op = np.lexsort((-ends, starts))
+            starts, ends = starts[by_op], ends[by_op]
+        expected = np.array_equal(np.lexsort((-ends, starts, codes)), np.argsort(codes, kind="stable"))
+        assert bool(kernels.in_thread_order(codes, starts, ends, np.full(3, -1, dtype=np.int64))) == expected
+        found += expected
+    assert 100 < found < 400  # both answers were asked for
 
 
 class Counting:

@@ -15,6 +15,7 @@ from numba import njit
 
 from diagnose.analysis import interval_sweeps as _sweeps
 from diagnose.analysis import key_join as _key_join
+from diagnose.analysis.nesting import in_thread_order as _in_thread_order
 from diagnose.analysis.nesting import walk_first_seen as _walk_first_seen
 from diagnose.analysis.nesting import walk_nesting as _walk_nesting
 from diagnose.analysis.nesting import walk_outermost as _walk_outermost
@@ -319,6 +320,7 @@ def same_bytes(t, spans, representative):
 
 # ops.self_times' walk, the same function compiled: over a big trace's arrays, no Python object per op
 walk_nesting = njit(cache=True, nogil=True)(_walk_nesting)
+in_thread_order = njit(cache=True, nogil=True)(_in_thread_order)
 # flops.outermost_in's walk, compiled the same way
 walk_outermost = njit(cache=True, nogil=True)(_walk_outermost)
 # spans.present_in_order over a big trace's codes: one pass, where np.unique sorts a copy and its order

@@ -76,6 +76,11 @@ def _walks_sample(kernels) -> bool:
                                np.array([0.0, 1.0, 5.0]), np.array([4.0, 1.0, 1.0]), np.full(1, -np.inf), keep)
     if keep[:n].tolist() != [0, 2]:
         return False
+    in_order = kernels.in_thread_order(np.zeros(2, dtype=CODE), np.array([0.0, 0.0]), np.array([3.0, 2.0]),
+                                       np.full(1, -1, dtype=np.int64))  # ops.self_times' order check
+    if not in_order or kernels.in_thread_order(np.zeros(2, dtype=CODE), np.array([1.0, 0.0]), np.array([2.0, 2.0]),
+                                               np.full(1, -1, dtype=np.int64)):
+        return False
     first, out = np.full(3, -1, dtype=np.int64), np.empty(3, dtype=CODE)  # spans.present_in_order's walk
     n = kernels.walk_first_seen(np.array([2, 0, 2, 1, 0], dtype=CODE), first, out)
     return out[:n].tolist() == [2, 0, 1]
