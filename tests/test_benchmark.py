@@ -88,3 +88,17 @@ def test_a_folder_of_ranks_analysed_by_two_workers_gives_what_one_process_gives(
         written[jobs] = json.loads((out / "analysis.json").read_text())
     assert [r["rank"] for r in written["2"]["ranks"]] == [0, 1, 2, 3]
     assert written["2"] == written["1"]
+
+
+def test_compare_counts_events_in_a_child_so_its_peaks_are_the_tools_own(tmp_path, generated):
+    # Linux hands each child the peak RSS of the process that starts it: a trace parsed by compare.py itself
+    # raised every later figure to compare.py's peak (453 MiB was reported for a run of 240 MiB)
+    path, counts = generated
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), str(path),
+                    str(ROOT / "tests" / "data" / "traces" / "a100_ddp_rank3_of8.json.gz"), "--tools", "diagnose",
+                    "--repeat", "1", "--json", str(report)], capture_output=True, text=True, timeout=300, check=True,
+                   cwd=ROOT)
+    written = json.loads(report.read_text())
+    assert [t["events"] for t in written["traces"]] == [counts["events"], 109_123]
+    assert written["floor_peak_rss_mib"] < 60  # parsing the 35 MB trace here would take it past 150
