@@ -24,8 +24,9 @@ KERNELS = [pytest.param(PLAIN, id="plain-python")] + (
 
 
 def random_intervals(rng, n: int, span: int = 40) -> np.ndarray:
-    """Integer-valued times on a short range: many equal starts, touching ends and zero-length intervals."""
-    start = rng.integers(0, span, n).astype(np.float64)
+    """Integer-valued times on a short range (some negative): many equal starts, touching ends and zero-length
+    intervals."""
+    start = rng.integers(-span // 4, span, n).astype(np.float64)
     return np.column_stack([start, start + rng.integers(0, 6, n)])
 
 
@@ -60,6 +61,18 @@ def test_the_passes_give_numpys_intervals(kernels, monkeypatch):
         sweeps(monkeypatch, kernels)
         for mine, theirs in zip(results(a, b), expected):
             assert mine.shape == theirs.shape and np.array_equal(mine, theirs), (a.tolist(), b.tolist())
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_a_nan_time_gives_numpys_result_and_never_hangs_a_sweep(kernels, monkeypatch):
+    # a trace's "ts": -1e400 and "dur": 1e400 end at -inf + inf: NaN, which no comparison orders
+    a = np.array([[0.0, 2.0], [1.0, np.nan], [5.0, 6.0], [np.nan, 9.0]])
+    b = np.array([[1.0, 3.0], [4.0, 7.0]])
+    numpy_forms(monkeypatch)
+    expected = [iv.union(a), iv.intersect(a, b), iv.subtract(a, b), iv.subtract(b, a)]
+    sweeps(monkeypatch, kernels)
+    for mine, theirs in zip([iv.union(a), iv.intersect(a, b), iv.subtract(a, b), iv.subtract(b, a)], expected):
+        assert np.array_equal(mine, theirs, equal_nan=True)
 
 
 @pytest.mark.parametrize("kernels", KERNELS)
@@ -145,3 +158,17 @@ def test_an_analysis_with_every_interval_swept_is_the_same(path, monkeypatch):
     assert counting.calls > 10  # the passes ran, not numpy's forms
     # the analysis passes the types the sample check compiled: no compilation (seconds each) during an analysis
     assert {name: len(getattr(kernels, name).signatures) for name in PASSES} == compiled
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_codes_in_order_of_first_appearance_as_numpy_finds_them(kernels, monkeypatch):
+    from diagnose.analysis.spans import present_in_order
+
+    rng = np.random.default_rng(11)
+    cases = [rng.integers(0, 9, int(rng.integers(1, 30))).astype(np.int32) for _ in range(50)]
+    cases.append(np.array([3, -1, 3, 0], dtype=np.int32))  # a negative code: numpy's form takes it
+    for codes in cases:
+        numpy_forms(monkeypatch)
+        expected = present_in_order(codes)
+        sweeps(monkeypatch, kernels)
+        assert present_in_order(codes).tolist() == expected.tolist()

@@ -116,8 +116,9 @@ def test_spans_pieces_joined_and_subsets_keep_each_name_and_thread():
     # a big trace's pieces are gathered: the same join, each piece emptied once copied (its memory given back)
     host_ops = Spans(np.array([4.0]), np.array([5.0]), np.zeros(1, dtype=np.int32), ["aten::mm"],
                      np.zeros(1, dtype=np.int32), [(1, 3)])
-    pieces = [first, second, host_ops]
-    expected = Spans.concat(pieces)
+    expected = Spans.concat([first, second, host_ops])
+    assert len(host_ops.corr) == 0  # concat left its parts as they were
+    pieces = [Spans.concat([first]), Spans.concat([second]), host_ops]
     gathered = Spans.gathered(pieces)
     assert (gathered.names, gathered.tids) == (expected.names, expected.tids)
     assert gathered.start.tolist() == expected.start.tolist() and gathered.end.tolist() == expected.end.tolist()

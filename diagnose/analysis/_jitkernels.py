@@ -1,5 +1,6 @@
 """numba kernels for jitscan.py (imported only there, and only when numba is installed): FAST_EVENT's grammar,
-walked byte by byte.
+walked byte by byte, and (at the end) the analysis' passes over a big trace's arrays, compiled from the plain
+Python of nesting.py, interval_sweeps.py and key_join.py.
 
     "ph":\\s*"X",\\s*"cat":\\s*"([^"\\\\]*)",\\s*"name":\\s*"((?:[^"\\\\]|\\\\.)*)",\\s*"pid":\\s*(ID),\\s*"tid":\\s*(ID),
     \\s*"ts":\\s*(NUMBER),\\s*"dur":\\s*(NUMBER)

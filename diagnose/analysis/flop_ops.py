@@ -75,7 +75,7 @@ class FlopOps:
                    np.concatenate(kind_codes), kinds, np.concatenate(thread_codes), list(thread_index))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # its lists are not hashable: `key` tells equal kinds apart
 class OpKind:
     name: str
     dims: Optional[list]  # each input's dims (None: the trace has no shapes)

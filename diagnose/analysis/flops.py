@@ -18,7 +18,7 @@ from diagnose.analysis import jitscan
 from diagnose.analysis.flop_ops import ATTENTION, GEMM, FlopOps
 from diagnose.analysis.nesting import walk_outermost
 from diagnose.analysis.phases import point_phases
-from diagnose.analysis.spans import CODE, codes_of, present_in_order
+from diagnose.analysis.spans import CODE, present_in_order
 from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, FlopCount
 
@@ -36,21 +36,31 @@ def trace_flops(trace: Trace, host_windows: np.ndarray) -> Optional[FlopCount]:
         return None
     phases = point_phases(trace, ops.ts[keep], (ops.thread_codes[keep], ops.threads), host_windows)
     # a step's ops repeat every step: each kind of op is counted once, then its count given to each op of it
-    per_kind = [op_flops(k.name, k.dims, k.scalars) for k in ops.kinds]
     kinds = ops.kind_codes[keep]
-    flops = np.array([np.nan if f is None else f for f in per_kind], dtype=np.float64)[kinds]
+    per_kind = np.full(len(ops.kinds), np.nan)
+    dtype_of, name_of = np.zeros(len(ops.kinds), dtype=np.int64), np.zeros(len(ops.kinds), dtype=np.int64)
+    dtypes: dict[str, int] = {}
+    names: dict[str, int] = {}
+    for code in present_in_order(kinds).tolist():  # the kinds of the kept ops only (another may not be readable)
+        kind = ops.kinds[code]
+        per_kind[code] = _or_nan(op_flops(kind.name, kind.dims, kind.scalars))
+        dtype_of[code] = dtypes.setdefault(op_dtype(kind.types), len(dtypes))
+        name_of[code] = names.setdefault(kind.name, len(names))
+    flops, name_list = per_kind[kinds], list(names)
     counted = ~np.isnan(flops)
-    dtype_codes, dtypes = codes_of([op_dtype(k.types) for k in ops.kinds])
-    name_codes, names = codes_of([k.name for k in ops.kinds])
     steps = len(host_windows)
     by_phase = sums_in_order(phases[counted], flops[counted], PHASES)
-    by_dtype = sums_in_order(dtype_codes[kinds][counted], flops[counted], dtypes)
+    by_dtype = sums_in_order(dtype_of[kinds][counted], flops[counted], list(dtypes))
     return FlopCount(
         per_step=sum(by_phase.values()) / steps,
         by_phase={p: v / steps for p, v in by_phase.items()},
         by_dtype={d: v / steps for d, v in by_dtype.items()},
         source="the trace's shapes (matrix products, convolutions, attention)",
-        uncounted=tuple(f"{names[c]} x{n // steps or n}" for c, n in most_common(name_codes[kinds][~counted])))
+        uncounted=tuple(f"{name_list[c]} x{n // steps or n}" for c, n in most_common(name_of[kinds][~counted])))
+
+
+def _or_nan(value: Optional[float]) -> float:
+    return np.nan if value is None else value
 
 
 def sums_in_order(codes: np.ndarray, weights: np.ndarray, labels: Sequence) -> dict:

@@ -6,10 +6,14 @@ them as they are, against numpy's forms, with or without numba. Both give the sa
 
 
 def ascending(values, order):
-    """Whether `values` taken in `order` (empty: as they are) never decrease (then a union needs no sort)."""
-    for k in range(1, len(order) if len(order) else len(values)):
-        i, before = (order[k], order[k - 1]) if len(order) else (k, k - 1)
-        if values[i] < values[before]:
+    """Whether `values` taken in `order` (empty: as they are) never decrease (then a union needs no sort); a NaN
+    says no (numpy's sort puts it last)."""
+    count = len(order) if len(order) else len(values)
+    for k in range(count):
+        i = order[k] if len(order) else k
+        if values[i] != values[i]:
+            return False
+        if k > 0 and values[i] < values[order[k - 1] if len(order) else k - 1]:
             return False
     return True
 
@@ -23,13 +27,17 @@ def union_into(starts, ends, order, out):
     for k in range(len(order) if len(order) else len(starts)):
         i = order[k] if len(order) else k
         start, end = starts[i], ends[i]
-        if k == 0 or start > running:
-            if k > 0:
-                n += 1
+        if k == 0:
             out[n, 0] = start
-            running = end if k == 0 else max(running, end)
+            running = end
         else:
-            running = max(running, end)
+            if start > running:  # after everything before it has ended: a new interval
+                n += 1
+                out[n, 0] = start
+            if running != running or end != end:  # np.maximum: NaN once either is (else the first when equal)
+                running = running + end
+            elif end > running:
+                running = end
         out[n, 1] = running
     return n + 1 if (len(order) or len(starts)) else 0
 
@@ -37,8 +45,8 @@ def union_into(starts, ends, order, out):
 def is_chain(a):
     """Whether the intervals follow one another: each starts no earlier than the last ended, and ends no earlier
     than it starts (disjoint and sorted, as every result of intervals.py is), so their endpoints never decrease."""
-    for i in range(len(a)):
-        if a[i, 1] < a[i, 0] or (i > 0 and a[i, 0] < a[i - 1, 1]):
+    for i in range(len(a)):  # written so that a NaN fails every test (a sweep over one would never end)
+        if not (a[i, 1] >= a[i, 0]) or (i > 0 and not (a[i, 0] >= a[i - 1, 1])):
             return False
     return True
 

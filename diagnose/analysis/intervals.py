@@ -28,10 +28,8 @@ def union(a: np.ndarray) -> np.ndarray:
     new_block = np.empty(len(a), dtype=bool)
     new_block[0] = True
     new_block[1:] = a[1:, 0] > running_end[:-1]
-    block_id = np.cumsum(new_block) - 1
     starts = a[new_block, 0]
-    ends = np.zeros(len(starts))
-    np.maximum.at(ends, block_id, running_end)
+    ends = running_end[np.r_[np.flatnonzero(new_block)[1:] - 1, len(a) - 1]]  # each block's last running end
     return np.column_stack([starts, ends])
 
 
@@ -42,6 +40,8 @@ def union_of(spans, mask: Optional[np.ndarray] = None) -> np.ndarray:
     kernels = jitscan.for_size(count)
     if kernels is None or count == 0:  # (the pass takes an empty order for "every span")
         return union(spans.intervals(mask))
+    if mask is not None and (mask.dtype != bool or len(mask) != len(spans.start)):  # the pass reads unchecked
+        raise ValueError("union_of takes a boolean mask as long as the spans")
     picks = None if mask is None else np.flatnonzero(mask)
     return _union_pass(kernels, np.ascontiguousarray(spans.start), np.ascontiguousarray(spans.end), picks)
 
@@ -49,14 +49,14 @@ def union_of(spans, mask: Optional[np.ndarray] = None) -> np.ndarray:
 def _union_pass(kernels, starts: np.ndarray, ends: np.ndarray, picks: Optional[np.ndarray]) -> np.ndarray:
     """The union by the compiled pass over (starts[i], ends[i]) for i in `picks` (None: all), sorted by start as
     numpy's stable sort would (no sort when they are in order already)."""
-    order = _NO_ORDER if picks is None else picks
+    order = NO_ORDER if picks is None else picks
     if not kernels.ascending(starts, order):
         order = np.argsort(starts, kind="stable") if picks is None else picks[np.argsort(starts[picks], kind="stable")]
     out = np.empty((len(starts) if picks is None else len(picks), 2))  # mapped lazily: pages touched as filled
     return out[:kernels.union_into(starts, ends, order, out)].copy()
 
 
-_NO_ORDER = np.zeros(0, dtype=np.intp)
+NO_ORDER = np.zeros(0, dtype=np.intp)  # what the compiled passes take for "every item, as they are"
 
 
 def _swept(a: np.ndarray, b: np.ndarray, without_b: bool):

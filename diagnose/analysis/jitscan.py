@@ -63,9 +63,9 @@ def _load() -> None:
 
 
 def _walks_sample(kernels) -> bool:
-    """The nesting walk on an op holding another (self time 3 - 1 = 2 for the parent, 1 for the child), and the
-    outermost walk, with the argument types ops.self_times and flops.outermost_in pass (one compiled signature
-    each: the one the analysis runs)."""
+    """nesting.py's walks on small samples (the nesting walk: an op holding another, self time 3 - 1 = 2 for the
+    parent, 1 for the child; the outermost walk, the order check, the first appearances), with the argument types
+    their callers pass (one compiled signature each: the one the analysis runs)."""
     self_t, top = np.array([3.0, 1.0]), np.zeros(2, dtype=bool)
     kernels.walk_nesting(np.array([0, 1], dtype=np.intp), np.zeros(2, dtype=CODE), np.array([0.0, 1.0]),
                          np.array([3.0, 2.0]), np.ones(1, dtype=bool), np.empty(2, dtype=np.int64), self_t, top)

@@ -44,10 +44,12 @@ def walk_outermost(order, thread_of, starts, durations, open_until, keep):
 
 def walk_first_seen(codes, first, out):
     """Put in `out` each code of `codes` the first time it appears (`first`, by code: -1 until then, then where);
-    return how many there are."""
+    return how many there are (-1 at a code outside `first`: compiled, nothing checks an index)."""
     n = 0
     for i in range(len(codes)):
         code = codes[i]
+        if code < 0 or code >= len(first):
+            return -1
         if first[code] < 0:
             first[code] = i
             out[n] = code

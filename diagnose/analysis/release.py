@@ -4,7 +4,6 @@ holds both, and its peak is the pieces' total plus the arrays they were joined i
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from functools import cache
 from typing import TypeVar
 
@@ -13,9 +12,8 @@ T = TypeVar("T")
 
 @cache
 def _trim():
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
+    try:  # the symbols this process has loaded (find_library("c") would run ldconfig: a process per analysis)
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim, their malloc differs
         return None
 

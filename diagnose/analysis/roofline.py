@@ -15,7 +15,7 @@ import numpy as np
 from diagnose.analysis import jitscan
 from diagnose.analysis.flop_ops import FlopOps, OpKind
 from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements, outermost_in
-from diagnose.analysis.spans import codes_of, present_in_order
+from diagnose.analysis.spans import present_in_order
 from diagnose.analysis.timeline import from_launch
 from diagnose.analysis.trace import Trace
 from diagnose.model import Peak, Roofline, RooflineOp
@@ -34,12 +34,21 @@ def roofline(trace: Trace, host_windows: np.ndarray, peaks: dict[str, Peak], tf3
         return None
     keep = outermost_in(ops, host_windows)
     seconds = _kernel_seconds(trace, ops, keep) if trace.has_gpu else ops.dur[keep] / 1e6
-    # each kind of op (name, dims, dtypes, scalars) is measured once; its ops are grouped by name, shapes, dtype
-    per_kind = [(_flops_and_bytes(k), _dtype(op_dtype(k.types), tf32, peaks), _shapes(k.dims)) for k in ops.kinds]
-    group_codes, groups = codes_of([(k.name, shapes, dtype) for k, (_, dtype, shapes) in zip(ops.kinds, per_kind)])
+    # each kind of op (name, dims, dtypes, scalars) kept is measured once; its ops are grouped by name, shapes, dtype
     kinds = ops.kind_codes[keep]
-    measured = np.array([counted is not None for counted, _, _ in per_kind], dtype=bool)[kinds] & (seconds != 0)
-    moved = np.array([counted or (0.0, 0.0) for counted, _, _ in per_kind], dtype=np.float64)[kinds[measured]]
+    group_codes = np.zeros(len(ops.kinds), dtype=np.int64)
+    readable, moved_by_kind = np.zeros(len(ops.kinds), dtype=bool), np.zeros((len(ops.kinds), 2))
+    group_index: dict[tuple, int] = {}
+    for code in present_in_order(kinds).tolist():
+        kind = ops.kinds[code]
+        counted = _flops_and_bytes(kind)
+        key = (kind.name, _shapes(kind.dims), _dtype(op_dtype(kind.types), tf32, peaks))
+        group_codes[code] = group_index.setdefault(key, len(group_index))
+        if counted is not None:
+            readable[code], moved_by_kind[code] = True, counted
+    groups = list(group_index)
+    measured = readable[kinds] & (seconds != 0)
+    moved = moved_by_kind[kinds[measured]]
     group_of = group_codes[kinds[measured]]
     calls = np.bincount(group_of, minlength=len(groups))
     flops = np.bincount(group_of, weights=moved[:, 0], minlength=len(groups))
@@ -67,7 +76,7 @@ def _flops_and_bytes(kind: OpKind) -> Optional[tuple[float, float]]:
     return flops, (read + written) * element
 
 
-def _row(key: tuple, group: list[float], peaks: dict[str, Peak], bandwidth: Peak, steps: int,
+def _row(key: tuple, group: tuple[int, float, float, float], peaks: dict[str, Peak], bandwidth: Peak, steps: int,
          mean_step_s: float) -> Optional[RooflineOp]:
     (name, shapes, dtype), (calls, flops, moved, seconds) = key, group
     peak = peaks.get(dtype)

@@ -111,8 +111,9 @@ class Spans:
 
     @classmethod
     def gathered(cls, parts: list["Spans"]) -> "Spans":
-        """concat, emptying each part's arrays once they are copied (the parts are spent): the join then holds
-        about one part beside the result, not a second copy of every span (a big trace's arrays come in pieces)."""
+        """concat, emptying each part's arrays once they are copied (the parts are spent), and giving the freed
+        memory back after each column: the join then holds about one column of the result beside the parts, not a
+        second copy of every span (a big trace's arrays come in pieces)."""
         return cls._joined(parts, spend=True)
 
     @classmethod
@@ -121,16 +122,14 @@ class Spans:
         if len(parts) <= 1:
             return parts[0] if parts else cls()
         linked = any(p._linked() for p in parts)
-        if linked:  # a part without correlations gets its -1s before any array is spent
-            for part in parts:
-                part.corr = part.correlations()
         size = sum(len(p) for p in parts)  # taken before any part is spent
         name_table = _merged_table([p.name_table for p in parts])
         thread_table = _merged_table([p.thread_table for p in parts])
+        # correlations first: a part's -1s are as many as its starts, which must not be spent yet
+        corr = _join(parts, "corr", size, spend) if linked else np.zeros(0, dtype=np.int64)
         return cls(_join(parts, "start", size, spend), _join(parts, "end", size, spend),
                    _join(parts, "name_codes", size, spend, name_table), list(name_table),
-                   _join(parts, "thread_codes_", size, spend, thread_table), list(thread_table),
-                   _join(parts, "corr", size, spend) if linked else np.zeros(0, dtype=np.int64))
+                   _join(parts, "thread_codes_", size, spend, thread_table), list(thread_table), corr)
 
     def factorized(self) -> tuple[np.ndarray, list[str]]:
         """Each span's name as an index into the table of names."""
@@ -153,7 +152,8 @@ def present_in_order(codes: np.ndarray) -> np.ndarray:
         table = int(codes.max()) + 1
         out = np.empty(min(table, len(codes)), dtype=CODE)
         n = kernels.walk_first_seen(np.ascontiguousarray(codes), np.full(table, -1, dtype=np.int64), out)
-        return out[:n].copy()
+        if n >= 0:  # (-1: a negative code, which numpy's form takes as it is)
+            return out[:n].copy()
     present, first = np.unique(codes, return_index=True)
     return present[np.argsort(first, kind="stable")]
 
@@ -179,18 +179,20 @@ def _merged_table(tables: list[list]) -> dict:
 def _join(parts: list[Spans], column: str, size: int, spend: bool, merged: Optional[dict] = None) -> np.ndarray:
     """One column of every part, end to end (codes recoded into `merged`); `spend` empties each part's column
     once it is copied. np.empty maps the result lazily: its pages are resident only as the parts fill them."""
-    first = getattr(parts[0], column)
-    out = np.empty(size, dtype=first.dtype)
+    dtype = np.int64 if column == "corr" else getattr(parts[0], column).dtype
+    out = np.empty(size, dtype=dtype)
     at = 0
     for part in parts:
-        values = getattr(part, column)
+        values = part.correlations() if column == "corr" else getattr(part, column)  # -1s where a part has none
         if merged is not None:
             table = part.name_table if column == "name_codes" else part.thread_table
             values = np.fromiter((merged[v] for v in table), dtype=CODE, count=len(table))[values]
         out[at:at + len(values)] = values
         at += len(values)
         if spend:
-            setattr(part, column, np.zeros(0, dtype=first.dtype))
+            setattr(part, column, np.zeros(0, dtype=dtype))
+    if at != size:  # a part given twice to a spending join: its second copy was empty
+        raise ValueError(f"joined {at} of {size} spans")
     if spend:
         give_back_freed_memory()
     return out

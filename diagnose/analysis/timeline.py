@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnose.analysis import jitscan
+from diagnose.analysis.intervals import NO_ORDER
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import Trace
 
@@ -65,10 +66,13 @@ def from_launch_each(trace: Trace, works: list[Spans], values: np.ndarray, missi
     linked = corr >= 0
     if not linked.any():
         return [np.full(len(work), missing) for work in works]
+    values = np.asarray(values)
+    if len(values) != len(corr) or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError("from_launch takes one integer value per runtime call")
     kernels = jitscan.for_size(sum(len(work) for work in works))
     if kernels is not None:  # a big trace: one pass, holding the sort order and the result only
-        values = np.asarray(values, dtype=np.int64)
-        order = _NO_ORDER if kernels.is_ascending(corr) else np.argsort(corr, kind="stable")
+        values = values.astype(np.int64, copy=False)
+        order = NO_ORDER if kernels.is_ascending(corr) else np.argsort(corr, kind="stable")
         return [_looked_up(kernels, corr, order, values, work.correlations(), missing) for work in works]
     order = np.argsort(corr[linked], kind="stable")
     keys, picked = corr[linked][order], np.asarray(values)[linked][order]
@@ -87,9 +91,6 @@ def _searched(keys: np.ndarray, picked: np.ndarray, mine: np.ndarray, missing: i
         return np.full(0, missing)
     j = np.clip(np.searchsorted(keys, mine), 0, len(keys) - 1)
     return np.where((mine >= 0) & (keys[j] == mine), picked[j], missing)
-
-
-_NO_ORDER = np.zeros(0, dtype=np.intp)
 
 
 def step_timeline(trace: Trace, host: np.ndarray) -> StepTimeline:
