@@ -109,7 +109,7 @@ def test_the_launch_lookup_gives_numpys_values(kernels, monkeypatch):
             assert found.dtype == expected.dtype and found.tolist() == expected.tolist(), launches.tolist()
 
 
-PASSES = ("ascending", "union_into", "is_chain", "coverage_into", "is_ascending", "values_by_key", "walk_outermost",
+PASSES = ("ascending", "union_into", "is_chain", "coverage_into", "values_by_key", "walk_outermost",
           "in_thread_order", "walk_nesting",
           "walk_first_seen")
 

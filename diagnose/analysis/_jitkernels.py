@@ -334,5 +334,4 @@ is_chain = njit(cache=True, nogil=True)(_sweeps.is_chain)
 coverage_into = njit(cache=True, nogil=True)(_sweeps.coverage_into)
 
 # timeline.from_launch's lookup by correlation id over a big trace's device events, as a pass (key_join.py)
-is_ascending = njit(cache=True, nogil=True)(_key_join.is_ascending)
 values_by_key = njit(cache=True, nogil=True)(_key_join.values_by_key)

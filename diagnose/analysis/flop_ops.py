@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 
 from diagnose.analysis.fastparse import _thread_into
-from diagnose.analysis.spans import CODE
+from diagnose.analysis.spans import CODE, merged_table, recoded
 
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
 # listed, so each product is counted once, where it is computed
@@ -57,22 +57,17 @@ class FlopOps:
         parts = [p for p in parts if len(p)]
         if len(parts) <= 1:
             return parts[0] if parts else cls()
-        kind_index: dict[tuple, int] = {}
-        kinds: list[OpKind] = []
-        thread_index: dict = {}
-        kind_codes, thread_codes = [], []
+        keys = [[kind.key for kind in part.kinds] for part in parts]  # kinds are told apart by their keys
+        key_index, thread_index = merged_table(keys), merged_table([part.threads for part in parts])
+        first_of = {}
         for part in parts:
             for kind in part.kinds:
-                if kind.key not in kind_index:
-                    kind_index[kind.key] = len(kinds)
-                    kinds.append(kind)
-            recode = np.fromiter((kind_index[k.key] for k in part.kinds), dtype=CODE, count=len(part.kinds))
-            kind_codes.append(recode[part.kind_codes])
-            retread = np.fromiter((thread_index.setdefault(t, len(thread_index)) for t in part.threads), dtype=CODE,
-                                  count=len(part.threads))
-            thread_codes.append(retread[part.thread_codes])
+                first_of.setdefault(kind.key, kind)
+        kind_codes = [recoded(part.kind_codes, part_keys, key_index) for part, part_keys in zip(parts, keys)]
+        thread_codes = [recoded(part.thread_codes, part.threads, thread_index) for part in parts]
         return cls(np.concatenate([p.ts for p in parts]), np.concatenate([p.dur for p in parts]),
-                   np.concatenate(kind_codes), kinds, np.concatenate(thread_codes), list(thread_index))
+                   np.concatenate(kind_codes), [first_of[key] for key in key_index], np.concatenate(thread_codes),
+                   list(thread_index))
 
 
 @dataclass(frozen=True, eq=False)  # its lists are not hashable: `key` tells equal kinds apart

@@ -6,8 +6,8 @@ them as they are, against numpy's forms, with or without numba. Both give the sa
 
 
 def ascending(values, order):
-    """Whether `values` taken in `order` (empty: as they are) never decrease (then a union needs no sort); a NaN
-    says no (numpy's sort puts it last)."""
+    """Whether `values` taken in `order` (empty: as they are) never decrease (then a union, or key_join's lookup,
+    needs no sort); a NaN says no (numpy's sort puts it last)."""
     count = len(order) if len(order) else len(values)
     for k in range(count):
         i = order[k] if len(order) else k

@@ -1,14 +1,8 @@
 """timeline.from_launch's lookup of each device event's launch by correlation id, as one pass for numba to compile
 (_jitkernels) once a big trace has loaded it. numpy's form gathers the sorted keys, the values in their order, the
 positions found and the keys and values there: six arrays as long as the inputs, where this pass binary-searches
-through the sort order and writes its output alone. Plain Python, run as it is by a test against numpy's form."""
-
-
-def is_ascending(keys):
-    for i in range(1, len(keys)):
-        if keys[i] < keys[i - 1]:
-            return False
-    return True
+through the sort order and writes its output alone (interval_sweeps.ascending says when the keys need no sort).
+Plain Python, run as it is by a test against numpy's form."""
 
 
 def values_by_key(keys, order, values, probes, missing, out):

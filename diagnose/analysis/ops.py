@@ -51,7 +51,7 @@ def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     counted = [t in tids for t in threads]
     kernels = jitscan.loaded()
     # by thread, start, then longest first (a parent before the children that start with it)
-    order = _nesting_order(ops, codes, kernels) if n else np.zeros(0, dtype=np.int64)
+    order = _nesting_order(ops, codes) if n else np.zeros(0, dtype=np.int64)
     if kernels is not None:  # numba is loaded already (a big trace): the walk over arrays, compiled
         self_t, top = ops.end - ops.start, np.zeros(n, dtype=bool)
         # the types jitscan's sample check compiled (another dtype or layout would compile again, seconds)
@@ -65,10 +65,11 @@ def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(np.asarray(self_t, dtype=np.float64), 0.0), np.asarray(top, dtype=bool)
 
 
-def _nesting_order(ops: Spans, codes: np.ndarray, kernels) -> np.ndarray:
+def _nesting_order(ops: Spans, codes: np.ndarray) -> np.ndarray:
     """np.lexsort by thread, start and -end; on a big trace whose threads' ops come in that order already (a
     compiled check), a stable sort by thread alone: the same order, without lexsort's copies of every key."""
-    if kernels is not None and jitscan.for_size(len(codes)) is not None:
+    kernels = jitscan.for_size(len(codes))
+    if kernels is not None:
         starts, ends = np.ascontiguousarray(ops.start), np.ascontiguousarray(ops.end)
         last = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
         if kernels.in_thread_order(codes.astype(CODE, copy=False), starts, ends, last):

@@ -123,8 +123,8 @@ class Spans:
             return parts[0] if parts else cls()
         linked = any(p._linked() for p in parts)
         size = sum(len(p) for p in parts)  # taken before any part is spent
-        name_table = _merged_table([p.name_table for p in parts])
-        thread_table = _merged_table([p.thread_table for p in parts])
+        name_table = merged_table([p.name_table for p in parts])
+        thread_table = merged_table([p.thread_table for p in parts])
         # correlations first: a part's -1s are as many as its starts, which must not be spent yet
         corr = _join(parts, "corr", size, spend) if linked else np.zeros(0, dtype=np.int64)
         return cls(_join(parts, "start", size, spend), _join(parts, "end", size, spend),
@@ -167,13 +167,18 @@ def _where(codes: np.ndarray, table: list, predicate) -> np.ndarray:
     return np.fromiter((bool(predicate(v)) for v in table), dtype=bool, count=len(table))[codes]
 
 
-def _merged_table(tables: list[list]) -> dict:
+def merged_table(tables: list[list]) -> dict:
     """Each value of every table, once, with its code in the merged table (in order of first appearance)."""
     index: dict = {}
     for table in tables:
         for value in table:
             index.setdefault(value, len(index))
     return index
+
+
+def recoded(codes: np.ndarray, table: list, merged: dict) -> np.ndarray:
+    """Codes into `table`, as codes into the merged table `merged` (merged_table's)."""
+    return np.fromiter((merged[v] for v in table), dtype=CODE, count=len(table))[codes]
 
 
 def _join(parts: list[Spans], column: str, size: int, spend: bool, merged: Optional[dict] = None) -> np.ndarray:
@@ -185,8 +190,7 @@ def _join(parts: list[Spans], column: str, size: int, spend: bool, merged: Optio
     for part in parts:
         values = part.correlations() if column == "corr" else getattr(part, column)  # -1s where a part has none
         if merged is not None:
-            table = part.name_table if column == "name_codes" else part.thread_table
-            values = np.fromiter((merged[v] for v in table), dtype=CODE, count=len(table))[values]
+            values = recoded(values, part.name_table if column == "name_codes" else part.thread_table, merged)
         out[at:at + len(values)] = values
         at += len(values)
         if spend:

@@ -72,7 +72,7 @@ def from_launch_each(trace: Trace, works: list[Spans], values: np.ndarray, missi
     kernels = jitscan.for_size(sum(len(work) for work in works))
     if kernels is not None:  # a big trace: one pass, holding the sort order and the result only
         values = values.astype(np.int64, copy=False)
-        order = NO_ORDER if kernels.is_ascending(corr) else np.argsort(corr, kind="stable")
+        order = NO_ORDER if kernels.ascending(corr, NO_ORDER) else np.argsort(corr, kind="stable")
         return [_looked_up(kernels, corr, order, values, work.correlations(), missing) for work in works]
     order = np.argsort(corr[linked], kind="stable")
     keys, picked = corr[linked][order], np.asarray(values)[linked][order]
