@@ -125,6 +125,10 @@ TEMPLATES = click.option("--templates", "templates_dir", metavar="DIR",
                          help="Folder of templates overriding the bundled ones.")
 JOBS = click.option("--jobs", type=click.IntRange(1), metavar="N",
                     help="Analyse several ranks' traces in N worker processes at once (default: one per core).")
+MAX_EVENTS = click.option(
+    "--max-events", type=click.IntRange(0), metavar="N",
+    help="Read at most about N events of a trace: past that, only the middle steps that fit are analysed, in "
+         "bounded memory (about 40 bytes an event). Default 10,000,000 (under 1 GB); 0 reads every event.")
 OPEN = click.option("--open", "open_report", is_flag=True, help="Open the report in a browser when done.")
 
 
@@ -176,8 +180,8 @@ def cli() -> None:
 @cli.command(short_help="Diagnose torch.profiler traces you already have.")
 @click.argument("path", type=click.Path(path_type=Path))
 @_out("Folder for the report (default: diagnose_runs/<timestamp>-analyze-<name>).")
-@_options(RULES, TEMPLATES, _json(), OPEN, JOBS)
-def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs):
+@_options(RULES, TEMPLATES, _json(), OPEN, JOBS, MAX_EVENTS)
+def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, max_events):
     """Diagnose torch.profiler traces you already have: PATH is a trace (.json, .json.gz), a folder of them
     (one per rank or worker), or a `diagnose run` folder (its tb/ traces). Writes the same report.html and
     diagnosis.json as `diagnose run`, into a new folder. No torch needed.
@@ -185,12 +189,14 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs):
     Traces recorded with with_stack=True also name the user's function behind host time."""
     import diagnose.analysis.prefetch as prefetch
 
-    prefetch.start(path)  # decompress while the rest is imported
+    if max_events is None:  # (a limit of its own may stream a small trace: nothing to decompress ahead)
+        prefetch.start(path)  # decompress while the rest is imported
     _check_templates(templates_dir)
     from diagnose.commands.analyze import analyze_command
 
     sys.exit(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             open_report=open_report, jobs=jobs))
+                             open_report=open_report, jobs=jobs,
+                             max_events=prefetch.MAX_EVENTS if max_events is None else max_events))
 
 
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")

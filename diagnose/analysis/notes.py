@@ -13,7 +13,7 @@ from diagnose.model import Capture
 
 
 def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames: bool) -> tuple[str, ...]:
-    notes = []
+    notes = [trace.window.note()] if trace.window is not None else []
     if trace.step_definition != "ProfilerStep markers":
         notes.append(trace.step_definition)
     if from_frames:

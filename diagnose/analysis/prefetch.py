@@ -15,6 +15,8 @@ _pending: dict[str, tuple[threading.Thread, list]] = {}
 STREAM_OVER_BYTES = 128 << 20
 # a .gz this big is streamed whatever its size field says: the field wraps at 4 GiB, and traces compress 10-20x
 STREAM_OVER_GZIP_BYTES = 96 << 20
+# past this many events only a window of a trace's steps is kept (window.py): held here, light to import
+MAX_EVENTS = 10_000_000
 
 
 def text_is_big(path: Path) -> bool:

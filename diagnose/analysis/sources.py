@@ -10,7 +10,7 @@ from typing import Callable, Optional
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.fastparse import _cores
 from diagnose.analysis.metric_values import trace_gpu_name
-from diagnose.analysis.prefetch import text_is_big
+from diagnose.analysis.prefetch import MAX_EVENTS, text_is_big
 from diagnose.analysis.ranks import combine, rank_of
 from diagnose.analysis.trace import Trace, load_trace
 from diagnose.capture.datasheets import datasheet_peaks
@@ -150,10 +150,10 @@ def _source_roots(trace: Path) -> tuple[str, ...]:
     return (os.getcwd(), *(str(p) for p in trace.resolve().parents[:3]))
 
 
-def analyze_traces(paths: list[Path], jobs: int = 1) -> Analysis:
+def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENTS) -> Analysis:
     """Traces of one job: each analysed alone (in `jobs` worker processes when there are several), then combined
-    (per-rank table, the rank to diagnose)."""
-    analyses = in_workers(_analyze_trace, list(enumerate(paths)), jobs)
+    (per-rank table, the rank to diagnose). A trace of more than `max_events` events: a window of its steps."""
+    analyses = in_workers(_analyze_trace, [(i, path, max_events) for i, path in enumerate(paths)], jobs)
     if len(analyses) == 1:
         return analyses[0][2]
     ranks = [r for r, _, _ in analyses]
@@ -162,8 +162,8 @@ def analyze_traces(paths: list[Path], jobs: int = 1) -> Analysis:
     return combine(analyses)[1]
 
 
-def _analyze_trace(index: int, path: Path) -> tuple[int, str, Analysis]:
-    trace = load_trace(path)
+def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS) -> tuple[int, str, Analysis]:
+    trace = load_trace(path, max_events=max_events)
     inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
     return rank_of(trace, index), str(path), analyze(inputs)
 

@@ -27,23 +27,26 @@ from diagnose.analysis.inflate import inflater
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.release import give_back_freed_memory
 from diagnose.analysis.spans import Spans
+from diagnose.analysis.window import MAX_EVENTS, StepCounter, StepWindow, flops_in, memory_in, spans_in
 
 READ_BYTES = 4 << 20
 PIECE_BYTES = CHUNK_BYTES  # text parsed at once: the bound on the text held, beside the arrays
 TAIL_BYTES = 65536
 
 
-def stream_rows(path: Path, piece_bytes: Optional[int] = None):
-    """(metadata, spans by kind, memory events, FLOP ops) of the trace at `path`, read as a stream; None when the
-    fast expressions cannot read it all (the caller then parses the whole text). With two cores a forked process
-    parses every other piece (both inflate the whole text, which costs far less than parsing it)."""
+def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int = MAX_EVENTS):
+    """(metadata, spans by kind, memory events, FLOP ops, the window of steps kept or None) of the trace at `path`,
+    read as a stream; None when the fast expressions cannot read it all (the caller then parses the whole text).
+    With two cores a forked process parses every other piece (both inflate the whole text, which costs far less
+    than parsing it). Past `max_events` events only a window of steps is kept (window.py)."""
     size = piece_bytes or PIECE_BYTES
+    window = step_window(path, size, max_events)
     jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
-    other = _forked(lambda: _read_share(path, size, 1, 2, jit) or False) if _cores() > 1 else None
-    mine = _read_share(path, size, 0, 2 if other else 1, jit)
+    other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if _cores() > 1 else None
+    mine = _read_share(path, size, 0, 2 if other else 1, jit, window)
     theirs = other() if other else None  # False: the helper could not read its pieces; None: it failed
     if other is not None and theirs is None and mine is not None:  # its pieces are read here
-        theirs = _read_share(path, size, 1, 2, jit)
+        theirs = _read_share(path, size, 1, 2, jit, window)
     shares = [mine] + ([theirs] if other else [])
     if not all(shares):
         return None
@@ -55,14 +58,49 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None):
     flops = FlopOps.concat([part[2] for part in parts])
     del parts, pieces, shares, mine, theirs
     give_back_freed_memory()  # the pieces' text and temporaries: the analysis starts from the arrays alone
-    return {**head, **tail}, spans, memory, flops
+    return {**head, **tail}, spans, memory, flops, window
 
+
+def step_window(path: Path, piece_bytes: int, max_events: int) -> Optional[StepWindow]:
+    """The window of steps to keep when the trace holds more than `max_events` events (a first pass over its text
+    counts them, skipped where the text is too short to hold that many); None: keep every event."""
+    if max_events <= 0 or not may_hold(path, max_events):
+        return None
+    counter = StepCounter()
+    try:
+        for piece in _pieces(path, piece_bytes):
+            counter.take(piece)
+    except INFLATE_ERRORS:  # the reading pass says what is wrong with the file, in its own words
+        return None
+    window = counter.window(max_events)
+    del counter
+    give_back_freed_memory()  # before the reading pass forks its helper, which would hold the pages too
+    return window
+
+
+MIN_EVENT_BYTES = 100  # the shortest complete event Kineto writes is longer (its ops carry args)
+TRUSTED_GZIP_BYTES = 100 << 20  # a .gz's size field wraps at 4 GiB: trusted only where that needs 40x compression
+
+
+def may_hold(path: Path, events: int) -> bool:
+    """Whether the trace's text may be long enough to hold `events` complete events."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            if file.read(2) != b"\x1f\x8b":
+                return size >= events * MIN_EVENT_BYTES
+            if size > TRUSTED_GZIP_BYTES:
+                return True
+            file.seek(-4, 2)
+            return int.from_bytes(file.read(4), "little") >= events * MIN_EVENT_BYTES
+    except OSError:
+        return True  # the reading pass reports it
 
 class _Share:
     """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""
 
-    def __init__(self, parity: int, of: int, jit: bool):
-        self.parity, self.of, self.jit = parity, of, jit
+    def __init__(self, parity: int, of: int, jit: bool, window: Optional[StepWindow] = None):
+        self.parity, self.of, self.jit, self.window = parity, of, jit, window
         self.pieces: dict[int, tuple] = {}
         self.pretty: Optional[bool] = None
         self.head: dict = {}
@@ -86,7 +124,11 @@ class _Share:
         parts, matched, complete = _read_chunks(piece, [(0, len(piece))], pretty, self.jit)
         if matched != complete:
             return False
-        self.pieces[index] = (parts, read_memory_events(piece), read_flop_ops(piece))
+        memory, flops = read_memory_events(piece), read_flop_ops(piece)
+        if self.window is not None:  # only the window's events are kept: memory bounded by its size
+            parts = {kind: spans_in(self.window, kind, spans) for kind, spans in parts.items()}
+            memory, flops = memory_in(self.window, memory), flops_in(self.window, flops)
+        self.pieces[index] = (parts, memory, flops)
         return True
 
     def finish(self) -> bool:
@@ -95,10 +137,11 @@ class _Share:
         return bool(self.tail) or bool(CLOSED.search(self.last[-256:]))
 
 
-def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool) -> Optional[_Share]:
+def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool,
+                window: Optional[StepWindow] = None) -> Optional[_Share]:
     """This share's pieces; None when the stream cannot read the file (the whole-text path then reads it, and
     says what is wrong with it in its own words)."""
-    share = _Share(parity, of, jit)
+    share = _Share(parity, of, jit, window)
     try:
         pieces = enumerate(_pieces(path, piece_bytes))
         if not _read_head(pieces, share):

@@ -24,6 +24,9 @@ class StepTimeline:
     device: np.ndarray  # (N, 2) the steps' spans on the device timeline, us: where time is accounted
     linked: bool  # device work could be linked to the steps that launched it
 
+    def steps(self, first: int, stop: int) -> "StepTimeline":
+        return StepTimeline(self.host[first:stop], self.device[first:stop], self.linked)
+
     @property
     def host_ran_ahead(self) -> bool:
         """The steps take clearly longer on the device than the host took to enqueue them (a lag alone, with the

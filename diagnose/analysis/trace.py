@@ -15,8 +15,9 @@ from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
 from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.spans import Spans, present_in_order
-from diagnose.analysis.stream import stream_rows
+from diagnose.analysis.stream import may_hold, stream_rows
 from diagnose.analysis.trace_file import parsed_rows, read_bytes
+from diagnose.analysis.window import MAX_EVENTS, StepWindow
 from diagnose.errors import UserError
 
 
@@ -37,21 +38,25 @@ class Trace:
     step_definition: str
     memory: MemoryEvents = field(default_factory=MemoryEvents)  # profile_memory's allocations and frees
     flop_ops: FlopOps = field(default_factory=FlopOps)  # matrix products, convolutions, attention, with shapes
+    window: Optional[StepWindow] = None  # the steps kept of a trace too big to hold whole; None: every event
 
     @property
     def has_gpu(self) -> bool:
         return len(self.kernels) + len(self.memcpy) + len(self.memset) > 0
 
 
-def load_trace(path: Path, stream: Optional[bool] = None) -> Trace:
+def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_EVENTS) -> Trace:
     """The fast parser reads a trace laid out as Kineto writes it; any other layout, or any doubt, goes through
-    the full JSON parser. A big trace (or any, with `stream`) is read as a stream, in bounded memory."""
-    if text_is_big(path) if stream is None else stream:
-        streamed = stream_rows(path)
+    the full JSON parser. A big trace (or any, with `stream`) is read as a stream, and one that may hold more
+    than `max_events` events (0: no limit) too: past that only a window of its steps is kept (window.py)."""
+    if stream is None:
+        stream = text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
+    if stream:
+        streamed = stream_rows(path, max_events=max_events)
         if streamed is not None:
-            metadata, buckets, memory, flop_ops = streamed
+            metadata, buckets, memory, flop_ops, window = streamed
             trace = _assemble(str(path), metadata, buckets)
-            trace.memory, trace.flop_ops = memory, flop_ops
+            trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
             return trace
     raw = read_bytes(path)
     metadata, buckets = fast_rows(raw) or parsed_rows(path, raw)

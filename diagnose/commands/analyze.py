@@ -10,6 +10,7 @@ from typing import Optional
 
 from rich.console import Console
 
+from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.sources import analyze_traces, default_jobs, find_traces
 from diagnose.commands.output import check_out_dir, new_run_dir
 from diagnose.commands.pipeline import diagnose_analysis, write_outputs
@@ -22,13 +23,14 @@ from diagnose.serial import dumps, write_json
 
 
 def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],
-                    as_json: bool, open_report: bool, jobs: Optional[int] = None) -> int:
+                    as_json: bool, open_report: bool, jobs: Optional[int] = None,
+                    max_events: int = MAX_EVENTS) -> int:
     traces = find_traces(path)
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
     check_out_dir(out)  # as does a used --out: a big trace takes minutes to read
     console = Console(stderr=True)
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
-        analysis = analyze_traces(traces, jobs or default_jobs())
+        analysis = analyze_traces(traces, jobs or default_jobs(), max_events)
     run_dir = new_run_dir(out, f"analyze-{stem(path)}")
     write_json(RunFolder(run_dir).analysis, analysis)
     findings = diagnose_analysis(analysis, rules_dirs)

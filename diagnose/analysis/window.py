@@ -1,0 +1,150 @@
+"""A window of steps for a trace too big to hold whole. Every span of a trace is held for the analysis (about 40
+bytes an event), so memory grows with the trace; past `max_events` complete events only a run of consecutive
+steps from the middle of the trace is kept, as if the profiler had recorded those steps alone: memory is then
+bounded by the budget, whatever the trace's size. A first pass over the text finds the steps (the ProfilerStep
+markers) and counts the events; the stream then drops every event outside the window as it parses."""
+from __future__ import annotations
+
+import re
+from array import array
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import numpy as np
+
+from diagnose.analysis.fastparse import _ID, _NUMBER
+from diagnose.analysis.flop_ops import FlopOps
+from diagnose.analysis.memory_events import MemoryEvents
+from diagnose.analysis.prefetch import MAX_EVENTS
+from diagnose.analysis.spans import Spans
+
+__all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "choose_window", "spans_in", "memory_in", "flops_in"]
+DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
+# led by the marker's name, a literal the expression engine searches for fast (every event has a "name" key)
+STEP_MARK = re.compile(rb'"ProfilerStep#[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
+                       + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
+# a runtime call (cuda_runtime, hip_runtime) with its correlation id, the first of its args' ids
+LAUNCH_MARK = re.compile(rb'_runtime",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
+                         + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+                         + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    first: int  # index of the window's first step among the trace's steps (0-based)
+    last: int  # index of its last step
+    steps: int  # steps in the trace
+    events: int  # complete events in the trace (estimated)
+    max_events: int
+    keep_from: float  # host start of the step before the window (its lead-in), or of the first step, us
+    keep_until: float  # host end of the step after the window (its lead-out), or of the last step, us
+    lead_in: bool  # the step before the window is kept too, for where the device stood when the window began
+    lead_out: bool  # and the step after it, for what ran beside the last step's device work after its host end
+    # correlation ids of the launches the window's steps may have made (bounds from a sample, a little wider):
+    # their device work is kept wherever it ran, as late as the device lags the host
+    corr_low: int
+    corr_high: int
+
+    def own_steps(self, host_windows: np.ndarray, timeline):
+        """The window's own steps: (host windows, StepTimeline) without the lead-in and lead-out steps."""
+        first, stop = int(self.lead_in), len(host_windows) - int(self.lead_out)
+        if stop <= first:  # not as many steps as were chosen (markers the first pass read apart): keep them all
+            return host_windows, timeline
+        return host_windows[first:stop], timeline.steps(first, stop)
+
+    def note(self) -> str:
+        return (f"steps {self.first + 1}-{self.last + 1} of {self.steps} were analysed (the middle ones): the trace "
+                f"holds about {self.events:,} events, over the {self.max_events:,} read at most (--max-events; 0 "
+                "reads every event, about 40 bytes each)")
+
+
+class StepCounter:
+    """The first pass: fed the text piece by piece (each cut where an event begins), it keeps the ProfilerStep
+    markers (a few numbers each) and estimates the complete events from every SAMPLE_EVERY-th piece's count (a
+    count costs about as much as the search for the markers)."""
+
+    SAMPLE_EVERY = 8
+
+    def __init__(self) -> None:
+        self.pieces = self.bytes = self.sampled_bytes = self.sampled_events = 0
+        self.marks: list[tuple[bytes, bytes, float, float]] = []  # (pid, tid, ts, dur)
+        # each piece's first and last runtime calls: start (us) and correlation id, 16 bytes each
+        self.launch_ts, self.launch_corr = array("d"), array("q")
+
+    def take(self, piece: bytes) -> None:
+        if self.pieces % self.SAMPLE_EVERY == 0:
+            self.sampled_events += piece.count(b'"ph": "X"') + piece.count(b'"ph":"X"')
+            self.sampled_bytes += len(piece)
+        self.pieces += 1
+        self.bytes += len(piece)
+        self.marks.extend((pid, tid, float(ts), float(dur)) for pid, tid, ts, dur in STEP_MARK.findall(piece))
+        first = LAUNCH_MARK.search(piece)  # the piece's first and last runtime calls: the launches' sample
+        last = LAUNCH_MARK.match(piece, piece.rfind(b'_runtime"')) if first is not None else None
+        for match in (first, last if last is not None and last.start() > first.start() else None):
+            if match is not None:
+                self.launch_ts.append(float(match.group(3)))
+                self.launch_corr.append(min(int(match.group(5)), (1 << 63) - 1))
+
+    @property
+    def events(self) -> int:
+        return round(self.sampled_events * self.bytes / self.sampled_bytes) if self.sampled_bytes else 0
+
+    def window(self, max_events: int) -> Optional[StepWindow]:
+        return choose_window(self.marks, self.events, max_events, zip(self.launch_ts, self.launch_corr))
+
+
+def choose_window(marks: list[tuple], events: int, max_events: int,
+                  launches: Iterable[tuple[float, int]] = ()) -> Optional[StepWindow]:
+    """The middle steps whose events (as many a step as the trace's average) fit in `max_events`; None when the
+    whole trace fits, the budget is off (0), or the trace has no steps to cut it at (then it is read whole)."""
+    if max_events <= 0 or events <= max_events or not marks:
+        return None
+    main = Counter((pid, tid) for pid, tid, _, _ in marks).most_common(1)[0][0]  # the thread with most markers
+    steps = sorted((ts, ts + dur) for pid, tid, ts, dur in marks if (pid, tid) == main)
+    keep = max(1, int(max_events * len(steps) / events))
+    if keep >= len(steps):
+        return None
+    first = (len(steps) - keep) // 2
+    last = first + keep - 1
+    keep_from, keep_until = steps[max(first - 1, 0)][0], steps[min(last + 1, len(steps) - 1)][1]
+    low, high = 0, 1 << 62  # corr ids grow with launch time: the last before the kept steps, the first after
+    for ts, corr in launches:
+        if ts < keep_from:
+            low = max(low, corr)
+        elif ts > keep_until:
+            high = min(high, corr)
+    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, first > 0,
+                      last + 1 < len(steps), low, high)
+
+
+def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
+    """The spans of the window's steps and of its lead-in and lead-out steps: the steps themselves, what overlaps
+    them in time, and on the device also the work their launches queued, however late it ran."""
+    kept = (p.take(np.flatnonzero(_keep(window, kind, p))) for p in parts)
+    return [spans for spans in kept if len(spans)]  # (a piece outside the window leaves nothing, not empty arrays)
+
+
+def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
+    if kind == "step":
+        return (spans.start >= window.keep_from) & (spans.start < window.keep_until)
+    overlaps = (spans.end >= window.keep_from) & (spans.start <= window.keep_until)
+    if kind not in DEVICE_KINDS:
+        return overlaps
+    corr = spans.correlations()  # linked work where its launch was kept, unlinked work where it ran in time
+    return ((corr >= window.corr_low) & (corr <= window.corr_high)) | ((corr < 0) & overlaps)
+
+
+def memory_in(window: StepWindow, events: MemoryEvents) -> MemoryEvents:
+    keep = np.flatnonzero((events.ts >= window.keep_from) & (events.ts <= window.keep_until))
+    if len(keep) == len(events) or not len(keep):
+        return events if len(keep) else MemoryEvents()
+    return MemoryEvents(events.ts[keep], events.allocated[keep], events.reserved[keep], events.nbytes[keep],
+                        events.device_type[keep], tuple(events.tids[i] for i in keep.tolist()))
+
+
+def flops_in(window: StepWindow, ops: FlopOps) -> FlopOps:
+    keep = np.flatnonzero((ops.ts + ops.dur >= window.keep_from) & (ops.ts <= window.keep_until))
+    if len(keep) == len(ops) or not len(keep):  # (none: not even the piece's table of kinds is kept)
+        return ops if len(keep) else FlopOps()
+    return FlopOps(ops.ts[keep], ops.dur[keep], ops.kind_codes[keep], ops.kinds, ops.thread_codes[keep], ops.threads)

@@ -1,0 +1,119 @@
+"""A trace with more events than `--max-events` is analysed over a window of its middle steps, in memory bounded
+by the budget: those steps get the same figures as the whole trace gives them, on every real trace here."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, TRACES, diagnose_cli
+
+from diagnose.analysis import stream
+from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.trace import load_trace
+from diagnose.analysis.window import StepCounter, choose_window
+
+
+def _counted(path) -> StepCounter:
+    counter = StepCounter()
+    for piece in stream._pieces(path, 1 << 20):
+        counter.take(piece)
+    return counter
+
+
+STEPPED = [p for p in sorted(TRACES.rglob("*.json.gz")) if len(_counted(p).marks) >= 3]
+
+
+@pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
+def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
+    counter = _counted(path)
+    budget = counter.events * 2 // len(counter.marks)  # about two steps' events
+    windowed = load_trace(path, max_events=budget)
+    window = windowed.window
+    assert window is not None and 1 <= window.last - window.first + 1 < window.steps
+    whole = analyze(Inputs(load_trace(path, max_events=0))).steps[window.first:window.last + 1]
+    mine = analyze(Inputs(windowed))
+    assert [s.buckets_s for s in mine.steps] == [s.buckets_s for s in whole]  # (rounded to the microsecond)
+    assert [s.duration_s for s in mine.steps] == pytest.approx([s.duration_s for s in whole], abs=1e-9)
+    assert mine.notes[0] == window.note() and "were analysed (the middle ones)" in mine.notes[0]
+
+
+def test_a_trace_within_the_budget_is_read_whole():
+    path = TRACES / "a100_ddp_rank3_of8.json.gz"
+    assert load_trace(path).window is None and load_trace(path, max_events=10 ** 9).window is None
+
+
+MARKS = [(b"1", b"1", float(i * 100), 90.0) for i in range(10)]  # ten steps of 100 us on one thread
+WINDOW_CASES = [  # (marks, events, budget, expected (first, last, lead_in, lead_out) or None)
+    (MARKS, 1000, 0, None),  # 0: no budget
+    (MARKS, 1000, 1000, None),  # it fits
+    ([], 1000, 10, None),  # no steps to cut the trace at: read whole
+    (MARKS, 1000, 300, (3, 5, True, True)),  # three steps' events: the middle three
+    (MARKS, 1000, 10, (4, 4, True, True)),  # less than a step: one step
+    (MARKS, 1000, 900, (0, 8, False, True)),  # nine of ten: no step before it to lead in
+    (MARKS + [(b"1", b"9", 5.0, 1.0)] * 3, 1000, 300, (3, 5, True, True)),  # the thread with most markers
+]
+
+
+@pytest.mark.parametrize("marks, events, budget, expected", WINDOW_CASES)
+def test_the_window_is_the_middle_steps_that_fit(marks, events, budget, expected):
+    window = choose_window(marks, events, budget, launches=[(150.0, 7), (950.0, 90)])
+    if expected is None:
+        assert window is None
+        return
+    assert (window.first, window.last, window.lead_in, window.lead_out) == expected
+    assert window.keep_from == 100.0 * (window.first - window.lead_in)
+    assert window.keep_until == 100.0 * (window.last + window.lead_out) + 90.0
+
+
+def test_the_launch_sample_bounds_the_device_work_kept():
+    window = choose_window(MARKS, 1000, 300, launches=[(150.0, 7), (250.0, 11), (750.0, 60), (950.0, 90)])
+    assert (window.corr_low, window.corr_high) == (7, 60)  # the last launch before it, the first after
+
+
+def test_analyze_with_max_events_says_which_steps_it_analysed(tmp_path):
+    out = tmp_path / "out"
+    done = diagnose_cli("analyze", str(TRACES / "h200" / "transformer_fp32.pt.trace.json.gz"), "--max-events",
+                        "20000", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["notes"][0].startswith("steps ") and "of 5 were analysed (the middle ones)" in analysis["notes"][0]
+    assert 1 <= len(analysis["steps"]) < 5  # (the trace marks its 5 steps on the host and on the GPU)
+    assert f"Analysed {len(analysis['steps'])} step(s)" in done.stderr + done.stdout
+
+
+def test_max_events_must_not_be_negative(tmp_path):
+    done = diagnose_cli("analyze", str(TRACES / "a100_ddp_rank3_of8.json.gz"), "--max-events", "-1", "--out",
+                        str(tmp_path / "out"))
+    assert done.returncode == 2 and "--max-events" in done.stderr and "Traceback" not in done.stderr
+
+
+def _peak_of_analyze(path, budget: int) -> tuple[int, int]:
+    """(peak RSS of a process that loads and analyses the trace, helper included; bytes of the arrays its trace
+    holds), the peak the lower of two runs (a process' peak varies by about 10 MiB from run to run here)."""
+    measure = ("import resource, sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+               "from diagnose.analysis.analyze import Inputs, analyze; "
+               "t = load_trace(Path(sys.argv[1]), max_events=int(sys.argv[2])); analyze(Inputs(t)); "
+               "held = sum(a.nbytes for s in vars(t).values() if hasattr(s, 'corr') "
+               "for a in (s.start, s.end, s.name_codes, s.thread_codes_, s.corr)); "
+               "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss "
+               "+ resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024, held)")
+    runs = [subprocess.run([sys.executable, "-c", measure, str(path), str(budget)], capture_output=True, text=True,
+                           timeout=600, check=True).stdout.split() for _ in range(2)]
+    return min(int(peak) for peak, _ in runs), int(runs[0][1])
+
+
+@pytest.mark.slow  # generates a 0.5M- and a 2.5M-event trace (about two minutes) and analyses each four times
+def test_with_a_budget_memory_does_not_grow_with_the_trace(tmp_path):
+    measured = {}
+    for events, steps in ((500_000, 10), (2_500_000, 50)):  # steps of the same size: windows of the same size
+        path = tmp_path / f"trace_{events}.json.gz"
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events",
+                        str(events), "--steps", str(steps)], check=True, capture_output=True, timeout=600)
+        measured[events] = (_peak_of_analyze(path, 100_000), _peak_of_analyze(path, 0))
+    ((small_peak, small_held), (small_whole, _)), ((big_peak, big_held), (big_whole, _)) = measured.values()
+    print(json.dumps({k: [v[0] >> 20 for v in pair] for k, pair in measured.items()}))  # MiB: (window, whole)
+    assert abs(big_held - small_held) < small_held / 10  # the spans held: a window's worth, whatever the trace
+    assert big_whole - small_whole > 30 << 20  # read whole, five times the events take more memory
+    assert big_peak - small_peak < (big_whole - small_whole) / 2  # the window's peak does not follow
