@@ -49,27 +49,30 @@ WINDOW_CASES = [  # (marks, events, budget, expected (first, last, lead_in, lead
     (MARKS, 1000, 0, None),  # 0: no budget
     (MARKS, 1000, 1000, None),  # it fits
     ([], 1000, 10, None),  # no steps to cut the trace at: read whole
-    (MARKS, 1000, 300, (3, 5, True, True)),  # three steps' events: the middle three
+    (MARKS, 1000, 500, (3, 5, True, True)),  # five steps' events: the middle three and a step on each side
     (MARKS, 1000, 10, (4, 4, True, True)),  # less than a step: one step
-    (MARKS, 1000, 900, (0, 8, False, True)),  # nine of ten: no step before it to lead in
-    (MARKS + [(b"1", b"9", 5.0, 1.0)] * 3, 1000, 300, (3, 5, True, True)),  # the thread with most markers
+    (MARKS + [(b"1", b"9", 5.0, 1.0)] * 3, 1000, 500, (3, 5, True, True)),  # the thread with most markers
 ]
 
 
 @pytest.mark.parametrize("marks, events, budget, expected", WINDOW_CASES)
 def test_the_window_is_the_middle_steps_that_fit(marks, events, budget, expected):
-    window = choose_window(marks, events, budget, launches=[(150.0, 7), (950.0, 90)])
+    window = choose_window(marks, events, budget, launches=[(b"1", 150.0, 7), (b"1", 950.0, 90)])
     if expected is None:
         assert window is None
         return
     assert (window.first, window.last, window.lead_in, window.lead_out) == expected
+    assert window.main_thread == (1, 1)
     assert window.keep_from == 100.0 * (window.first - window.lead_in)
     assert window.keep_until == 100.0 * (window.last + window.lead_out) + 90.0
 
 
 def test_the_launch_sample_bounds_the_device_work_kept():
-    window = choose_window(MARKS, 1000, 300, launches=[(150.0, 7), (250.0, 11), (750.0, 60), (950.0, 90)])
-    assert (window.corr_low, window.corr_high) == (7, 60)  # the last launch before it, the first after
+    launches = [(b"1", 150.0, 7), (b"1", 250.0, 11), (b"2", 150.0, 5000), (b"1", 750.0, 60), (b"1", 950.0, 90)]
+    window = choose_window(MARKS, 1000, 500, launches)
+    assert (window.corr_low, window.corr_high, window.by_launch) == (7, 60, True)  # the main process' own ids
+    unsampled = choose_window(MARKS, 1000, 500, launches[:3])  # none after the window: kept by time instead
+    assert not unsampled.by_launch
 
 
 def test_analyze_with_max_events_says_which_steps_it_analysed(tmp_path):

@@ -128,6 +128,8 @@ class _Share:
         if self.window is not None:  # only the window's events are kept: memory bounded by its size
             parts = {kind: spans_in(self.window, kind, spans) for kind, spans in parts.items()}
             memory, flops = memory_in(self.window, memory), flops_in(self.window, flops)
+            if not (len(memory) or len(flops) or any(parts.values())):
+                return True  # nothing of the window here: not even an entry is kept
         self.pieces[index] = (parts, memory, flops)
         return True
 

@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from diagnose.analysis.fastparse import _ID, _NUMBER
+from diagnose.analysis.fastparse import _ID, _NUMBER, _id
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
 from diagnose.analysis.prefetch import MAX_EVENTS
@@ -25,7 +25,7 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to the
 STEP_MARK = re.compile(rb'"ProfilerStep#[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                        + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
 # a runtime call (cuda_runtime, hip_runtime) with its correlation id, the first of its args' ids
-LAUNCH_MARK = re.compile(rb'_runtime",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
+LAUNCH_MARK = re.compile(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                          + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
                          + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
 
@@ -41,10 +41,12 @@ class StepWindow:
     keep_until: float  # host end of the step after the window (its lead-out), or of the last step, us
     lead_in: bool  # the step before the window is kept too, for where the device stood when the window began
     lead_out: bool  # and the step after it, for what ran beside the last step's device work after its host end
+    main_thread: tuple  # (pid, tid) whose markers are the steps, as the analysis picks it: the one with most
     # correlation ids of the launches the window's steps may have made (bounds from a sample, a little wider):
     # their device work is kept wherever it ran, as late as the device lags the host
     corr_low: int
     corr_high: int
+    by_launch: bool  # the bounds were sampled (else device work is kept where it overlaps in time)
 
     def own_steps(self, host_windows: np.ndarray, timeline):
         """The window's own steps: (host windows, StepTimeline) without the lead-in and lead-out steps."""
@@ -69,7 +71,8 @@ class StepCounter:
     def __init__(self) -> None:
         self.pieces = self.bytes = self.sampled_bytes = self.sampled_events = 0
         self.marks: list[tuple[bytes, bytes, float, float]] = []  # (pid, tid, ts, dur)
-        # each piece's first and last runtime calls: start (us) and correlation id, 16 bytes each
+        # each piece's first and last runtime calls: process, start (us) and correlation id
+        self.launch_pid: list[bytes] = []
         self.launch_ts, self.launch_corr = array("d"), array("q")
 
     def take(self, piece: bytes) -> None:
@@ -79,43 +82,62 @@ class StepCounter:
         self.pieces += 1
         self.bytes += len(piece)
         self.marks.extend((pid, tid, float(ts), float(dur)) for pid, tid, ts, dur in STEP_MARK.findall(piece))
-        first = LAUNCH_MARK.search(piece)  # the piece's first and last runtime calls: the launches' sample
-        last = LAUNCH_MARK.match(piece, piece.rfind(b'_runtime"')) if first is not None else None
-        for match in (first, last if last is not None and last.start() > first.start() else None):
-            if match is not None:
-                self.launch_ts.append(float(match.group(3)))
-                self.launch_corr.append(min(int(match.group(5)), (1 << 63) - 1))
+        for match in _first_and_last_launch(piece):  # the launches' sample
+            self.launch_pid.append(match.group(1))
+            self.launch_ts.append(float(match.group(3)))
+            self.launch_corr.append(min(int(match.group(5)), (1 << 63) - 1))
 
     @property
     def events(self) -> int:
         return round(self.sampled_events * self.bytes / self.sampled_bytes) if self.sampled_bytes else 0
 
     def window(self, max_events: int) -> Optional[StepWindow]:
-        return choose_window(self.marks, self.events, max_events, zip(self.launch_ts, self.launch_corr))
+        return choose_window(self.marks, self.events, max_events,
+                             zip(self.launch_pid, self.launch_ts, self.launch_corr))
+
+
+LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtime, hip_runtime, cuda_driver
+
+
+def _first_and_last_launch(piece: bytes) -> list:
+    """The first and the last runtime call in a piece, found by their category's literal (fast), then read."""
+    found = []
+    for position in (min((p for p in (piece.find(x) for x in LAUNCH_LABELS) if p >= 0), default=-1),
+                     max(piece.rfind(x) for x in LAUNCH_LABELS)):
+        match = LAUNCH_MARK.match(piece, position) if position >= 0 else None
+        if match is not None and (not found or match.start() > found[0].start()):
+            found.append(match)
+    return found
 
 
 def choose_window(marks: list[tuple], events: int, max_events: int,
-                  launches: Iterable[tuple[float, int]] = ()) -> Optional[StepWindow]:
-    """The middle steps whose events (as many a step as the trace's average) fit in `max_events`; None when the
-    whole trace fits, the budget is off (0), or the trace has no steps to cut it at (then it is read whole)."""
+                  launches: Iterable[tuple[bytes, float, int]] = ()) -> Optional[StepWindow]:
+    """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
+    `max_events` (one step at least); None when the whole trace fits, the budget is off (0), or the trace has no
+    steps to cut it at (then it is read whole). `launches`: (pid, ts, correlation id) of sampled runtime calls."""
     if max_events <= 0 or events <= max_events or not marks:
         return None
     main = Counter((pid, tid) for pid, tid, _, _ in marks).most_common(1)[0][0]  # the thread with most markers
     steps = sorted((ts, ts + dur) for pid, tid, ts, dur in marks if (pid, tid) == main)
-    keep = max(1, int(max_events * len(steps) / events))
+    keep = max(1, int(max_events * len(steps) / events) - 2)  # (the lead-in and lead-out steps count too)
     if keep >= len(steps):
         return None
     first = (len(steps) - keep) // 2
     last = first + keep - 1
     keep_from, keep_until = steps[max(first - 1, 0)][0], steps[min(last + 1, len(steps) - 1)][1]
-    low, high = 0, 1 << 62  # corr ids grow with launch time: the last before the kept steps, the first after
-    for ts, corr in launches:
+    low, high = None, None  # corr ids grow with launch time in a process: the last before the steps, the first after
+    for pid, ts, corr in launches:
+        if pid != main[0]:
+            continue  # another process counts its own ids
         if ts < keep_from:
-            low = max(low, corr)
+            low = corr if low is None else max(low, corr)
         elif ts > keep_until:
-            high = min(high, corr)
-    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, first > 0,
-                      last + 1 < len(steps), low, high)
+            high = corr if high is None else min(high, corr)
+    lead_in, lead_out = first > 0, last + 1 < len(steps)
+    # a side with no launch sampled (and steps beyond it) leaves the ids unbounded: device work is kept by time then
+    by_launch = (low is not None or not lead_in) and (high is not None or not lead_out)
+    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, lead_in, lead_out,
+                      (_id(main[0]), _id(main[1])), low or 0, 1 << 62 if high is None else high, by_launch)
 
 
 def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
@@ -126,10 +148,11 @@ def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Span
 
 
 def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
-    if kind == "step":
-        return (spans.start >= window.keep_from) & (spans.start < window.keep_until)
+    if kind == "step":  # the main thread's markers only: the analysis then picks that thread again
+        on_main = spans.thread_mask(lambda thread: thread == window.main_thread)
+        return on_main & (spans.start >= window.keep_from) & (spans.start < window.keep_until)
     overlaps = (spans.end >= window.keep_from) & (spans.start <= window.keep_until)
-    if kind not in DEVICE_KINDS:
+    if kind not in DEVICE_KINDS or not window.by_launch:
         return overlaps
     corr = spans.correlations()  # linked work where its launch was kept, unlinked work where it ran in time
     return ((corr >= window.corr_low) & (corr <= window.corr_high)) | ((corr < 0) & overlaps)
