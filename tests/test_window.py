@@ -75,6 +75,14 @@ def test_the_launch_sample_bounds_the_device_work_kept():
     assert not unsampled.by_launch
 
 
+def test_host_events_are_kept_while_the_device_still_runs_the_window():
+    launches = [(b"1", 150.0, 7), (b"1", 750.0, 60)]  # the window: steps 3-5, kept 200-690 us with its lead steps
+    lagging = choose_window(MARKS, 1000, 500, launches, kernels=[(600.0, 30), (1200.0, 61), (980.0, 75)])
+    assert (lagging.keep_until, lagging.host_until) == (690.0, 980.0)  # the first work launched after it ran at 980
+    unsampled = choose_window(MARKS, 1000, 500, launches, kernels=[(300.0, 20), (680.0, 55)])
+    assert unsampled.host_until == 690.0  # no later work sampled: the lead-out step's end
+
+
 def test_analyze_with_max_events_says_which_steps_it_analysed(tmp_path):
     out = tmp_path / "out"
     done = diagnose_cli("analyze", str(TRACES / "h200" / "transformer_fp32.pt.trace.json.gz"), "--max-events",

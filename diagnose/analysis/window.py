@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from diagnose.analysis.fastparse import _ID, _NUMBER, _id
+from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, _id
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
 from diagnose.analysis.prefetch import MAX_EVENTS
@@ -28,6 +28,10 @@ STEP_MARK = re.compile(rb'"ProfilerStep#[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"t
 LAUNCH_MARK = re.compile(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                          + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
                          + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
+# a kernel with its correlation id: where the device ran work launched at a known time
+KERNEL_MARK = re.compile(rb'"kernel",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
+                         + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+                         + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class StepWindow:
     max_events: int
     keep_from: float  # host start of the step before the window (its lead-in), or of the first step, us
     keep_until: float  # host end of the step after the window (its lead-out), or of the last step, us
+    # host events are kept until here: past keep_until while the device still runs the window's work (a device
+    # that lags the host accounts the last steps later, when the host has gone on to steps after the window)
+    host_until: float
     lead_in: bool  # the step before the window is kept too, for where the device stood when the window began
     lead_out: bool  # and the step after it, for what ran beside the last step's device work after its host end
     main_thread: tuple  # (pid, tid) whose markers are the steps, as the analysis picks it: the one with most
@@ -74,6 +81,7 @@ class StepCounter:
         # each piece's first and last runtime calls: process, start (us) and correlation id
         self.launch_pid: list[bytes] = []
         self.launch_ts, self.launch_corr = array("d"), array("q")
+        self.kernel_ts, self.kernel_corr = array("d"), array("q")  # each piece's first and last kernels
 
     def take(self, piece: bytes) -> None:
         if self.pieces % self.SAMPLE_EVERY == 0:
@@ -82,10 +90,13 @@ class StepCounter:
         self.pieces += 1
         self.bytes += len(piece)
         self.marks.extend((pid, tid, float(ts), float(dur)) for pid, tid, ts, dur in STEP_MARK.findall(piece))
-        for match in _first_and_last_launch(piece):  # the launches' sample
+        for match in _first_and_last(piece, LAUNCH_MARK, LAUNCH_LABELS):  # the launches' sample
             self.launch_pid.append(match.group(1))
             self.launch_ts.append(float(match.group(3)))
             self.launch_corr.append(min(int(match.group(5)), (1 << 63) - 1))
+        for match in _first_and_last(piece, KERNEL_MARK, (b'"kernel",',)):
+            self.kernel_ts.append(float(match.group(4)))
+            self.kernel_corr.append(min(int(match.group(6)), (1 << 63) - 1))
 
     @property
     def events(self) -> int:
@@ -93,28 +104,31 @@ class StepCounter:
 
     def window(self, max_events: int) -> Optional[StepWindow]:
         return choose_window(self.marks, self.events, max_events,
-                             zip(self.launch_pid, self.launch_ts, self.launch_corr))
+                             zip(self.launch_pid, self.launch_ts, self.launch_corr),
+                             zip(self.kernel_ts, self.kernel_corr))
 
 
 LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtime, hip_runtime, cuda_driver
 
 
-def _first_and_last_launch(piece: bytes) -> list:
-    """The first and the last runtime call in a piece, found by their category's literal (fast), then read."""
+def _first_and_last(piece: bytes, pattern: re.Pattern, labels: tuple[bytes, ...]) -> list:
+    """The first and the last event of a kind in a piece, found by their category's literal (fast), then read."""
     found = []
-    for position in (min((p for p in (piece.find(x) for x in LAUNCH_LABELS) if p >= 0), default=-1),
-                     max(piece.rfind(x) for x in LAUNCH_LABELS)):
-        match = LAUNCH_MARK.match(piece, position) if position >= 0 else None
+    for position in (min((p for p in (piece.find(x) for x in labels) if p >= 0), default=-1),
+                     max(piece.rfind(x) for x in labels)):
+        match = pattern.match(piece, position) if position >= 0 else None
         if match is not None and (not found or match.start() > found[0].start()):
             found.append(match)
     return found
 
 
 def choose_window(marks: list[tuple], events: int, max_events: int,
-                  launches: Iterable[tuple[bytes, float, int]] = ()) -> Optional[StepWindow]:
+                  launches: Iterable[tuple[bytes, float, int]] = (),
+                  kernels: Iterable[tuple[float, int]] = ()) -> Optional[StepWindow]:
     """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
     `max_events` (one step at least); None when the whole trace fits, the budget is off (0), or the trace has no
-    steps to cut it at (then it is read whole). `launches`: (pid, ts, correlation id) of sampled runtime calls."""
+    steps to cut it at (then it is read whole). `launches`: (pid, ts, correlation id) of sampled runtime calls;
+    `kernels`: (ts, correlation id) of sampled kernels."""
     if max_events <= 0 or events <= max_events or not marks:
         return None
     main = Counter((pid, tid) for pid, tid, _, _ in marks).most_common(1)[0][0]  # the thread with most markers
@@ -136,7 +150,12 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
     lead_in, lead_out = first > 0, last + 1 < len(steps)
     # a side with no launch sampled (and steps beyond it) leaves the ids unbounded: device work is kept by time then
     by_launch = (low is not None or not lead_in) and (high is not None or not lead_out)
-    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, lead_in, lead_out,
+    # work launched after the window starts once the device is done with the window's (on its stream): the
+    # earliest such kernel sampled bounds how long after keep_until the device still ran the window's steps
+    later = [ts for ts, corr in kernels if high is not None and corr > high]
+    host_until = max(keep_until, min(later)) if later and by_launch else keep_until
+    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, host_until, lead_in,
+                      lead_out,
                       (_id(main[0]), _id(main[1])), low or 0, 1 << 62 if high is None else high, by_launch)
 
 
@@ -151,7 +170,7 @@ def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
     if kind == "step":  # the main thread's markers only: the analysis then picks that thread again
         on_main = spans.thread_mask(lambda thread: thread == window.main_thread)
         return on_main & (spans.start >= window.keep_from) & (spans.start < window.keep_until)
-    overlaps = (spans.end >= window.keep_from) & (spans.start <= window.keep_until)
+    overlaps = (spans.end >= window.keep_from) & (spans.start <= window.host_until)
     if kind not in DEVICE_KINDS or not window.by_launch:
         return overlaps
     corr = spans.correlations()  # linked work where its launch was kept, unlinked work where it ran in time
