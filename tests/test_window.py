@@ -17,8 +17,9 @@ from diagnose.analysis.window import StepCounter, choose_window
 
 def _counted(path) -> StepCounter:
     counter = StepCounter()
-    for piece in stream._pieces(path, 1 << 20):
-        counter.take(piece)
+    for block in stream._decompressed(path):
+        counter.feed(block)
+    counter.finish()
     return counter
 
 
@@ -37,6 +38,26 @@ def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
     assert [s.buckets_s for s in mine.steps] == [s.buckets_s for s in whole]  # (rounded to the microsecond)
     assert [s.duration_s for s in mine.steps] == pytest.approx([s.duration_s for s in whole], abs=1e-9)
     assert mine.notes[0] == window.note() and "were analysed (the middle ones)" in mine.notes[0]
+
+
+def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
+    import gzip
+    import itertools
+
+    from diagnose.analysis.window import STEP_MARK
+
+    text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
+    monkeypatch.setattr(StepCounter, "OVERLAP", 700)  # blocks of 100 to 5000 bytes: short ones and seams
+    counter, at = StepCounter(), 0
+    for size in itertools.cycle((1700, 100, 5000, 1401, 333)):
+        counter.feed(text[at:at + size])
+        at += size
+        if at >= len(text):
+            break
+    counter.finish()
+    whole = [(pid, tid, float(ts), float(dur)) for pid, tid, ts, dur in STEP_MARK.findall(text)]
+    assert counter.marks == whole and len(whole) >= 6
+    assert counter.bytes == len(text)
 
 
 def test_a_trace_within_the_budget_is_read_whole():

@@ -40,7 +40,7 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
     With two cores a forked process parses every other piece (both inflate the whole text, which costs far less
     than parsing it). Past `max_events` events only a window of steps is kept (window.py)."""
     size = piece_bytes or PIECE_BYTES
-    window = step_window(path, size, max_events)
+    window = step_window(path, max_events)
     jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
     other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if _cores() > 1 else None
     mine = _read_share(path, size, 0, 2 if other else 1, jit, window)
@@ -61,15 +61,16 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
     return {**head, **tail}, spans, memory, flops, window
 
 
-def step_window(path: Path, piece_bytes: int, max_events: int) -> Optional[StepWindow]:
+def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
     """The window of steps to keep when the trace holds more than `max_events` events (a first pass over its text
     counts them, skipped where the text is too short to hold that many); None: keep every event."""
     if max_events <= 0 or not may_hold(path, max_events):
         return None
     counter = StepCounter()
     try:
-        for piece in _pieces(path, piece_bytes):
-            counter.take(piece)
+        for block in _decompressed(path):
+            counter.feed(block)
+        counter.finish()
     except INFLATE_ERRORS:  # the reading pass says what is wrong with the file, in its own words
         return None
     window = counter.window(max_events)

@@ -21,7 +21,7 @@ from diagnose.analysis.spans import Spans
 
 __all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "choose_window", "spans_in", "memory_in", "flops_in"]
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
-# led by the marker's name, a literal the expression engine searches for fast (every event has a "name" key)
+# read where the marker's name is found (every event has a "name" key: no use searching for that)
 STEP_MARK = re.compile(rb'"ProfilerStep#[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                        + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
 # a runtime call (cuda_runtime, hip_runtime) with its correlation id, the first of its args' ids
@@ -69,32 +69,54 @@ class StepWindow:
 
 
 class StepCounter:
-    """The first pass: fed the text piece by piece (each cut where an event begins), it keeps the ProfilerStep
-    markers (a few numbers each) and estimates the complete events from every SAMPLE_EVERY-th piece's count (a
-    count costs about as much as the search for the markers)."""
+    """The first pass: fed the inflated text block by block (`feed`, then `finish`), it keeps the ProfilerStep
+    markers (a few numbers each), a sample of runtime calls and kernels (each block's first and last) and
+    estimates the complete events from every SAMPLE_EVERY-th block's count (a count costs about as much as the
+    search for the markers). An event cut by a block's end is read with the next block's head."""
 
     SAMPLE_EVERY = 8
+    OVERLAP = 64 << 10  # far longer than the events read here
 
     def __init__(self) -> None:
-        self.pieces = self.bytes = self.sampled_bytes = self.sampled_events = 0
+        self.blocks = self.bytes = self.sampled_bytes = self.sampled_events = 0
         self.marks: list[tuple[bytes, bytes, float, float]] = []  # (pid, tid, ts, dur)
-        # each piece's first and last runtime calls: process, start (us) and correlation id
-        self.launch_pid: list[bytes] = []
+        self.launch_pid: list[bytes] = []  # the sampled runtime calls: process, start (us), correlation id
         self.launch_ts, self.launch_corr = array("d"), array("q")
-        self.kernel_ts, self.kernel_corr = array("d"), array("q")  # each piece's first and last kernels
+        self.kernel_ts, self.kernel_corr = array("d"), array("q")  # the sampled kernels: start, correlation id
+        self._tail = b""  # the last block's end, whose events may run into the next block
 
-    def take(self, piece: bytes) -> None:
-        if self.pieces % self.SAMPLE_EVERY == 0:
-            self.sampled_events += piece.count(b'"ph": "X"') + piece.count(b'"ph":"X"')
-            self.sampled_bytes += len(piece)
-        self.pieces += 1
-        self.bytes += len(piece)
-        self.marks.extend((pid, tid, float(ts), float(dur)) for pid, tid, ts, dur in STEP_MARK.findall(piece))
-        for match in _first_and_last(piece, LAUNCH_MARK, LAUNCH_LABELS):  # the launches' sample
+    def feed(self, block: bytes) -> None:
+        if self.blocks % self.SAMPLE_EVERY == 0:
+            self.sampled_events += block.count(b'"ph": "X"') + block.count(b'"ph":"X"')
+            self.sampled_bytes += len(block)
+        self.blocks += 1
+        self.bytes += len(block)
+        if len(block) < 2 * self.OVERLAP:  # a short block (a gzip member's end): read with what follows
+            self._tail += block
+            return
+        # the events that start in the last block's tail, read with this block's head (copies of a few KB: a
+        # copy of the whole block would cost more than reading it)
+        self._read(self._tail + block[:self.OVERLAP], len(self._tail))
+        self._read(block, len(block) - self.OVERLAP)
+        self._tail = block[len(block) - self.OVERLAP:]
+
+    def finish(self) -> None:
+        self._read(self._tail, len(self._tail))
+        self._tail = b""
+
+    def _read(self, text: bytes, limit: int) -> None:
+        """The events that start before `limit` (each ends inside `text`: an event is far shorter than OVERLAP)."""
+        at = text.find(b'"ProfilerStep#', 0, limit)  # (a literal search: faster than the expression's own)
+        while at >= 0:
+            mark = STEP_MARK.match(text, at)
+            if mark is not None:
+                self.marks.append((mark.group(1), mark.group(2), float(mark.group(3)), float(mark.group(4))))
+            at = text.find(b'"ProfilerStep#', at + 1, limit)
+        for match in _first_and_last(text, limit, LAUNCH_MARK, LAUNCH_LABELS):
             self.launch_pid.append(match.group(1))
             self.launch_ts.append(float(match.group(3)))
             self.launch_corr.append(min(int(match.group(5)), (1 << 63) - 1))
-        for match in _first_and_last(piece, KERNEL_MARK, (b'"kernel",',)):
+        for match in _first_and_last(text, limit, KERNEL_MARK, (b'"kernel",',)):
             self.kernel_ts.append(float(match.group(4)))
             self.kernel_corr.append(min(int(match.group(6)), (1 << 63) - 1))
 
@@ -111,15 +133,28 @@ class StepCounter:
 LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtime, hip_runtime, cuda_driver
 
 
-def _first_and_last(piece: bytes, pattern: re.Pattern, labels: tuple[bytes, ...]) -> list:
-    """The first and the last event of a kind in a piece, found by their category's literal (fast), then read."""
+def _first_and_last(text: bytes, limit: int, pattern: re.Pattern, labels: tuple[bytes, ...]) -> list:
+    """The first and the last event of a kind that start before `limit`, found by their category's literal
+    (fast), then read."""
+    first = _searched(lambda label: text.find(label, 0, limit), labels)
+    if first < 0:
+        return []  # (none at all: no search from the end)
     found = []
-    for position in (min((p for p in (piece.find(x) for x in labels) if p >= 0), default=-1),
-                     max(piece.rfind(x) for x in labels)):
-        match = pattern.match(piece, position) if position >= 0 else None
+    for position in (first, _searched(lambda label: text.rfind(label, 0, limit), labels)):
+        match = pattern.match(text, position) if position >= 0 else None
         if match is not None and (not found or match.start() > found[0].start()):
             found.append(match)
     return found
+
+
+def _searched(search, labels: tuple[bytes, ...]) -> int:
+    """Where the first label that occurs is found (-1: none): the next label is searched only when the one before
+    is absent (a search that finds nothing reads the whole piece)."""
+    for label in labels:
+        position = search(label)
+        if position >= 0:
+            return position
+    return -1
 
 
 def choose_window(marks: list[tuple], events: int, max_events: int,
