@@ -104,6 +104,27 @@ def test_host_events_are_kept_while_the_device_still_runs_the_window():
     assert unsampled.host_until == 690.0  # no later work sampled: the lead-out step's end
 
 
+def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
+    from diagnose.analysis.sources import analyze_traces
+    from diagnose.analysis.window import agreed_windows
+
+    paths = []
+    for rank, events in ((0, 60_000), (1, 90_000)):  # ranks of different sizes: alone, different windows
+        paths.append(tmp_path / f"rank{rank}.pt.trace.json.gz")
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(paths[-1]), "--events",
+                        str(events), "--rank", str(rank), "--seed", str(rank), "--world-size", "2"],
+                       check=True, capture_output=True, timeout=300)
+    budget = 25_000
+    counters = [stream.counted(path, budget) for path in paths]
+    alone = [(w.first, w.last) for w in (c.window(budget) for c in counters)]
+    assert alone[0] != alone[1]
+    agreed = agreed_windows(counters, budget)
+    assert (agreed[0].first, agreed[0].last) == (agreed[1].first, agreed[1].last)
+    analysis = analyze_traces(paths, jobs=2, max_events=budget)
+    assert f"steps {agreed[0].first + 1}-{agreed[0].last + 1} of 10 were analysed" in analysis.notes[0]
+    assert len(analysis.ranks) == 2
+
+
 def test_analyze_with_max_events_says_which_steps_it_analysed(tmp_path):
     out = tmp_path / "out"
     done = diagnose_cli("analyze", str(TRACES / "h200" / "transformer_fp32.pt.trace.json.gz"), "--max-events",

@@ -12,7 +12,9 @@ from diagnose.analysis.fastparse import _cores
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import MAX_EVENTS, text_is_big
 from diagnose.analysis.ranks import combine, rank_of
+from diagnose.analysis.stream import counted
 from diagnose.analysis.trace import Trace, load_trace
+from diagnose.analysis.window import StepWindow, agreed_windows
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak_cache import cached_peaks
 from diagnose.capture.rank_files import rank_dirs
@@ -153,7 +155,14 @@ def _source_roots(trace: Path) -> tuple[str, ...]:
 def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENTS) -> Analysis:
     """Traces of one job: each analysed alone (in `jobs` worker processes when there are several), then combined
     (per-rank table, the rank to diagnose). A trace of more than `max_events` events: a window of its steps."""
-    analyses = in_workers(_analyze_trace, [(i, path, max_events) for i, path in enumerate(paths)], jobs)
+    calls = [(i, path, max_events, None) for i, path in enumerate(paths)]
+    if len(paths) > 1 and max_events > 0:  # the ranks' windows are chosen together: the same steps in each
+        counters = in_workers(counted, [(path, max_events) for path in paths], jobs)
+        windows = agreed_windows(counters, max_events)
+        # a rank counted and given no window is read whole (0: not counted again)
+        calls = [(i, path, 0 if counter is not None and window is None else max_events, window)
+                 for (i, path, _, _), counter, window in zip(calls, counters, windows)]
+    analyses = in_workers(_analyze_trace, calls, jobs)
     if len(analyses) == 1:
         return analyses[0][2]
     ranks = [r for r, _, _ in analyses]
@@ -162,8 +171,9 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
     return combine(analyses)[1]
 
 
-def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS) -> tuple[int, str, Analysis]:
-    trace = load_trace(path, max_events=max_events)
+def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS,
+                   window: Optional[StepWindow] = None) -> tuple[int, str, Analysis]:
+    trace = load_trace(path, max_events=max_events, window=window)
     inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
     return rank_of(trace, index), str(path), analyze(inputs)
 

@@ -34,13 +34,15 @@ PIECE_BYTES = CHUNK_BYTES  # text parsed at once: the bound on the text held, be
 TAIL_BYTES = 65536
 
 
-def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int = MAX_EVENTS):
+def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int = MAX_EVENTS,
+                agreed: Optional[StepWindow] = None):
     """(metadata, spans by kind, memory events, FLOP ops, the window of steps kept or None) of the trace at `path`,
     read as a stream; None when the fast expressions cannot read it all (the caller then parses the whole text).
     With two cores a forked process parses every other piece (both inflate the whole text, which costs far less
-    than parsing it). Past `max_events` events only a window of steps is kept (window.py)."""
+    than parsing it). Past `max_events` events only a window of steps is kept (window.py): `agreed`, when the
+    ranks of a job chose theirs together, else this trace's own."""
     size = piece_bytes or PIECE_BYTES
-    window = step_window(path, max_events)
+    window = agreed if agreed is not None else step_window(path, max_events)
     jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
     other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if _cores() > 1 else None
     mine = _read_share(path, size, 0, 2 if other else 1, jit, window)
@@ -64,6 +66,17 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
 def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
     """The window of steps to keep when the trace holds more than `max_events` events (a first pass over its text
     counts them, skipped where the text is too short to hold that many); None: keep every event."""
+    counter = counted(path, max_events)
+    if counter is None:
+        return None
+    window = counter.window(max_events)
+    del counter
+    give_back_freed_memory()  # before the reading pass forks its helper, which would hold the pages too
+    return window
+
+
+def counted(path: Path, max_events: int) -> Optional[StepCounter]:
+    """The first pass over a trace that may hold more than `max_events` events (None: it cannot, or no budget)."""
     if max_events <= 0 or not may_hold(path, max_events):
         return None
     counter = StepCounter()
@@ -73,10 +86,7 @@ def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
         counter.finish()
     except INFLATE_ERRORS:  # the reading pass says what is wrong with the file, in its own words
         return None
-    window = counter.window(max_events)
-    del counter
-    give_back_freed_memory()  # before the reading pass forks its helper, which would hold the pages too
-    return window
+    return counter
 
 
 MIN_EVENT_BYTES = 100  # the shortest complete event Kineto writes is longer (its ops carry args)

@@ -45,14 +45,16 @@ class Trace:
         return len(self.kernels) + len(self.memcpy) + len(self.memset) > 0
 
 
-def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_EVENTS) -> Trace:
+def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_EVENTS,
+               window: Optional[StepWindow] = None) -> Trace:
     """The fast parser reads a trace laid out as Kineto writes it; any other layout, or any doubt, goes through
     the full JSON parser. A big trace (or any, with `stream`) is read as a stream, and one that may hold more
-    than `max_events` events (0: no limit) too: past that only a window of its steps is kept (window.py)."""
+    than `max_events` events (0: no limit) too: past that only a window of its steps is kept (window.py), or
+    `window` where the ranks of a job chose theirs together."""
     if stream is None:
-        stream = text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
+        stream = window is not None or text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
     if stream:
-        streamed = stream_rows(path, max_events=max_events)
+        streamed = stream_rows(path, max_events=max_events, agreed=window)
         if streamed is not None:
             metadata, buckets, memory, flop_ops, window = streamed
             trace = _assemble(str(path), metadata, buckets)

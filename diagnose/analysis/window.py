@@ -19,7 +19,8 @@ from diagnose.analysis.memory_events import MemoryEvents
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.spans import Spans
 
-__all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "choose_window", "spans_in", "memory_in", "flops_in"]
+__all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "choose_window", "agreed_windows", "spans_in", "memory_in",
+           "flops_in"]
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
 # read where the marker's name is found (every event has a "name" key: no use searching for that)
 STEP_MARK = re.compile(rb'"ProfilerStep#[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
@@ -124,10 +125,10 @@ class StepCounter:
     def events(self) -> int:
         return round(self.sampled_events * self.bytes / self.sampled_bytes) if self.sampled_bytes else 0
 
-    def window(self, max_events: int) -> Optional[StepWindow]:
+    def window(self, max_events: int, at: Optional[tuple[int, int]] = None) -> Optional[StepWindow]:
         return choose_window(self.marks, self.events, max_events,
                              zip(self.launch_pid, self.launch_ts, self.launch_corr),
-                             zip(self.kernel_ts, self.kernel_corr))
+                             zip(self.kernel_ts, self.kernel_corr), at)
 
 
 LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtime, hip_runtime, cuda_driver
@@ -159,19 +160,19 @@ def _searched(search, labels: tuple[bytes, ...]) -> int:
 
 def choose_window(marks: list[tuple], events: int, max_events: int,
                   launches: Iterable[tuple[bytes, float, int]] = (),
-                  kernels: Iterable[tuple[float, int]] = ()) -> Optional[StepWindow]:
+                  kernels: Iterable[tuple[float, int]] = (),
+                  at: Optional[tuple[int, int]] = None) -> Optional[StepWindow]:
     """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
     `max_events` (one step at least); None when the whole trace fits, the budget is off (0), or the trace has no
     steps to cut it at (then it is read whole). `launches`: (pid, ts, correlation id) of sampled runtime calls;
-    `kernels`: (ts, correlation id) of sampled kernels."""
-    if max_events <= 0 or events <= max_events or not marks:
+    `kernels`: (ts, correlation id) of sampled kernels. `at`: (first step, steps) chosen for several ranks."""
+    if max_events <= 0 or not marks or (at is None and events <= max_events):
         return None
-    main = Counter((pid, tid) for pid, tid, _, _ in marks).most_common(1)[0][0]  # the thread with most markers
-    steps = sorted((ts, ts + dur) for pid, tid, ts, dur in marks if (pid, tid) == main)
-    keep = max(1, int(max_events * len(steps) / events) - 2)  # (the lead-in and lead-out steps count too)
-    if keep >= len(steps):
+    main, steps = main_steps(marks)
+    first, keep = at if at is not None else ((len(steps) - steps_kept(len(steps), events, max_events)) // 2,
+                                            steps_kept(len(steps), events, max_events))
+    if keep >= len(steps) or first + keep > len(steps):
         return None
-    first = (len(steps) - keep) // 2
     last = first + keep - 1
     keep_from, keep_until = steps[max(first - 1, 0)][0], steps[min(last + 1, len(steps) - 1)][1]
     low, high = None, None  # corr ids grow with launch time in a process: the last before the steps, the first after
@@ -192,6 +193,29 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
     return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, host_until, lead_in,
                       lead_out,
                       (_id(main[0]), _id(main[1])), low or 0, 1 << 62 if high is None else high, by_launch)
+
+
+def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float]]]:
+    """The thread with most markers (the first of them on a tie, as the analysis picks it), its steps in order."""
+    main = Counter((pid, tid) for pid, tid, _, _ in marks).most_common(1)[0][0]
+    return main, sorted((ts, ts + dur) for pid, tid, ts, dur in marks if (pid, tid) == main)
+
+
+def steps_kept(steps: int, events: int, max_events: int) -> int:
+    """How many steps fit in the budget, each with the trace's average events, the lead-in and lead-out counted."""
+    return max(1, int(max_events * steps / max(events, 1)) - 2)
+
+
+def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> list[Optional[StepWindow]]:
+    """Windows of the same steps for the ranks of one job (a per-rank table compares the same steps): as many as
+    fit in the budget in the rank that fits fewest, from the same step on; none when every rank fits whole."""
+    counted = [c for c in counters if c is not None and c.marks]
+    if max_events <= 0 or not any(c.events > max_events for c in counted):
+        return [None] * len(counters)
+    sizes = [(len(main_steps(c.marks)[1]), c.events) for c in counted]
+    keep = min(steps_kept(steps, events, max_events) for steps, events in sizes)
+    first = (min(steps for steps, _ in sizes) - keep) // 2
+    return [c.window(max_events, at=(max(first, 0), keep)) if c is not None and c.marks else None for c in counters]
 
 
 def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
