@@ -55,9 +55,26 @@ def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
         if at >= len(text):
             break
     counter.finish()
-    whole = [(pid, tid, float(ts), float(dur)) for pid, tid, ts, dur in STEP_MARK.findall(text)]
+    whole = [(pid, tid, float(ts), float(dur), n) for n, pid, tid, ts, dur in STEP_MARK.findall(text)]
     assert counter.marks == whole and len(whole) >= 6
     assert counter.bytes == len(text)
+
+
+def test_a_marker_cut_anywhere_by_a_block_end_is_read_once(monkeypatch):
+    import gzip
+
+    from diagnose.analysis.window import STEP_MARK, STEP_NAME
+
+    text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
+    monkeypatch.setattr(StepCounter, "OVERLAP", 700)
+    whole = [(pid, tid, float(ts), float(dur), n) for n, pid, tid, ts, dur in STEP_MARK.findall(text)]
+    at = text.find(STEP_NAME, 5000)
+    for cut in [at + d for d in range(-2, len(STEP_NAME) + 2)] + [at + 700 + d for d in range(-2, len(STEP_NAME) + 2)]:
+        counter = StepCounter()  # the cut falls at each byte of a marker's name, at either of a read's limits
+        counter.feed(text[:cut])
+        counter.feed(text[cut:])
+        counter.finish()
+        assert counter.marks == whole, cut
 
 
 def test_a_trace_within_the_budget_is_read_whole():
@@ -65,14 +82,14 @@ def test_a_trace_within_the_budget_is_read_whole():
     assert load_trace(path).window is None and load_trace(path, max_events=10 ** 9).window is None
 
 
-MARKS = [(b"1", b"1", float(i * 100), 90.0) for i in range(10)]  # ten steps of 100 us on one thread
+MARKS = [(b"1", b"1", float(i * 100), 90.0, str(i).encode()) for i in range(10)]  # ten steps of 100 us, one thread
 WINDOW_CASES = [  # (marks, events, budget, expected (first, last, lead_in, lead_out) or None)
     (MARKS, 1000, 0, None),  # 0: no budget
     (MARKS, 1000, 1000, None),  # it fits
     ([], 1000, 10, None),  # no steps to cut the trace at: read whole
     (MARKS, 1000, 500, (3, 5, True, True)),  # five steps' events: the middle three and a step on each side
     (MARKS, 1000, 10, (4, 4, True, True)),  # less than a step: one step
-    (MARKS + [(b"1", b"9", 5.0, 1.0)] * 3, 1000, 500, (3, 5, True, True)),  # the thread with most markers
+    (MARKS + [(b"1", b"9", 5.0, 1.0, b"0")] * 3, 1000, 500, (3, 5, True, True)),  # the thread with most markers
 ]
 
 
@@ -123,6 +140,21 @@ def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
     analysis = analyze_traces(paths, jobs=2, max_events=budget)
     assert f"steps {agreed[0].first + 1}-{agreed[0].last + 1} of 10 were analysed" in analysis.notes[0]
     assert len(analysis.ranks) == 2
+
+
+def _counter(numbers, events: int) -> StepCounter:
+    counter = StepCounter()
+    counter.marks = [(b"1", b"1", float(n * 100), 90.0, str(n).encode()) for n in numbers]
+    counter.sampled_events = counter.sampled_bytes = counter.bytes = events
+    return counter
+
+
+def test_ranks_agree_on_step_numbers_not_positions():
+    from diagnose.analysis.window import agreed_windows
+
+    early, late = agreed_windows([_counter(range(0, 11), 1100), _counter(range(1, 11), 1000), None], 500)[:2]
+    assert (early.first, late.first) == (4, 3)  # one rank recorded a step more, before the others began
+    assert (early.keep_from, early.keep_until) == (late.keep_from, late.keep_until)  # ProfilerStep#4-6, both
 
 
 def test_analyze_with_max_events_says_which_steps_it_analysed(tmp_path):

@@ -22,8 +22,9 @@ from diagnose.analysis.spans import Spans
 __all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "choose_window", "agreed_windows", "spans_in", "memory_in",
            "flops_in"]
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
+STEP_NAME = b'"ProfilerStep#'
 # read where the marker's name is found (every event has a "name" key: no use searching for that)
-STEP_MARK = re.compile(rb'"ProfilerStep#[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
+STEP_MARK = re.compile(rb'"ProfilerStep#(\d*)[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                        + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
 # a runtime call (cuda_runtime, hip_runtime) with its correlation id, the first of its args' ids
 LAUNCH_MARK = re.compile(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
@@ -80,7 +81,7 @@ class StepCounter:
 
     def __init__(self) -> None:
         self.blocks = self.bytes = self.sampled_bytes = self.sampled_events = 0
-        self.marks: list[tuple[bytes, bytes, float, float]] = []  # (pid, tid, ts, dur)
+        self.marks: list[tuple[bytes, bytes, float, float, bytes]] = []  # (pid, tid, ts, dur, step number)
         self.launch_pid: list[bytes] = []  # the sampled runtime calls: process, start (us), correlation id
         self.launch_ts, self.launch_corr = array("d"), array("q")
         self.kernel_ts, self.kernel_corr = array("d"), array("q")  # the sampled kernels: start, correlation id
@@ -107,12 +108,16 @@ class StepCounter:
 
     def _read(self, text: bytes, limit: int) -> None:
         """The events that start before `limit` (each ends inside `text`: an event is far shorter than OVERLAP)."""
-        at = text.find(b'"ProfilerStep#', 0, limit)  # (a literal search: faster than the expression's own)
+        # a literal search (faster than the expression's own); a literal that starts before the limit may end past
+        # it (the text runs on past the limit, but for the last block's)
+        end = limit + len(STEP_NAME) - 1
+        at = text.find(STEP_NAME, 0, end)
         while at >= 0:
             mark = STEP_MARK.match(text, at)
             if mark is not None:
-                self.marks.append((mark.group(1), mark.group(2), float(mark.group(3)), float(mark.group(4))))
-            at = text.find(b'"ProfilerStep#', at + 1, limit)
+                number, pid, tid, ts, dur = mark.groups()
+                self.marks.append((pid, tid, float(ts), float(dur), number))
+            at = text.find(STEP_NAME, at + 1, end)
         for match in _first_and_last(text, limit, LAUNCH_MARK, LAUNCH_LABELS):
             self.launch_pid.append(match.group(1))
             self.launch_ts.append(float(match.group(3)))
@@ -137,11 +142,11 @@ LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtim
 def _first_and_last(text: bytes, limit: int, pattern: re.Pattern, labels: tuple[bytes, ...]) -> list:
     """The first and the last event of a kind that start before `limit`, found by their category's literal
     (fast), then read."""
-    first = _searched(lambda label: text.find(label, 0, limit), labels)
+    first = _searched(lambda label: text.find(label, 0, limit + len(label) - 1), labels)
     if first < 0:
         return []  # (none at all: no search from the end)
     found = []
-    for position in (first, _searched(lambda label: text.rfind(label, 0, limit), labels)):
+    for position in (first, _searched(lambda label: text.rfind(label, 0, limit + len(label) - 1), labels)):
         match = pattern.match(text, position) if position >= 0 else None
         if match is not None and (not found or match.start() > found[0].start()):
             found.append(match)
@@ -197,8 +202,14 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
 
 def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float]]]:
     """The thread with most markers (the first of them on a tie, as the analysis picks it), its steps in order."""
-    main = Counter((pid, tid) for pid, tid, _, _ in marks).most_common(1)[0][0]
-    return main, sorted((ts, ts + dur) for pid, tid, ts, dur in marks if (pid, tid) == main)
+    main = Counter((mark[0], mark[1]) for mark in marks).most_common(1)[0][0]
+    return main, sorted((mark[2], mark[2] + mark[3]) for mark in marks if (mark[0], mark[1]) == main)
+
+
+def step_numbers(marks: list[tuple]) -> list[bytes]:
+    """The main thread's steps' numbers (ProfilerStep#N), in order of their start."""
+    main = main_steps(marks)[0]
+    return [mark[4] for mark in sorted((m for m in marks if (m[0], m[1]) == main), key=lambda m: m[2])]
 
 
 def steps_kept(steps: int, events: int, max_events: int) -> int:
@@ -208,14 +219,21 @@ def steps_kept(steps: int, events: int, max_events: int) -> int:
 
 def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> list[Optional[StepWindow]]:
     """Windows of the same steps for the ranks of one job (a per-rank table compares the same steps): as many as
-    fit in the budget in the rank that fits fewest, from the same step on; none when every rank fits whole."""
+    fit in the budget in the rank that fits fewest, from the same step on (by its ProfilerStep number, where every
+    rank numbers its steps; by position otherwise); none when every rank fits whole."""
     counted = [c for c in counters if c is not None and c.marks]
     if max_events <= 0 or not any(c.events > max_events for c in counted):
         return [None] * len(counters)
-    sizes = [(len(main_steps(c.marks)[1]), c.events) for c in counted]
-    keep = min(steps_kept(steps, events, max_events) for steps, events in sizes)
-    first = (min(steps for steps, _ in sizes) - keep) // 2
-    return [c.window(max_events, at=(max(first, 0), keep)) if c is not None and c.marks else None for c in counters]
+    numbers = [step_numbers(c.marks) for c in counted]
+    keep = min(steps_kept(len(n), c.events, max_events) for n, c in zip(numbers, counted))
+    common = set.intersection(*(set(n) for n in numbers))
+    shared = [n for n in numbers[0] if n in common] if all(all(n) for n in numbers) else []
+    if len(shared) > keep:  # numbered alike: the middle of the steps every rank has
+        first_number = shared[(len(shared) - keep) // 2]
+        starts = {id(c): n.index(first_number) for n, c in zip(numbers, counted)}
+    else:
+        starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in counted}
+    return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c.marks else None for c in counters]
 
 
 def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
@@ -236,6 +254,7 @@ def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
     return ((corr >= window.corr_low) & (corr <= window.corr_high)) | ((corr < 0) & overlaps)
 
 
+# Allocations and FLOP ops are counted per host step: kept to the lead-out step's end, not to host_until
 def memory_in(window: StepWindow, events: MemoryEvents) -> MemoryEvents:
     keep = np.flatnonzero((events.ts >= window.keep_from) & (events.ts <= window.keep_until))
     if len(keep) == len(events) or not len(keep):
