@@ -51,6 +51,11 @@ class FlopOps:
     def __len__(self) -> int:
         return len(self.ts)
 
+    def take(self, index: np.ndarray) -> "FlopOps":
+        """The ops at `index` (their codes keep indexing the same tables)."""
+        return FlopOps(self.ts[index], self.dur[index], self.kind_codes[index], self.kinds, self.thread_codes[index],
+                       self.threads)
+
     @classmethod
     def concat(cls, parts: list["FlopOps"]) -> "FlopOps":
         """Several pieces' ops, in order (a streamed trace's); equal kinds and threads get one code."""

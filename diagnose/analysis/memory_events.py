@@ -45,9 +45,12 @@ class MemoryEvents:
 
     def of_device(self, device_type: int) -> "MemoryEvents":
         keep = np.flatnonzero(self.device_type == device_type)
-        order = keep[np.argsort(self.ts[keep], kind="stable")]
-        return MemoryEvents(self.ts[order], self.allocated[order], self.reserved[order], self.nbytes[order],
-                            self.device_type[order], tuple(self.tids[i] for i in order.tolist()))
+        return self.take(keep[np.argsort(self.ts[keep], kind="stable")])
+
+    def take(self, index: np.ndarray) -> "MemoryEvents":
+        """The events at `index`, in its order."""
+        return MemoryEvents(self.ts[index], self.allocated[index], self.reserved[index], self.nbytes[index],
+                            self.device_type[index], tuple(self.tids[i] for i in index.tolist()))
 
 
 def read_memory_events(raw: bytes) -> MemoryEvents:

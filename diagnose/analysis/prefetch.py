@@ -22,16 +22,23 @@ MAX_EVENTS = 10_000_000
 def text_is_big(path: Path) -> bool:
     """Whether the text of the trace at `path` is big enough to be read as a stream (a .gz's size field)."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as file:
-            if file.read(2) != b"\x1f\x8b":
-                return size > STREAM_OVER_BYTES
-            if size > STREAM_OVER_GZIP_BYTES:
-                return True
-            file.seek(-4, 2)
-            return int.from_bytes(file.read(4), "little") > STREAM_OVER_BYTES
+        size = text_bytes(path)
     except OSError:
         return False  # the real read reports it
+    return size is None or size > STREAM_OVER_BYTES
+
+
+def text_bytes(path: Path) -> Optional[int]:
+    """The length of the trace's text: the file's, or a .gz's size field; None for a .gz too big to trust that
+    field (it wraps at 4 GiB). OSError when the file cannot be read."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        if file.read(2) != b"\x1f\x8b":
+            return size
+        if size > STREAM_OVER_GZIP_BYTES:
+            return None
+        file.seek(-4, 2)
+        return int.from_bytes(file.read(4), "little")
 
 
 def start(path: Path) -> None:

@@ -25,6 +25,7 @@ from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.inflate import inflater
 from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
+from diagnose.analysis.prefetch import text_bytes
 from diagnose.analysis.release import give_back_freed_memory
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.window import MAX_EVENTS, StepCounter, StepWindow, flops_in, memory_in, spans_in
@@ -90,22 +91,16 @@ def counted(path: Path, max_events: int) -> Optional[StepCounter]:
 
 
 MIN_EVENT_BYTES = 100  # the shortest complete event Kineto writes is longer (its ops carry args)
-TRUSTED_GZIP_BYTES = 100 << 20  # a .gz's size field wraps at 4 GiB: trusted only where that needs 40x compression
 
 
 def may_hold(path: Path, events: int) -> bool:
     """Whether the trace's text may be long enough to hold `events` complete events."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as file:
-            if file.read(2) != b"\x1f\x8b":
-                return size >= events * MIN_EVENT_BYTES
-            if size > TRUSTED_GZIP_BYTES:
-                return True
-            file.seek(-4, 2)
-            return int.from_bytes(file.read(4), "little") >= events * MIN_EVENT_BYTES
+        size = text_bytes(path)
     except OSError:
         return True  # the reading pass reports it
+    return size is None or size >= events * MIN_EVENT_BYTES
+
 
 class _Share:
     """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""

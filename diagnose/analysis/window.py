@@ -200,16 +200,12 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
                       (_id(main[0]), _id(main[1])), low or 0, 1 << 62 if high is None else high, by_launch)
 
 
-def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float]]]:
-    """The thread with most markers (the first of them on a tie, as the analysis picks it), its steps in order."""
+def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float, bytes]]]:
+    """The thread with most markers (the first of them on a tie, as the analysis picks it), and its steps in order
+    of their start: (start, end, ProfilerStep number)."""
     main = Counter((mark[0], mark[1]) for mark in marks).most_common(1)[0][0]
-    return main, sorted((mark[2], mark[2] + mark[3]) for mark in marks if (mark[0], mark[1]) == main)
-
-
-def step_numbers(marks: list[tuple]) -> list[bytes]:
-    """The main thread's steps' numbers (ProfilerStep#N), in order of their start."""
-    main = main_steps(marks)[0]
-    return [mark[4] for mark in sorted((m for m in marks if (m[0], m[1]) == main), key=lambda m: m[2])]
+    return main, sorted(((mark[2], mark[2] + mark[3], mark[4]) for mark in marks if (mark[0], mark[1]) == main),
+                        key=lambda step: step[0])
 
 
 def steps_kept(steps: int, events: int, max_events: int) -> int:
@@ -224,7 +220,7 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
     counted = [c for c in counters if c is not None and c.marks]
     if max_events <= 0 or not any(c.events > max_events for c in counted):
         return [None] * len(counters)
-    numbers = [step_numbers(c.marks) for c in counted]
+    numbers = [[number for _, _, number in main_steps(c.marks)[1]] for c in counted]
     keep = min(steps_kept(len(n), c.events, max_events) for n, c in zip(numbers, counted))
     common = set.intersection(*(set(n) for n in numbers))
     shared = [n for n in numbers[0] if n in common] if all(all(n) for n in numbers) else []
@@ -259,12 +255,11 @@ def memory_in(window: StepWindow, events: MemoryEvents) -> MemoryEvents:
     keep = np.flatnonzero((events.ts >= window.keep_from) & (events.ts <= window.keep_until))
     if len(keep) == len(events) or not len(keep):
         return events if len(keep) else MemoryEvents()
-    return MemoryEvents(events.ts[keep], events.allocated[keep], events.reserved[keep], events.nbytes[keep],
-                        events.device_type[keep], tuple(events.tids[i] for i in keep.tolist()))
+    return events.take(keep)
 
 
 def flops_in(window: StepWindow, ops: FlopOps) -> FlopOps:
     keep = np.flatnonzero((ops.ts + ops.dur >= window.keep_from) & (ops.ts <= window.keep_until))
     if len(keep) == len(ops) or not len(keep):  # (none: not even the piece's table of kinds is kept)
         return ops if len(keep) else FlopOps()
-    return FlopOps(ops.ts[keep], ops.dur[keep], ops.kind_codes[keep], ops.kinds, ops.thread_codes[keep], ops.threads)
+    return ops.take(keep)
