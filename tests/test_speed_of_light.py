@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, TRACES, run_script
 
 from diagnose.analysis.analyze import Inputs, analyze
@@ -86,6 +87,15 @@ def test_the_measured_peak_is_cached_per_machine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(peak_module, "measure_peaks", measure_again)
     assert {p.dtype: p.per_s for p in machine_peaks("cpu")} == measured
+
+
+def test_every_dtype_a_cuda_peak_is_measured_in_names_a_torch_dtype(monkeypatch):
+    # no GPU here (the CUDA list is only read): "tf32" once made `diagnose peak --device cuda` fail on an H200
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    names = peak_module._dtypes("cuda")
+    assert {"float32", "tf32", "bfloat16", "float16"} <= set(names)
+    assert [peak_module.torch_dtype_of(n) for n in names] == [
+        {"tf32": torch.float32}.get(n) or getattr(torch, n) for n in names]
 
 
 @pytest.mark.slow  # a wall-clock measurement: load beside it (a second suite) moves it

@@ -3,6 +3,7 @@ overhead against it, and autocast counted only where it is enabled. Real runs of
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
@@ -177,3 +178,15 @@ def test_with_eight_workers_the_unprofiled_step_is_a_long_plain_runs(tmp_path):
     assert window["steps"] % 8 == 0, window
     step = run.diagnosis["step_time_s"]["unprofiled"]
     assert 0.9 * min(before, after) <= step <= 1.1 * max(before, after), (step, before, after)
+
+
+def test_cupti_is_torn_down_after_the_profiled_window_unless_the_user_or_torch_said_otherwise(monkeypatch):
+    # Kineto reads TEARDOWN_CUPTI when the profiler stops (no CUPTI here: the setting is what can be checked)
+    from diagnose.capture.session import tear_down_cupti_after
+
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    tear_down_cupti_after()
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # inductor's setting under CUDA graphs, or the user's own
+    tear_down_cupti_after()
+    assert os.environ["TEARDOWN_CUPTI"] == "0"

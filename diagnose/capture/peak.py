@@ -87,9 +87,14 @@ def _dtypes(device: str) -> tuple[str, ...]:
     return tuple(listed)
 
 
+def torch_dtype_of(name: str) -> torch.dtype:
+    """The tensor dtype a peak is measured in: TF32 is float32 tensors with TF32 matmuls allowed."""
+    return torch.float32 if name == "tf32" else getattr(torch, name)
+
+
 def _matmul_peak(device: str, name: str, dtype: str) -> Optional[Peak]:
     """2n^3 FLOPs per product; n grows until one product takes PLATEAU_S, at most 8192."""
-    torch_dtype = {"tf32": torch.float32}.get(dtype, getattr(torch, dtype))
+    torch_dtype = torch_dtype_of(dtype)
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:

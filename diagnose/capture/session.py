@@ -250,6 +250,7 @@ class Session(ScriptHost):
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
         sync_device()  # the window starts with an empty device queue: no earlier steps' kernels in it
+        tear_down_cupti_after()
         # the profiler's start-up and, on the host, its event buffers over the profiled steps are not the script's
         # memory: the host's limit stays lifted until the profiler has stopped (the warm-up steps before and the
         # unprofiled steps after run under it); a CUDA limit stays on
@@ -396,6 +397,14 @@ def _tf32_matmuls() -> bool:
         return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
     except Exception:
         return False
+
+
+def tear_down_cupti_after() -> None:
+    """Ask Kineto to detach CUPTI when the profiler stops: without TEARDOWN_CUPTI=1 its callbacks stay on for the
+    rest of the process, and the unprofiled steps timed after the window would pay for them at every launch
+    (10-20% in pytorch/pytorch#144455; within the noise of two runs of cuda_train.py on an H200, see
+    benchmarks/README.md). A value the user or torch set wins: inductor sets 0 under CUDA graphs."""
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
 class UnprofiledTimer:
