@@ -29,7 +29,11 @@ event on their stream ends; cudaStreamSynchronize lasts until the stream drains.
 full, after which each launch call blocks until a queued kernel finishes, as CUDA's do. Host-side step spans then
 measure how fast the host enqueues; the GPU's step time is in the returned `gpu_us_per_step`.
 
+`--no-markers` writes the same steps without their `ProfilerStep#N` spans (a trace recorded without a schedule
+or `prof.step()`): one long run of training, with nothing to cut it at steps.
+
 Usage: python benchmarks/make_trace.py OUT.json.gz [--events 1000000] [--steps 10] [--seed 0] [--gpu-bound]
+    [--no-markers]
 The output is deterministic for a given set of options.
 """
 from __future__ import annotations
@@ -133,9 +137,9 @@ class Model:
     """Timeline state: a CPU clock, one clock per GPU stream, id counters and the op stack."""
 
     def __init__(self, out: Writer, rng: random.Random, *, pid: int, device: int, world_size: int, t0: int,
-                 gpu_bound: bool = False):
+                 gpu_bound: bool = False, markers: bool = True):
         self.out, self.rng = out, rng
-        self.gpu_bound = gpu_bound
+        self.gpu_bound, self.markers = gpu_bound, markers
         self.queued: list[int] = []  # end times of launched device work (a heap), for the launch queue's depth
         self.gpu_us = 0  # device time on the compute stream
         self.pid, self.main_thread, self.bwd_tid = pid, pid, pid + 17
@@ -351,14 +355,18 @@ def step(m: Model, number: int, layers: list[dict], batch: int) -> None:
             m.op("aten::eq", lambda: m.launch("kernel", ADD, 3), self_us=6, seq=False)
             m.item()
 
-    m.span("user_annotation", f"ProfilerStep#{number}", body, self_us=40)
+    if m.markers:
+        m.span("user_annotation", f"ProfilerStep#{number}", body, self_us=40)
+    else:
+        body()
     m.out.flush_step()
     m.counts["steps"] += 1
     m.t += m.jitter(30)
 
 
 def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: int = 0, rank: int = 0,
-                world_size: int = 8, first_step: int = 5, compresslevel: int = 6, gpu_bound: bool = False) -> dict:
+                world_size: int = 8, first_step: int = 5, compresslevel: int = 6, gpu_bound: bool = False,
+                markers: bool = True) -> dict:
     """Write the trace; returns counts of what it holds (steps, events, kernels, ...)."""
     rng = random.Random(seed)
     n_layers = max(2, round((events / steps - EVENTS_PER_STEP) / EVENTS_PER_LAYER))
@@ -373,7 +381,8 @@ def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: i
         fh.write(f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world_size}}},\n')
         fh.write('  "record_shapes": 1,\n  "traceEvents": [\n')
         out = Writer(fh)
-        m = Model(out, rng, pid=pid, device=device, world_size=world_size, t0=t0 + 1000, gpu_bound=gpu_bound)
+        m = Model(out, rng, pid=pid, device=device, world_size=world_size, t0=t0 + 1000, gpu_bound=gpu_bound,
+                  markers=markers)
         for i in range(steps):
             step(m, first_step + i, layers, batch=64)
         end = max(m.t, *m.gpu.values())
@@ -420,9 +429,11 @@ def main(argv=None) -> int:
     parser.add_argument("--world-size", type=int, default=8)
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level (default 6)")
     parser.add_argument("--gpu-bound", action="store_true", help="long kernels, no syncs: the host runs ahead")
+    parser.add_argument("--no-markers", action="store_true", help="no ProfilerStep spans around the steps")
     args = parser.parse_args(argv)
     counts = write_trace(args.out, events=args.events, steps=args.steps, seed=args.seed, rank=args.rank,
-                         world_size=args.world_size, compresslevel=args.compresslevel, gpu_bound=args.gpu_bound)
+                         world_size=args.world_size, compresslevel=args.compresslevel, gpu_bound=args.gpu_bound,
+                         markers=not args.no_markers)
     print(json.dumps({"path": str(args.out), **counts}))
     return 0
 

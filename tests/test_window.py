@@ -1,5 +1,6 @@
 """A trace with more events than `--max-events` is analysed over a window of its middle steps, in memory bounded
-by the budget: those steps get the same figures as the whole trace gives them, on every real trace here."""
+by the budget: those steps get the same figures as the whole trace gives them, on every real trace here. A trace
+with too few steps to cut at is cut in time: that span gets the figures the whole trace gives it."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,9 @@ import pytest
 from conftest import REPO, TRACES, diagnose_cli
 
 from diagnose.analysis import stream
+from diagnose.analysis import trace as trace_module
 from diagnose.analysis.analyze import Inputs, analyze
+from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import load_trace
 from diagnose.analysis.window import StepCounter, choose_window
 
@@ -23,7 +26,7 @@ def _counted(path) -> StepCounter:
     return counter
 
 
-STEPPED = [p for p in sorted(TRACES.rglob("*.json.gz")) if len(_counted(p).marks) >= 3]
+STEPPED = [p for p in sorted(TRACES.rglob("*.json.gz")) if _counted(p).stepped]
 
 
 @pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
@@ -38,6 +41,54 @@ def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
     assert [s.buckets_s for s in mine.steps] == [s.buckets_s for s in whole]  # (rounded to the microsecond)
     assert [s.duration_s for s in mine.steps] == pytest.approx([s.duration_s for s in whole], abs=1e-9)
     assert mine.notes[0] == window.note() and "were analysed (the middle ones)" in mine.notes[0]
+
+
+def _generated(tmp_path, events: int, *options: str):
+    path = tmp_path / f"generated_{events}{''.join(options)}.json.gz"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", str(events),
+                    *options], check=True, capture_output=True, timeout=300)
+    return path
+
+
+def _spans_held(trace) -> int:
+    return sum(len(spans) for spans in vars(trace).values() if isinstance(spans, Spans))
+
+
+@pytest.mark.parametrize("name", ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json.gz",
+                                  "generated"])
+def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_traces_figures(
+        name, monkeypatch, tmp_path):
+    # small blocks: these traces are a few MB, a trace cut in time many GB (the sampled starts place the span)
+    monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
+    monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
+    path = _generated(tmp_path, 100_000, "--no-markers") if name == "generated" else TRACES / name
+    counter = stream.counted(path, 1)
+    assert not counter.stepped and len(counter.starts) > 20
+    budget = counter.events // 4
+    windowed = load_trace(path, max_events=budget)
+    window = windowed.window
+    assert window.by_time and window.keep_from < window.keep_until and not (window.lead_in or window.lead_out)
+    whole = load_trace(path, max_events=0)
+    assert _spans_held(windowed) < _spans_held(whole) / 2  # about a quarter, by the sampled starts
+    # the reference: every event, the same span of time as the one step
+    metadata, spans, memory, flops, _ = stream.stream_rows(path, max_events=0)
+    reference = trace_module._assemble(str(path), metadata, {**spans, "step": Spans()}, window)
+    reference.memory, reference.flop_ops = memory, flops
+    mine, theirs = analyze(Inputs(windowed)), analyze(Inputs(reference))
+    assert len(mine.steps) == 1 and [s.buckets_s for s in mine.steps] == [s.buckets_s for s in theirs.steps]
+    assert mine.steps[0].duration_s == pytest.approx(theirs.steps[0].duration_s, abs=1e-9)
+    assert mine.notes[0] == window.note() and "from the middle of the trace's" in mine.notes[0]
+    assert "were analysed as one step" in mine.notes[0] and "to cut it at steps" in mine.notes[0]
+
+
+def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
+    from diagnose.analysis.window import agreed_windows
+
+    timed = _counter([], 1000)
+    timed.starts.extend(float(t) for t in range(0, 1000, 10))
+    stepped, alone = agreed_windows([_counter(range(0, 10), 1000), timed], 500)
+    assert stepped.by_time is False and (stepped.first, stepped.last) == (3, 5)
+    assert alone.by_time and alone.keep_from == pytest.approx(247.5) and alone.keep_until == pytest.approx(742.5)
 
 
 def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
@@ -86,7 +137,7 @@ MARKS = [(b"1", b"1", float(i * 100), 90.0, str(i).encode()) for i in range(10)]
 WINDOW_CASES = [  # (marks, events, budget, expected (first, last, lead_in, lead_out) or None)
     (MARKS, 1000, 0, None),  # 0: no budget
     (MARKS, 1000, 1000, None),  # it fits
-    ([], 1000, 10, None),  # no steps to cut the trace at: read whole
+    ([], 1000, 10, None),  # no steps to cut the trace at, and no starts sampled to cut it in time: read whole
     (MARKS, 1000, 500, (3, 5, True, True)),  # five steps' events: the middle three and a step on each side
     (MARKS, 1000, 10, (4, 4, True, True)),  # less than a step: one step
     (MARKS + [(b"1", b"9", 5.0, 1.0, b"0")] * 3, 1000, 500, (3, 5, True, True)),  # the thread with most markers
@@ -189,16 +240,21 @@ def _peak_of_analyze(path, budget: int) -> tuple[int, int]:
     return min(int(peak) for peak, _ in runs), int(runs[0][1])
 
 
-@pytest.mark.slow  # generates a 0.5M- and a 2.5M-event trace (about two minutes) and analyses each four times
+@pytest.mark.slow  # generates 0.5M- and 2.5M-event traces (about three minutes) and analyses them
 def test_with_a_budget_memory_does_not_grow_with_the_trace(tmp_path):
     measured = {}
-    for events, steps in ((500_000, 10), (2_500_000, 50)):  # steps of the same size: windows of the same size
-        path = tmp_path / f"trace_{events}.json.gz"
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events",
-                        str(events), "--steps", str(steps)], check=True, capture_output=True, timeout=600)
-        measured[events] = (_peak_of_analyze(path, 100_000), _peak_of_analyze(path, 0))
-    ((small_peak, small_held), (small_whole, _)), ((big_peak, big_held), (big_whole, _)) = measured.values()
+    # steps of the same size: windows of the same size; the last has no markers and is cut in time
+    for events, options in ((500_000, ("--steps", "10")), (2_500_000, ("--steps", "50")),
+                            (2_500_000, ("--steps", "50", "--no-markers"))):
+        path = _generated(tmp_path, events, *options)
+        measured[path.name] = (_peak_of_analyze(path, 100_000), _peak_of_analyze(path, 0) if len(measured) < 2
+                               else (0, 0))
+    (((small_peak, small_held), (small_whole, _)), ((big_peak, big_held), (big_whole, _)),
+     ((timed_peak, timed_held), _)) = measured.values()
     print(json.dumps({k: [v[0] >> 20 for v in pair] for k, pair in measured.items()}))  # MiB: (window, whole)
     assert abs(big_held - small_held) < small_held / 10  # the spans held: a window's worth, whatever the trace
     assert big_whole - small_whole > 30 << 20  # read whole, five times the events take more memory
     assert big_peak - small_peak < (big_whole - small_whole) / 2  # the window's peak does not follow
+    # cut in time: about the budget's events, placed by sampled starts (not a whole number of steps)
+    assert abs(timed_held - small_held) < small_held / 3
+    assert timed_peak - small_peak < (big_whole - small_whole) / 2

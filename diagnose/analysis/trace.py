@@ -57,7 +57,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
         streamed = stream_rows(path, max_events=max_events, agreed=window)
         if streamed is not None:
             metadata, buckets, memory, flop_ops, window = streamed
-            trace = _assemble(str(path), metadata, buckets)
+            trace = _assemble(str(path), metadata, buckets, window)
             trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
             return trace
     raw = read_bytes(path)
@@ -68,7 +68,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     return trace
 
 
-def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
+def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[StepWindow] = None) -> Trace:
     if not any(len(spans) for spans in b.values()):
         raise UserError(f"{path} holds no profiler events with a start and a duration to analyse",
                         "pass a trace written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)")
@@ -79,12 +79,14 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans]) -> Trace:
     else:
         main = _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
         definition = "no ProfilerStep markers: the whole trace is one step"
+    if window is not None and window.by_time:
+        definition = "too few ProfilerStep markers to cut a trace this big at: a span of its time is one step"
     main_pid = main[0] if main else None
 
     def on_main_pid(spans: Spans) -> Spans:
         return spans if main_pid is None else spans.where_thread(lambda t: t[0] == main_pid)
 
-    step_spans = steps.where_thread(lambda t: t == main).sorted() if len(steps) else _whole_trace_step(b)
+    step_spans = steps.where_thread(lambda t: t == main).sorted() if len(steps) else _whole_trace_step(b, window)
     loader = b["dl"].where_thread(lambda t: t == main) if len(steps) else b["dl"]
     return Trace(
         path=path, metadata=metadata,
@@ -117,7 +119,10 @@ def _busiest_thread(spans: Spans) -> Optional[tuple]:
     return table[max(totals, key=totals.get)]
 
 
-def _whole_trace_step(b: dict[str, Spans]) -> Spans:
+def _whole_trace_step(b: dict[str, Spans], window: Optional[StepWindow] = None) -> Spans:
+    if window is not None and window.by_time:
+        return Spans.from_lists(np.array([window.keep_from]), np.array([window.keep_until]), ["time window"], [None],
+                                np.array([-1], dtype=np.int64))
     every = [b[kind] for kind in ("cpu", "dl", "kernel", "memcpy", "memset", "rt") if len(b[kind])]
     if not every:
         return Spans()

@@ -2,14 +2,16 @@
 bytes an event), so memory grows with the trace; past `max_events` complete events only a run of consecutive
 steps from the middle of the trace is kept, as if the profiler had recorded those steps alone: memory is then
 bounded by the budget, whatever the trace's size. A first pass over the text finds the steps (the ProfilerStep
-markers) and counts the events; the stream then drops every event outside the window as it parses."""
+markers) and counts the events; the stream then drops every event outside the window as it parses. A trace with
+too few markers to cut it at steps is cut in time instead: the middle span that holds about the budget's events,
+analysed as one step."""
 from __future__ import annotations
 
 import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -30,6 +32,10 @@ STEP_MARK = re.compile(rb'"ProfilerStep#(\d*)[^"\\]*",\s*"pid":\s*' + _ID + rb',
 LAUNCH_MARK = re.compile(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                          + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
                          + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
+# a complete event's start: where the trace's events lie in time, for a trace with no steps to cut it at
+START_MARK = re.compile(rb'"ph":\s*"X",[^{}]*?"ts":\s*' + _NUMBER)
+START_LABELS = (b'"ph": "X"', b'"ph":"X"')
+MIN_STEPS = 3  # fewer steps than a window and its lead-in and lead-out: the trace is cut in time
 # a kernel with its correlation id: where the device ran work launched at a known time
 KERNEL_MARK = re.compile(rb'"kernel",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
                          + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
@@ -56,6 +62,10 @@ class StepWindow:
     corr_low: int
     corr_high: int
     by_launch: bool  # the bounds were sampled (else device work is kept where it overlaps in time)
+    # too few steps to cut at (fewer than MIN_STEPS markers): keep_from-keep_until is a span of time, kept as one
+    # step, and the trace's own markers are dropped; trace_us is the trace's span of time, as sampled
+    by_time: bool = False
+    trace_us: float = 0.0
 
     def own_steps(self, host_windows: np.ndarray, timeline):
         """The window's own steps: (host windows, StepTimeline) without the lead-in and lead-out steps."""
@@ -65,16 +75,26 @@ class StepWindow:
         return host_windows[first:stop], timeline.steps(first, stop)
 
     def note(self) -> str:
+        if self.by_time:
+            markers = "no ProfilerStep markers" if not self.steps else f"only {self.steps} ProfilerStep marker(s)"
+            return (f"{_duration(self.keep_until - self.keep_from)} from the middle of the trace's "
+                    f"{_duration(self.trace_us)} were analysed as one step: the trace holds about {self.events:,} "
+                    f"events, over the {self.max_events:,} read at most (--max-events; 0 reads every event, about 40 "
+                    f"bytes each), and {markers} to cut it at steps")
         return (f"steps {self.first + 1}-{self.last + 1} of {self.steps} were analysed (the middle ones): the trace "
                 f"holds about {self.events:,} events, over the {self.max_events:,} read at most (--max-events; 0 "
                 "reads every event, about 40 bytes each)")
 
 
+def _duration(us: float) -> str:
+    return f"{us / 1e6:.3g} s" if us >= 1e6 else f"{us / 1e3:.3g} ms"
+
+
 class StepCounter:
     """The first pass: fed the inflated text block by block (`feed`, then `finish`), it keeps the ProfilerStep
-    markers (a few numbers each), a sample of runtime calls and kernels (each block's first and last) and
-    estimates the complete events from every SAMPLE_EVERY-th block's count (a count costs about as much as the
-    search for the markers). An event cut by a block's end is read with the next block's head."""
+    markers (a few numbers each), a sample of events' starts, runtime calls and kernels (each block's first and
+    last of each) and estimates the complete events from every SAMPLE_EVERY-th block's count (a count costs about
+    as much as the search for the markers). An event cut by a block's end is read with the next block's head."""
 
     SAMPLE_EVERY = 8
     OVERLAP = 64 << 10  # far longer than the events read here
@@ -85,6 +105,7 @@ class StepCounter:
         self.launch_pid: list[bytes] = []  # the sampled runtime calls: process, start (us), correlation id
         self.launch_ts, self.launch_corr = array("d"), array("q")
         self.kernel_ts, self.kernel_corr = array("d"), array("q")  # the sampled kernels: start, correlation id
+        self.starts = array("d")  # the sampled complete events' starts: where the events lie in time
         self._tail = b""  # the last block's end, whose events may run into the next block
 
     def feed(self, block: bytes) -> None:
@@ -125,6 +146,8 @@ class StepCounter:
         for match in _first_and_last(text, limit, KERNEL_MARK, (b'"kernel",',)):
             self.kernel_ts.append(float(match.group(4)))
             self.kernel_corr.append(min(int(match.group(6)), (1 << 63) - 1))
+        for match in _first_and_last(text, limit, START_MARK, START_LABELS):
+            self.starts.append(float(match.group(1)))
 
     @property
     def events(self) -> int:
@@ -133,7 +156,12 @@ class StepCounter:
     def window(self, max_events: int, at: Optional[tuple[int, int]] = None) -> Optional[StepWindow]:
         return choose_window(self.marks, self.events, max_events,
                              zip(self.launch_pid, self.launch_ts, self.launch_corr),
-                             zip(self.kernel_ts, self.kernel_corr), at)
+                             zip(self.kernel_ts, self.kernel_corr), at, self.starts)
+
+    @property
+    def stepped(self) -> bool:
+        """Whether the trace has steps enough to be cut at them (else it is cut in time)."""
+        return bool(self.marks) and len(main_steps(self.marks)[1]) >= MIN_STEPS
 
 
 LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtime, hip_runtime, cuda_driver
@@ -166,38 +194,72 @@ def _searched(search, labels: tuple[bytes, ...]) -> int:
 def choose_window(marks: list[tuple], events: int, max_events: int,
                   launches: Iterable[tuple[bytes, float, int]] = (),
                   kernels: Iterable[tuple[float, int]] = (),
-                  at: Optional[tuple[int, int]] = None) -> Optional[StepWindow]:
+                  at: Optional[tuple[int, int]] = None, starts: Sequence[float] = ()) -> Optional[StepWindow]:
     """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
-    `max_events` (one step at least); None when the whole trace fits, the budget is off (0), or the trace has no
-    steps to cut it at (then it is read whole). `launches`: (pid, ts, correlation id) of sampled runtime calls;
-    `kernels`: (ts, correlation id) of sampled kernels. `at`: (first step, steps) chosen for several ranks."""
-    if max_events <= 0 or not marks or (at is None and events <= max_events):
+    `max_events` (one step at least); None when the whole trace fits or the budget is off (0). A trace with fewer
+    than MIN_STEPS steps: the middle span of time that holds about `max_events` (time_window). `launches`: (pid,
+    ts, correlation id) of sampled runtime calls; `kernels`: (ts, correlation id) of sampled kernels; `starts`:
+    sampled events' starts. `at`: (first step, steps) chosen for several ranks."""
+    if max_events <= 0 or (at is None and events <= max_events):
         return None
-    main, steps = main_steps(marks)
+    launches, kernels = list(launches), list(kernels)
+    main, steps = main_steps(marks) if marks else ((), [])
+    if len(steps) < MIN_STEPS:
+        return time_window(starts, len(steps), events, max_events, launches, kernels)
     first, keep = at if at is not None else ((len(steps) - steps_kept(len(steps), events, max_events)) // 2,
                                             steps_kept(len(steps), events, max_events))
     if keep >= len(steps) or first + keep > len(steps):
         return None
     last = first + keep - 1
     keep_from, keep_until = steps[max(first - 1, 0)][0], steps[min(last + 1, len(steps) - 1)][1]
+    lead_in, lead_out = first > 0, last + 1 < len(steps)
+    low, high, by_launch, host_until = _device_bounds(launches, kernels, main[0], keep_from, keep_until, lead_in,
+                                                      lead_out)
+    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, host_until, lead_in,
+                      lead_out, (_id(main[0]), _id(main[1])), low, high, by_launch)
+
+
+def _device_bounds(launches: list, kernels: list, pid: Optional[bytes], keep_from: float, keep_until: float,
+                   lead_in: bool = True, lead_out: bool = True) -> tuple[int, int, bool, float]:
+    """(lowest and highest correlation id the launches between keep_from and keep_until may have, whether they
+    were bounded by sampled launches, how long host events are kept): from the launches of process `pid`, and
+    of the only process that launched where `pid` is None (bounded by time where several did)."""
+    if pid is None:
+        pids = {launch[0] for launch in launches}
+        pid = pids.pop() if len(pids) == 1 else None
     low, high = None, None  # corr ids grow with launch time in a process: the last before the steps, the first after
-    for pid, ts, corr in launches:
-        if pid != main[0]:
+    for launched_by, ts, corr in launches:
+        if launched_by != pid:
             continue  # another process counts its own ids
         if ts < keep_from:
             low = corr if low is None else max(low, corr)
         elif ts > keep_until:
             high = corr if high is None else min(high, corr)
-    lead_in, lead_out = first > 0, last + 1 < len(steps)
-    # a side with no launch sampled (and steps beyond it) leaves the ids unbounded: device work is kept by time then
-    by_launch = (low is not None or not lead_in) and (high is not None or not lead_out)
+    # a side with no launch sampled (and events beyond it) leaves the ids unbounded: device work is kept by time then
+    by_launch = pid is not None and (low is not None or not lead_in) and (high is not None or not lead_out)
     # work launched after the window starts once the device is done with the window's (on its stream): the
-    # earliest such kernel sampled bounds how long after keep_until the device still ran the window's steps
+    # earliest such kernel sampled bounds how long after keep_until the device still ran the window's work
     later = [ts for ts, corr in kernels if high is not None and corr > high]
     host_until = max(keep_until, min(later)) if later and by_launch else keep_until
-    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, host_until, lead_in,
-                      lead_out,
-                      (_id(main[0]), _id(main[1])), low or 0, 1 << 62 if high is None else high, by_launch)
+    return low or 0, 1 << 62 if high is None else high, by_launch, host_until
+
+
+def time_window(starts: Sequence[float], steps: int, events: int, max_events: int, launches: list = (),
+                kernels: list = ()) -> Optional[StepWindow]:
+    """The middle span of time that holds about `max_events` of the trace's `events`: between the quantiles of the
+    sampled starts around their median (each block of the text weighs alike: where the events are dense in time,
+    the span is short). Device work is kept as for steps (_device_bounds). None when too few starts were sampled
+    to place it (the trace is then read whole)."""
+    if len(starts) < 2:
+        return None
+    share = min(max_events / max(events, 1), 1.0)
+    low, high, first, last = np.quantile(np.asarray(starts), [0.5 - share / 2, 0.5 + share / 2, 0.0, 1.0])
+    if high <= low:
+        return None
+    keep_from, keep_until = float(low), float(high)
+    corr_low, corr_high, by_launch, host_until = _device_bounds(launches, kernels, None, keep_from, keep_until)
+    return StepWindow(0, 0, steps, events, max_events, keep_from, keep_until, host_until, False, False, (), corr_low,
+                      corr_high, by_launch, by_time=True, trace_us=float(last - first))
 
 
 def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float, bytes]]]:
@@ -216,10 +278,11 @@ def steps_kept(steps: int, events: int, max_events: int) -> int:
 def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> list[Optional[StepWindow]]:
     """Windows of the same steps for the ranks of one job (a per-rank table compares the same steps): as many as
     fit in the budget in the rank that fits fewest, from the same step on (by its ProfilerStep number, where every
-    rank numbers its steps; by position otherwise); none when every rank fits whole."""
-    counted = [c for c in counters if c is not None and c.marks]
-    if max_events <= 0 or not any(c.events > max_events for c in counted):
-        return [None] * len(counters)
+    rank numbers its steps; by position otherwise); none when every rank fits whole. A rank with too few steps
+    to cut at is cut in time, on its own (its span holds no steps to compare)."""
+    counted = [c for c in counters if c is not None and c.stepped]
+    if max_events <= 0 or not any(c.events > max_events for c in counted):  # a rank cut in time: its own span
+        return [None if c is None or c.stepped else c.window(max_events) for c in counters]
     numbers = [[number for _, _, number in main_steps(c.marks)[1]] for c in counted]
     keep = min(steps_kept(len(n), c.events, max_events) for n, c in zip(numbers, counted))
     common = set.intersection(*(set(n) for n in numbers))
@@ -229,7 +292,8 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
         starts = {id(c): n.index(first_number) for n, c in zip(numbers, counted)}
     else:
         starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in counted}
-    return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c.marks else None for c in counters]
+    return [None if c is None else c.window(max_events, at=(starts[id(c)], keep)) if c.stepped
+            else c.window(max_events) for c in counters]
 
 
 def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
@@ -240,6 +304,8 @@ def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Span
 
 
 def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
+    if kind == "step" and window.by_time:  # too few to cut at: the span of time is the step
+        return np.zeros(len(spans), dtype=bool)
     if kind == "step":  # the main thread's markers only: the analysis then picks that thread again
         on_main = spans.thread_mask(lambda thread: thread == window.main_thread)
         return on_main & (spans.start >= window.keep_from) & (spans.start < window.keep_until)
@@ -247,7 +313,8 @@ def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
     if kind not in DEVICE_KINDS or not window.by_launch:
         return overlaps
     corr = spans.correlations()  # linked work where its launch was kept, unlinked work where it ran in time
-    return ((corr >= window.corr_low) & (corr <= window.corr_high)) | ((corr < 0) & overlaps)
+    # (cut in time, work launched before the span that ran in it is kept too: the span has no lead-in step)
+    return ((corr >= window.corr_low) & (corr <= window.corr_high)) | (((corr < 0) | window.by_time) & overlaps)
 
 
 # Allocations and FLOP ops are counted per host step: kept to the lead-out step's end, not to host_until
