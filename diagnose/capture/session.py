@@ -401,9 +401,10 @@ def _tf32_matmuls() -> bool:
 
 def tear_down_cupti_after() -> None:
     """Ask Kineto to detach CUPTI when the profiler stops: without TEARDOWN_CUPTI=1 its callbacks stay on for the
-    rest of the process, and the unprofiled steps timed after the window would pay for them at every launch
-    (10-20% in pytorch/pytorch#144455; within the noise of two runs of cuda_train.py on an H200, see
-    benchmarks/README.md). A value the user or torch set wins: inductor sets 0 under CUDA graphs."""
+    rest of the process, and the unprofiled steps timed after the window pay for them at every launch. On an
+    H200, cuda_train.py's loop ran 1.07-1.13x slower after a profiled window than before it without this, and
+    0.98-1.02x with it (benchmarks/after_profiler.py; pytorch/pytorch#144455). A value the user or torch set
+    wins: inductor sets 0 under CUDA graphs."""
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
