@@ -68,6 +68,8 @@ def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_
     windowed = load_trace(path, max_events=budget)
     window = windowed.window
     assert window.by_time and window.keep_from < window.keep_until and not (window.lead_in or window.lead_out)
+    if counter.marks:  # its marker dropped, the marker's thread stays the main one
+        assert windowed.main_thread == window.main_thread != ()
     whole = load_trace(path, max_events=0)
     assert _spans_held(windowed) < _spans_held(whole) / 2  # about a quarter, by the sampled starts
     # the reference: every event, the same span of time as the one step
@@ -78,7 +80,7 @@ def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_
     assert len(mine.steps) == 1 and [s.buckets_s for s in mine.steps] == [s.buckets_s for s in theirs.steps]
     assert mine.steps[0].duration_s == pytest.approx(theirs.steps[0].duration_s, abs=1e-9)
     assert mine.notes[0] == window.note() and "from the middle of the trace's" in mine.notes[0]
-    assert "were analysed as one step" in mine.notes[0] and "to cut it at steps" in mine.notes[0]
+    assert "was analysed as one step" in mine.notes[0] and "to cut it at steps" in mine.notes[0]
 
 
 def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
@@ -89,6 +91,21 @@ def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
     stepped, alone = agreed_windows([_counter(range(0, 10), 1000), timed], 500)
     assert stepped.by_time is False and (stepped.first, stepped.last) == (3, 5)
     assert alone.by_time and alone.keep_from == pytest.approx(247.5) and alone.keep_until == pytest.approx(742.5)
+
+
+def test_the_ranks_of_a_job_cut_in_time_share_one_span():
+    from diagnose.analysis.window import agreed_windows
+
+    ranks = [_counter([], events) for events in (1000, 2000, 1000)]
+    for counter in ranks[:2]:
+        counter.starts.extend(float(t) for t in range(0, 1000, 10))
+    ranks[2].starts.extend(float(t) for t in range(5000, 6000, 10))  # another run's trace: no time in common
+    alone = [c.window(500) for c in ranks]
+    assert alone[0].keep_until - alone[0].keep_from > alone[1].keep_until - alone[1].keep_from  # half the share
+    first, second, other = agreed_windows(ranks, 500)
+    assert (first.keep_from, first.keep_until) == (second.keep_from, second.keep_until)
+    assert first.keep_until - first.keep_from == pytest.approx(alone[1].keep_until - alone[1].keep_from)
+    assert (other.keep_from, other.keep_until) == (alone[2].keep_from, alone[2].keep_until)
 
 
 def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):

@@ -24,7 +24,7 @@ def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames:
                      "accumulation): each step's figures cover all of them")
     if capture is not None and capture.step_source not in (None, "dataloader", "manual"):
         notes.append(f"steps were found from {capture.step_source}() calls (no DataLoader drives training)")
-    if len(steps) < 3:
+    if len(steps) < 3 and not (trace.window is not None and trace.window.by_time):  # (a span of time: many)
         notes.append(f"only {len(steps)} step(s) were profiled: figures are rough")
     overhead = profiler_overhead_note(capture, steps)
     if overhead:

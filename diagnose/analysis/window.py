@@ -63,7 +63,8 @@ class StepWindow:
     corr_high: int
     by_launch: bool  # the bounds were sampled (else device work is kept where it overlaps in time)
     # too few steps to cut at (fewer than MIN_STEPS markers): keep_from-keep_until is a span of time, kept as one
-    # step, and the trace's own markers are dropped; trace_us is the trace's span of time, as sampled
+    # step, and the trace's own markers are dropped (main_thread: the markers' thread, () where there are none);
+    # trace_us is the trace's span of time, as sampled
     by_time: bool = False
     trace_us: float = 0.0
 
@@ -76,14 +77,19 @@ class StepWindow:
 
     def note(self) -> str:
         if self.by_time:
-            markers = "no ProfilerStep markers" if not self.steps else f"only {self.steps} ProfilerStep marker(s)"
             return (f"{_duration(self.keep_until - self.keep_from)} from the middle of the trace's "
-                    f"{_duration(self.trace_us)} were analysed as one step: the trace holds about {self.events:,} "
+                    f"{_duration(self.trace_us)} was analysed as one step: the trace holds about {self.events:,} "
                     f"events, over the {self.max_events:,} read at most (--max-events; 0 reads every event, about 40 "
-                    f"bytes each), and {markers} to cut it at steps")
+                    f"bytes each), and {self.markers()} to cut it at steps")
         return (f"steps {self.first + 1}-{self.last + 1} of {self.steps} were analysed (the middle ones): the trace "
                 f"holds about {self.events:,} events, over the {self.max_events:,} read at most (--max-events; 0 "
                 "reads every event, about 40 bytes each)")
+
+
+    def markers(self) -> str:
+        """How many ProfilerStep markers a trace cut in time has, in words."""
+        return ("no ProfilerStep markers" if not self.steps else
+                f"only {self.steps} ProfilerStep marker{'s' if self.steps > 1 else ''}")
 
 
 def _duration(us: float) -> str:
@@ -153,10 +159,16 @@ class StepCounter:
     def events(self) -> int:
         return round(self.sampled_events * self.bytes / self.sampled_bytes) if self.sampled_bytes else 0
 
-    def window(self, max_events: int, at: Optional[tuple[int, int]] = None) -> Optional[StepWindow]:
+    def window(self, max_events: int, at: Optional[tuple[int, int]] = None,
+               span: Optional[tuple[float, float]] = None) -> Optional[StepWindow]:
         return choose_window(self.marks, self.events, max_events,
                              zip(self.launch_pid, self.launch_ts, self.launch_corr),
-                             zip(self.kernel_ts, self.kernel_corr), at, self.starts)
+                             zip(self.kernel_ts, self.kernel_corr), at, self.starts, span)
+
+    def spans(self, span: tuple[float, float]) -> bool:
+        """Whether the sampled events reach into `span` (a span shared by ranks whose traces cover another time
+        leaves this one its own)."""
+        return bool(self.starts) and min(self.starts) < span[1] and max(self.starts) > span[0]
 
     @property
     def stepped(self) -> bool:
@@ -194,18 +206,20 @@ def _searched(search, labels: tuple[bytes, ...]) -> int:
 def choose_window(marks: list[tuple], events: int, max_events: int,
                   launches: Iterable[tuple[bytes, float, int]] = (),
                   kernels: Iterable[tuple[float, int]] = (),
-                  at: Optional[tuple[int, int]] = None, starts: Sequence[float] = ()) -> Optional[StepWindow]:
+                  at: Optional[tuple[int, int]] = None, starts: Sequence[float] = (),
+                  span: Optional[tuple[float, float]] = None) -> Optional[StepWindow]:
     """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
     `max_events` (one step at least); None when the whole trace fits or the budget is off (0). A trace with fewer
     than MIN_STEPS steps: the middle span of time that holds about `max_events` (time_window). `launches`: (pid,
     ts, correlation id) of sampled runtime calls; `kernels`: (ts, correlation id) of sampled kernels; `starts`:
-    sampled events' starts. `at`: (first step, steps) chosen for several ranks."""
-    if max_events <= 0 or (at is None and events <= max_events):
+    sampled events' starts. `at`: (first step, steps), or `span`: (start, end), chosen for several ranks."""
+    if max_events <= 0 or (at is None and span is None and events <= max_events):
         return None
     launches, kernels = list(launches), list(kernels)
     main, steps = main_steps(marks) if marks else ((), [])
     if len(steps) < MIN_STEPS:
-        return time_window(starts, len(steps), events, max_events, launches, kernels)
+        return time_window(starts, len(steps), events, max_events, launches, kernels,
+                           thread=(_id(main[0]), _id(main[1])) if main else (), span=span)
     first, keep = at if at is not None else ((len(steps) - steps_kept(len(steps), events, max_events)) // 2,
                                             steps_kept(len(steps), events, max_events))
     if keep >= len(steps) or first + keep > len(steps):
@@ -245,21 +259,23 @@ def _device_bounds(launches: list, kernels: list, pid: Optional[bytes], keep_fro
 
 
 def time_window(starts: Sequence[float], steps: int, events: int, max_events: int, launches: list = (),
-                kernels: list = ()) -> Optional[StepWindow]:
+                kernels: list = (), thread: tuple = (), span: Optional[tuple[float, float]] = None
+                ) -> Optional[StepWindow]:
     """The middle span of time that holds about `max_events` of the trace's `events`: between the quantiles of the
     sampled starts around their median (each block of the text weighs alike: where the events are dense in time,
-    the span is short). Device work is kept as for steps (_device_bounds). None when too few starts were sampled
-    to place it (the trace is then read whole)."""
+    the span is short). `span`: (start, end) chosen for several ranks. Device work is kept as for steps
+    (_device_bounds). None when too few starts were sampled to place it (the trace is then read whole)."""
     if len(starts) < 2:
         return None
     share = min(max_events / max(events, 1), 1.0)
     low, high, first, last = np.quantile(np.asarray(starts), [0.5 - share / 2, 0.5 + share / 2, 0.0, 1.0])
+    low, high = span or (low, high)
     if high <= low:
         return None
     keep_from, keep_until = float(low), float(high)
     corr_low, corr_high, by_launch, host_until = _device_bounds(launches, kernels, None, keep_from, keep_until)
-    return StepWindow(0, 0, steps, events, max_events, keep_from, keep_until, host_until, False, False, (), corr_low,
-                      corr_high, by_launch, by_time=True, trace_us=float(last - first))
+    return StepWindow(0, 0, steps, events, max_events, keep_from, keep_until, host_until, False, False, thread,
+                      corr_low, corr_high, by_launch, by_time=True, trace_us=float(last - first))
 
 
 def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float, bytes]]]:
@@ -279,10 +295,15 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
     """Windows of the same steps for the ranks of one job (a per-rank table compares the same steps): as many as
     fit in the budget in the rank that fits fewest, from the same step on (by its ProfilerStep number, where every
     rank numbers its steps; by position otherwise); none when every rank fits whole. A rank with too few steps
-    to cut at is cut in time, on its own (its span holds no steps to compare)."""
+    to cut at is cut in time, all such ranks over the same span (shared_span)."""
+    if max_events <= 0:
+        return [None] * len(counters)
+    span = shared_span([c for c in counters if c is not None and not c.stepped], max_events)
+    timed = [c.window(max_events, span=span if c.spans(span) else None)
+             if c is not None and not c.stepped and span is not None else None for c in counters]
     counted = [c for c in counters if c is not None and c.stepped]
-    if max_events <= 0 or not any(c.events > max_events for c in counted):  # a rank cut in time: its own span
-        return [None if c is None or c.stepped else c.window(max_events) for c in counters]
+    if not any(c.events > max_events for c in counted):
+        return timed
     numbers = [[number for _, _, number in main_steps(c.marks)[1]] for c in counted]
     keep = min(steps_kept(len(n), c.events, max_events) for n, c in zip(numbers, counted))
     common = set.intersection(*(set(n) for n in numbers))
@@ -292,8 +313,20 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
         starts = {id(c): n.index(first_number) for n, c in zip(numbers, counted)}
     else:
         starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in counted}
-    return [None if c is None else c.window(max_events, at=(starts[id(c)], keep)) if c.stepped
-            else c.window(max_events) for c in counters]
+    return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c.stepped else window
+            for c, window in zip(counters, timed)]
+
+
+def shared_span(counters: list[StepCounter], max_events: int) -> Optional[tuple[float, float]]:
+    """One span of time for the ranks of a job cut in time, so that their rows compare the same stretch of
+    training: as long as the shortest of their own spans, centred on the middle of their own spans' middles;
+    None when none of them passes the budget (each is then read whole)."""
+    own = [w for w in (c.window(max_events) for c in counters) if w is not None]
+    if not own:
+        return None
+    middle = float(np.median([(w.keep_from + w.keep_until) / 2 for w in own]))
+    half = min(w.keep_until - w.keep_from for w in own) / 2
+    return middle - half, middle + half
 
 
 def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
