@@ -14,7 +14,8 @@ from diagnose.model import Capture
 
 def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames: bool) -> tuple[str, ...]:
     notes = [trace.window.note()] if trace.window is not None else []
-    if trace.step_definition != "ProfilerStep markers":
+    cut_in_time = trace.window is not None and trace.window.by_time  # (its note, first, says what the step is)
+    if trace.step_definition != "ProfilerStep markers" and not cut_in_time:
         notes.append(trace.step_definition)
     if from_frames:
         notes.append("code locations come from the trace's Python frames (with_stack): each is a function's first "
@@ -24,7 +25,7 @@ def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames:
                      "accumulation): each step's figures cover all of them")
     if capture is not None and capture.step_source not in (None, "dataloader", "manual"):
         notes.append(f"steps were found from {capture.step_source}() calls (no DataLoader drives training)")
-    if len(steps) < 3 and not (trace.window is not None and trace.window.by_time):  # (a span of time: many)
+    if len(steps) < 3 and not cut_in_time:  # (a span of time holds many)
         notes.append(f"only {len(steps)} step(s) were profiled: figures are rough")
     overhead = profiler_overhead_note(capture, steps)
     if overhead:
