@@ -15,6 +15,11 @@ SAMPLES = REPO / "sample_runs"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TRACES = Path(__file__).resolve().parent / "data" / "traces"  # trace files and their licences: SOURCES.md
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
+# Python for a measuring child's peak RSS in bytes, its helper processes included: its own VmHWM, not getrusage's
+# ru_maxrss, which a child inherits across exec from the process that started it (pytest held 1.8 GB late in a
+# slow tier, and every peak measured read 1.8 GB)
+PEAK_BYTES = ("(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')) "
+              "+ __import__('resource').getrusage(__import__('resource').RUSAGE_CHILDREN).ru_maxrss) * 1024")
 
 
 @dataclass

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, TRACES, diagnose_cli
+from conftest import PEAK_BYTES, REPO, TRACES, diagnose_cli
 
 from diagnose.analysis import stream
 from diagnose.analysis import trace as trace_module
@@ -245,13 +245,11 @@ def test_max_events_must_not_be_negative(tmp_path):
 def _peak_of_analyze(path, budget: int) -> tuple[int, int]:
     """(peak RSS of a process that loads and analyses the trace, helper included; bytes of the arrays its trace
     holds), the peak the lower of two runs (a process' peak varies by about 10 MiB from run to run here)."""
-    measure = ("import resource, sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+    measure = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; "
                "t = load_trace(Path(sys.argv[1]), max_events=int(sys.argv[2])); analyze(Inputs(t)); "
                "held = sum(a.nbytes for s in vars(t).values() if hasattr(s, 'corr') "
-               "for a in (s.start, s.end, s.name_codes, s.thread_codes_, s.corr)); "
-               "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss "
-               "+ resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024, held)")
+               f"for a in (s.start, s.end, s.name_codes, s.thread_codes_, s.corr)); print({PEAK_BYTES}, held)")
     runs = [subprocess.run([sys.executable, "-c", measure, str(path), str(budget)], capture_output=True, text=True,
                            timeout=600, check=True).stdout.split() for _ in range(2)]
     return min(int(peak) for peak, _ in runs), int(runs[0][1])
