@@ -76,12 +76,11 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[S
     if len(steps):
         main = _most_spans_thread(steps)
         definition = "ProfilerStep markers"
-    elif window is not None and window.by_time:  # its markers dropped: their thread stays the main one
-        main = window.main_thread or _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
-        definition = f"{window.markers()}: a span of the trace's time is one step"
     else:
-        main = _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
-        definition = "no ProfilerStep markers: the whole trace is one step"
+        cut_in_time = window is not None and window.by_time  # its markers dropped: their thread stays the main one
+        main = (window.main_thread if cut_in_time else ()) or _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
+        definition = (f"{window.markers()}: a span of the trace's time is one step" if cut_in_time
+                      else "no ProfilerStep markers: the whole trace is one step")
     main_pid = main[0] if main else None
 
     def on_main_pid(spans: Spans) -> Spans:

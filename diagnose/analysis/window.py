@@ -165,7 +165,7 @@ class StepCounter:
                              zip(self.launch_pid, self.launch_ts, self.launch_corr),
                              zip(self.kernel_ts, self.kernel_corr), at, self.starts, span)
 
-    def spans(self, span: tuple[float, float]) -> bool:
+    def reaches(self, span: tuple[float, float]) -> bool:
         """Whether the sampled events reach into `span` (a span shared by ranks whose traces cover another time
         leaves this one its own)."""
         return bool(self.starts) and min(self.starts) < span[1] and max(self.starts) > span[0]
@@ -217,9 +217,9 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
         return None
     launches, kernels = list(launches), list(kernels)
     main, steps = main_steps(marks) if marks else ((), [])
+    thread = (_id(main[0]), _id(main[1])) if main else ()  # as the trace's spans name it
     if len(steps) < MIN_STEPS:
-        return time_window(starts, len(steps), events, max_events, launches, kernels,
-                           thread=(_id(main[0]), _id(main[1])) if main else (), span=span)
+        return time_window(starts, len(steps), events, max_events, launches, kernels, thread, span)
     first, keep = at if at is not None else ((len(steps) - steps_kept(len(steps), events, max_events)) // 2,
                                             steps_kept(len(steps), events, max_events))
     if keep >= len(steps) or first + keep > len(steps):
@@ -230,7 +230,7 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
     low, high, by_launch, host_until = _device_bounds(launches, kernels, main[0], keep_from, keep_until, lead_in,
                                                       lead_out)
     return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, host_until, lead_in,
-                      lead_out, (_id(main[0]), _id(main[1])), low, high, by_launch)
+                      lead_out, thread, low, high, by_launch)
 
 
 def _device_bounds(launches: list, kernels: list, pid: Optional[bytes], keep_from: float, keep_until: float,
@@ -299,7 +299,7 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
     if max_events <= 0:
         return [None] * len(counters)
     span = shared_span([c for c in counters if c is not None and not c.stepped], max_events)
-    timed = [c.window(max_events, span=span if c.spans(span) else None)
+    timed = [c.window(max_events, span=span if c.reaches(span) else None)
              if c is not None and not c.stepped and span is not None else None for c in counters]
     counted = [c for c in counters if c is not None and c.stepped]
     if not any(c.events > max_events for c in counted):
