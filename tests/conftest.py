@@ -83,6 +83,15 @@ def line_of(path: Path, text: str) -> int:
 
 
 @pytest.fixture(scope="session")
+def two_million_event_trace(tmp_path_factory) -> Path:
+    """A generated 2M-event trace (0.6 GB of text; about a minute to write), shared by the slow memory tests."""
+    path = tmp_path_factory.mktemp("big") / "big.json.gz"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", "2000000"],
+                   check=True, capture_output=True, timeout=600)
+    return path
+
+
+@pytest.fixture(scope="session")
 def sample_run(tmp_path_factory):
     """Run each bundled sample once per session; tests share the results."""
     cache: dict[tuple, CliRun] = {}

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import PEAK_BYTES, REPO, TRACES
+from conftest import PEAK_BYTES, TRACES
 
 from diagnose.analysis import stream
 from diagnose.analysis.analyze import Inputs, analyze
@@ -52,10 +52,8 @@ def test_a_trace_cut_short_is_not_streamed_as_if_whole(tmp_path):
 
 
 @pytest.mark.slow  # generates a 2M-event trace (about a minute) and analyses it
-def test_a_two_million_event_trace_is_analysed_in_bounded_memory(tmp_path):
-    path = tmp_path / "big.json.gz"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", "2000000"],
-                   check=True, capture_output=True, timeout=600)
+def test_a_two_million_event_trace_is_analysed_in_bounded_memory(two_million_event_trace):
+    path = two_million_event_trace
     measure = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; "
                f"a = analyze(Inputs(load_trace(Path(sys.argv[1])))); print(len(a.steps), {PEAK_BYTES})")

@@ -251,16 +251,22 @@ CLOSED = re.compile(rb"\]\s*\}\s*$")
 
 
 def _tail_metadata(tail: bytes) -> dict:
-    """The keys after traceEvents (traceName, baseTimeNanoseconds...): the first place after a `]` from which
-    the rest of the text parses as an object's members."""
-    for match in TAIL_KEY.finditer(tail):
+    """The keys after traceEvents (traceName, baseTimeNanoseconds...)."""
+    found = tail_members(tail)
+    return found[1] if found else {}
+
+
+def tail_members(text: bytes, start: int = 0) -> Optional[tuple[int, dict]]:
+    """(where the event list ends, the keys after it): the first `]` from `start` on from which the rest of the
+    text parses as an object's members; None when there is none."""
+    for match in TAIL_KEY.finditer(text, start):
         try:
-            value = orjson.loads(b"{" + tail[match.end():])
+            value = orjson.loads(b"{" + text[match.end():])
         except orjson.JSONDecodeError:
             continue
         if isinstance(value, dict):
-            return value
-    return {}
+            return match.start(), value
+    return None
 
 
 def _head_metadata(head: bytes) -> Optional[dict]:

@@ -1,20 +1,32 @@
 """Per-step time of each CPU op (self time, by name and input shapes when recorded) and each GPU kernel, copy or
-memset (by name), read from a trace: what `diagnose compare` matches between A and B."""
+memset (by name), read from a trace: what `diagnose compare` matches between A and B.
+
+The trace is read as a stream, a piece of its text at a time (stream.py cuts the pieces where an event begins),
+and only the few columns the table needs are kept, in compact arrays: a 1M-event trace held as parsed JSON takes
+gigabytes. A trace past `--max-events` keeps only the window of steps its analysis chose (window.py)."""
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
+import numpy as np
 import orjson
 
 from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
+from diagnose.analysis.fastparse import CLOSED, EVENTS_KEY, _head_metadata, tail_members
+from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
+from diagnose.analysis.prefetch import MAX_EVENTS
+from diagnose.analysis.release import released
+from diagnose.analysis.stream import PIECE_BYTES, TAIL_BYTES, _pieces, step_window
 from diagnose.analysis.trace_file import read_events
+from diagnose.analysis.window import StepWindow
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
 HOST_MARK_KINDS = CPU_OP | {"user_annotation"}  # where ProfilerStep# sits on the host, old traces and new
+NO_CORRELATION = np.iinfo(np.int64).min
+HEAD_BYTES = 64 << 20  # no event list this near the start: not a layout the pieces are read in
 
 
 @dataclass(frozen=True)
@@ -32,52 +44,192 @@ class TraceProfile:
     steps: int = 0
 
 
-def trace_profile(path: Path, steps_analysed: int) -> TraceProfile:
+def trace_profile(path: Path, steps_analysed: int, max_events: int = MAX_EVENTS,
+                  piece_bytes: int = PIECE_BYTES) -> TraceProfile:
     """Per ProfilerStep when the trace has them: host ops inside the steps, device work from the first step's start
     on (the device runs a GPU-bound step's kernels after the host has marked its end); else over the whole trace
     per analysed step."""
-    data = read_events(path)
-    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
-    by_kind: dict[str, list[dict]] = defaultdict(list)
-    for event in events:
-        by_kind[str(event.get("cat", "")).lower()].append(event)
-    cpu = [e for kind in CPU_OP for e in by_kind.get(kind, ()) if not _is_step_mark(e)]
-    device = [e for kind in DEVICE_KINDS for e in by_kind.get(kind, ())]
-    window = _step_window([e for kind in HOST_MARK_KINDS for e in by_kind.get(kind, ())])
-    steps = max(steps_analysed, 1)
-    if window:
-        start, end, steps = window
-        cpu = [e for e in cpu if start <= e["ts"] < end]
-        runtime = [e for kind in RUNTIME for e in by_kind.get(kind, ())]
-        device = _launched_within(device, runtime, start, end)
-    return TraceProfile(_per_step(_self_times(cpu), steps), _per_step(_totals(device), steps),
-                        trace_gpu_name(data) or "", _world_size(data), steps)
+    window = step_window(path, max_events)
+    table = _streamed(path, piece_bytes, window)
+    if table is None:  # a layout the pieces are not read in: the whole text, as the analysis then reads it
+        data = read_events(path)
+        table = OpColumns(None)
+        table.add(data["traceEvents"])
+        table.metadata = data
+    return released(table.profile(steps_analysed))  # the columns and pieces, before the other side is read
 
 
-def _launched_within(device: list[dict], runtime: list[dict], start: float, end: float) -> list[dict]:
-    """Device work the host launched inside the steps (by correlation id): a GPU-bound step's kernels run after
-    the host marked its end, and those of the step after the window must not count. Without correlation ids,
-    the device work that starts inside the steps' span."""
-    launched = {_correlation(e) for e in runtime if start <= e["ts"] < end} - {None}
-    if not launched:
-        return [e for e in device if start <= e["ts"] < end]
-    return [e for e in device if _correlation(e) in launched]
-
-
-def _correlation(event: dict) -> Optional[int]:
-    return (event.get("args") or {}).get("correlation")
-
-
-def _step_window(host_events: list[dict]) -> Optional[tuple[float, float, int]]:
-    """The host's ProfilerStep marks (newer traces mark each step on the GPU too: gpu_user_annotation)."""
-    marks = [e for e in host_events if _is_step_mark(e)]
-    if not marks:
+def _streamed(path: Path, piece_bytes: int, window: Optional[StepWindow]) -> Optional["OpColumns"]:
+    """The table's columns read piece by piece; None when a piece does not parse as a run of events."""
+    table = OpColumns(window)
+    pieces = _pieces(path, piece_bytes)
+    try:
+        text, key = b"", None
+        for piece in pieces:
+            text += piece
+            key = EVENTS_KEY.search(text)
+            if key is not None or len(text) > HEAD_BYTES:
+                break
+        if key is None or (head := _head_metadata(text[:key.start()])) is None:
+            return None
+        body = text[key.end():]
+        del text
+        for piece in pieces:
+            table.add(_events(body))
+            body = piece
+        end, tail = _events_end(body)
+        table.add(_events(body[:end]))
+    except (*INFLATE_ERRORS, orjson.JSONDecodeError, _NotEvents):
         return None
-    return (min(e["ts"] for e in marks), max(e["ts"] + e["dur"] for e in marks), len(marks))
+    table.metadata = {**head, **tail}
+    return table
 
 
-def _is_step_mark(event: dict) -> bool:
-    return str(event.get("name", "")).startswith("ProfilerStep#")  # an op in old traces: it would hold all the time
+class _NotEvents(ValueError):
+    """A piece that is not a run of events, or a text that does not end as a trace does."""
+
+
+def _events(body: bytes) -> list:
+    """The events in a piece: whole event objects separated by commas."""
+    text = body.strip().rstrip(b",")
+    events = orjson.loads(b"[" + text + b"]") if text else []
+    if not isinstance(events, list):
+        raise _NotEvents
+    return events
+
+
+def _events_end(body: bytes) -> tuple[int, dict]:
+    """Where the event list ends in the text's last piece, and the keys after it (traceName...): the first `]`
+    from which the rest parses as an object's members, else the `]` that closes the object."""
+    found = tail_members(body, max(0, len(body) - TAIL_BYTES))
+    if found is not None:
+        return found
+    closed = CLOSED.search(body, max(0, len(body) - 256))
+    if closed is None:
+        raise _NotEvents
+    return closed.start(), {}
+
+
+class OpColumns:
+    """What the table needs of each event, as arrays: host ops (start, duration, thread, name and shapes), the
+    host's step marks, runtime launches (start, correlation id) and device work (start, duration, name,
+    correlation id). With a window, only the events the window's analysis kept: memory bounded by its size."""
+
+    def __init__(self, window: Optional[StepWindow]):
+        self.window = window
+        self.metadata: dict = {}
+        self.threads: dict = {}
+        self.op_keys: dict[tuple[str, str], int] = {}
+        self.device_names: dict[str, int] = {}
+        self.ops = _Columns(OP_COLUMNS)
+        self.marks: list[tuple[float, float]] = []
+        self.launches = _Columns(LAUNCH_COLUMNS)
+        self.device = _Columns(DEVICE_COLUMNS)
+
+    def add(self, events: Iterable) -> None:
+        ops, launches, device = [], [], []
+        for event in events:
+            if not isinstance(event, dict) or event.get("ph") != "X":
+                continue
+            start, duration = event.get("ts"), event.get("dur")
+            if not (_number(start) and _number(duration)):
+                continue
+            kind = str(event.get("cat", "")).lower()
+            name = str(event.get("name", ""))
+            if kind in HOST_MARK_KINDS and name.startswith("ProfilerStep#"):  # an op in old traces: not an op here
+                if self._on_host(start):
+                    self.marks.append((start, duration))
+            elif kind in CPU_OP:
+                if self._on_host(start):
+                    ops.append((start, duration, self._code(self.threads, (event.get("pid"), event.get("tid"))),
+                                self._code(self.op_keys, (name, _shapes(event)))))
+            elif kind in RUNTIME:
+                if self._on_host(start):
+                    launches.append((start, _correlation(event)))
+            elif kind in DEVICE_KINDS:
+                correlation = _correlation(event)
+                if self._on_device(start, duration, correlation):
+                    device.append((start, duration, self._code(self.device_names, name), correlation))
+        self.ops.append(ops)
+        self.launches.append(launches)
+        self.device.append(device)
+
+    def _on_host(self, start: float) -> bool:
+        window = self.window
+        return window is None or window.keep_from <= start < window.keep_until  # the next step starts there
+
+    def _on_device(self, start: float, duration: float, correlation: int) -> bool:
+        window = self.window
+        if window is None:
+            return True
+        if window.by_launch and window.corr_low <= correlation <= window.corr_high:
+            return True
+        return start <= window.host_until and start + duration >= window.keep_from
+
+    @staticmethod
+    def _code(table: dict, value) -> int:
+        code = table.get(value)
+        if code is None:
+            code = table[value] = len(table)
+        return code
+
+    def profile(self, steps_analysed: int) -> TraceProfile:
+        """The table per step; the columns are given up as it is made (one kind's arrays held at a time)."""
+        marks = [] if self.window is not None and self.window.by_time else self.marks  # its markers were dropped
+        span = (min(s for s, _ in marks), max(s + d for s, d in marks)) if marks else None
+        steps = len(marks) if marks else max(steps_analysed, 1)
+        device = self.device.joined()
+        if span:
+            device = _taken(device, np.flatnonzero(_launched_within(device, self.launches.joined(), *span)))
+        kernel_times = _summed(device["name"], device["duration"], list(self.device_names))
+        del device
+        ops = self.ops.joined()
+        if span:
+            ops = _taken(ops, np.flatnonzero((span[0] <= ops["start"]) & (ops["start"] < span[1])))
+        op_times = _self_times(ops, list(self.op_keys))
+        return TraceProfile(_per_step(op_times, steps), _per_step(kernel_times, steps),
+                            trace_gpu_name(self.metadata) or "", _world_size(self.metadata), steps)
+
+
+OP_COLUMNS = (("start", np.float64), ("duration", np.float64), ("thread", np.int32), ("key", np.int32))
+LAUNCH_COLUMNS = (("start", np.float64), ("correlation", np.int64))
+DEVICE_COLUMNS = (("start", np.float64), ("duration", np.float64), ("name", np.int32), ("correlation", np.int64))
+
+
+class _Columns:
+    """Rows kept a piece at a time, each column an array of its own type (24-32 bytes a row); joined once, a
+    column at a time, so that the pieces and the joined arrays are not all held together."""
+
+    def __init__(self, columns: tuple):
+        self.columns = columns
+        self.chunks: list[list[np.ndarray]] = []
+
+    def append(self, rows: list[tuple]) -> None:
+        if rows:
+            self.chunks.append([np.array(column, dtype=kind) for column, (_, kind) in zip(zip(*rows), self.columns)])
+
+    def joined(self) -> dict[str, np.ndarray]:
+        joined = {}
+        for i, (name, kind) in enumerate(self.columns):
+            joined[name] = np.concatenate([chunk[i] for chunk in self.chunks]) if self.chunks else np.zeros(0, kind)
+            for chunk in self.chunks:
+                chunk[i] = None
+        self.chunks = []
+        return joined
+
+
+def _taken(columns: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: column[index] for name, column in columns.items()}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _correlation(event: dict) -> int:
+    value = (event.get("args") or {}).get("correlation")
+    usable = isinstance(value, int) and not isinstance(value, bool) and NO_CORRELATION < value < 1 << 63
+    return value if usable else NO_CORRELATION
 
 
 def _shapes(event: dict) -> str:
@@ -85,43 +237,68 @@ def _shapes(event: dict) -> str:
     return orjson.dumps(dims).decode() if dims else ""
 
 
-def _self_times(ops: list[dict]) -> dict[tuple[str, str], list[float]]:
-    """Self time: an op's duration less its direct children's on the same thread (ops nest, never overlap)."""
-    threads: dict[tuple, list[dict]] = defaultdict(list)
-    for op in ops:
-        threads[(op.get("pid"), op.get("tid"))].append(op)
-    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
-    for thread_ops in threads.values():
-        thread_ops.sort(key=lambda e: (e["ts"], -e["dur"]))
-        selfs = [float(e["dur"]) for e in thread_ops]
-        stack: list[int] = []
-        for i, op in enumerate(thread_ops):
-            while stack and thread_ops[stack[-1]]["ts"] + thread_ops[stack[-1]]["dur"] <= op["ts"]:
+def _launched_within(device: dict, launches: dict, start: float, end: float) -> np.ndarray:
+    """Device work the host launched inside the steps (by correlation id): a GPU-bound step's kernels run after
+    the host marked its end, and those of the step after the window must not count. Without correlation ids,
+    the device work that starts inside the steps' span."""
+    inside = (start <= launches["start"]) & (launches["start"] < end)
+    launched = np.unique(launches["correlation"][inside])
+    launched = launched[launched != NO_CORRELATION]
+    if not len(launched):
+        return (start <= device["start"]) & (device["start"] < end)
+    return np.isin(device["correlation"], launched)
+
+
+def _self_times(ops: dict[str, np.ndarray], keys: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
+    """Self time: an op's duration less its direct children's on the same thread (ops nest, never overlap).
+    Threads in the order they first appear; a thread's ops by start, the longer first on a tie."""
+    order = _by_thread_then_start(ops)
+    starts, durations, threads, op_keys = (ops.pop(name)[order] for name in ("start", "duration", "thread", "key"))
+    del order  # ops is emptied: its columns, in this order, are all that is held of it
+    selfs = durations.copy()
+    stack: list[tuple[float, int]] = []  # (end, index) of the ops open around the current one
+    thread = None
+    for lo in range(0, len(starts), LOOP_ROWS):  # a slice at a time as Python floats: a list of all is 64 B a row
+        rows = zip(starts[lo:lo + LOOP_ROWS].tolist(), durations[lo:lo + LOOP_ROWS].tolist(),
+                   threads[lo:lo + LOOP_ROWS].tolist())
+        for i, (start, duration, on) in enumerate(rows, lo):
+            if on != thread:
+                stack, thread = [], on
+            while stack and stack[-1][0] <= start:
                 stack.pop()
             if stack:
-                selfs[stack[-1]] -= op["dur"]
-            stack.append(i)
-        for op, self_us in zip(thread_ops, selfs):
-            entry = totals[(str(op.get("name", "")), _shapes(op))]
-            entry[0] += max(self_us, 0.0) / 1e6
-            entry[1] += 1
-    return totals
+                selfs[stack[-1][1]] -= duration
+            stack.append((start + duration, i))
+    return _summed(op_keys, np.maximum(selfs, 0.0), keys)
 
 
-def _totals(events: list[dict]) -> dict[str, list[float]]:
-    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for event in events:
-        entry = totals[str(event.get("name", ""))]
-        entry[0] += float(event["dur"]) / 1e6
-        entry[1] += 1
-    return totals
+LOOP_ROWS = 1 << 18
+
+
+def _by_thread_then_start(ops: dict[str, np.ndarray]) -> np.ndarray:
+    """The ops' order: threads as they first appear, then by start, the longer first on a tie (stable)."""
+    threads = ops["thread"]
+    codes, first = np.unique(threads, return_index=True)
+    rank = np.empty(len(codes) and int(codes.max()) + 1, dtype=np.int64)
+    rank[codes[np.argsort(first)]] = np.arange(len(codes))
+    return np.lexsort((-ops["duration"], ops["start"], rank[threads] if len(threads) else threads))
+
+
+def _summed(codes: np.ndarray, durations_us: np.ndarray, names: list) -> dict:
+    """(seconds, count) by name, names in the order they first come; each sum in that order too."""
+    if not len(codes):
+        return {}
+    seconds = np.bincount(codes, weights=durations_us / 1e6)
+    counts = np.bincount(codes)
+    present, first = np.unique(codes, return_index=True)
+    return {names[code]: (float(seconds[code]), int(counts[code])) for code in present[np.argsort(first)].tolist()}
 
 
 def _per_step(totals: dict, steps: int) -> dict:
     return {key: Amount(seconds / steps, calls / steps) for key, (seconds, calls) in totals.items()}
 
 
-def _world_size(data: dict) -> Optional[int]:
-    info = data.get("distributedInfo")
+def _world_size(metadata: dict) -> Optional[int]:
+    info = metadata.get("distributedInfo")
     size = info.get("world_size") if isinstance(info, dict) else None
     return int(size) if isinstance(size, (int, float)) else None
