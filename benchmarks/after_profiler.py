@@ -2,8 +2,9 @@
 
     python benchmarks/after_profiler.py [--device cuda] [--repeat 3]
 
-diagnose times the unprofiled steps after the profiled window, in the same process. On an H200 the step it
-reported for sample_runs/cuda_train.py was 10-26% over a plain run's (benchmarks/README.md). This runs that
+diagnose timed its unprofiled steps after the profiled window, in the same process, until this probe showed why
+it should not (it now times them before the profiler starts). On an H200 the step it reported for
+sample_runs/cuda_train.py was 10-26% over a plain run's (benchmarks/README.md). This runs that
 script's loop (model, data and batch size) with no diagnose at all, in fresh processes: 20 steps timed before the
 profiler, 20 profiled as diagnose profiles them (CPU and CUDA activities, shapes, memory, the TensorBoard handler),
 then two windows of 20 timed after it (and two before it, the first to see whether the loop is still

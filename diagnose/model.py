@@ -31,8 +31,8 @@ class Status(Word):
     `diagnose run` and `diagnose report` give it, and whether it is ok: its profiled steps are whole, so they
     are analysed and experimented on."""
     COMPLETED = "completed", 0, True
-    SCRIPT_FINISHED = "script_finished", 0, True  # the script ended by itself after the profiled window
-    TIMEOUT = "timeout", 0, True  # --max-seconds, after the profiled window
+    SCRIPT_FINISHED = "script_finished", 0, True  # the script ended by itself before diagnose stopped it
+    TIMEOUT = "timeout", 0, True  # --max-seconds ran out before diagnose stopped the script
     SCRIPT_ERROR = "script_error", 1, False
     OUT_OF_MEMORY = "out_of_memory", 5, False  # the script's own out-of-memory error: diagnosed, not a crash
     NO_STEPS = "no_steps", 3, False
@@ -268,7 +268,7 @@ class MemorySizes:
 
 @dataclass(frozen=True)
 class UnprofiledWindow:
-    """Steps timed after the profiled window with the profiler off: the step time the user's script runs at.
+    """Steps timed before the profiled window, the profiler never started: the step time the user's script runs at.
     The device is synchronised at the window's two edges only (never per step), so queued GPU work counts."""
     steps: int
     seconds: float

@@ -1,9 +1,8 @@
-"""The step time the user sees: steps timed after the profiled window with the profiler off, the profiler's
+"""The step time the user sees: steps timed before the profiled window, the profiler never started, the profiler's
 overhead against it, and autocast counted only where it is enabled. Real runs of the CLI on the CPU."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
@@ -20,11 +19,11 @@ def loop_run(tmp_path_factory):
     """tests/scripts/small_loop.py under `diagnose run`, once per set of arguments."""
     cache = {}
 
-    def get(*script_args: str):
-        if script_args not in cache:
+    def get(*script_args: str, options: tuple[str, ...] = FAST):
+        if (script_args, options) not in cache:
             out = tmp_path_factory.mktemp("small_loop") / "run"
-            cache[script_args] = run_script(SCRIPTS / "small_loop.py", *script_args, out=out, options=FAST)
-        return cache[script_args]
+            cache[script_args, options] = run_script(SCRIPTS / "small_loop.py", *script_args, out=out, options=options)
+        return cache[script_args, options]
 
     return get
 
@@ -41,20 +40,38 @@ def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_
     window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
     assert window["steps"] >= 3 and window["device_synced"] is False  # a CPU run: no device queue
     assert (f"step {plain * 1e3:.1f} ms:" in run.stderr
-            and f"timed {window['steps']} more without the profiler" in run.stderr)
+            and f"Timed {window['steps']} steps without the profiler after 3 warm-up steps, then profiled"
+            in run.stderr)
     assert f"profiler overhead {factor:.1f}x (profiled step {d['step_time_s']['mean'] * 1e3:.1f} ms)" in run.stderr
     html = (run.run_dir / "report.html").read_text()
     assert f"Step {plain * 1e3:.1f} ms, timed without the profiler" in html and "Profiler overhead" in html
 
 
-def test_a_script_that_ends_before_the_unprofiled_window_closes_reports_no_unprofiled_time(loop_run):
-    run = loop_run("--steps", "15")  # 3 warm-up + 8 profiled + 2 re-warm-up, then 2 steps: fewer than 3
+def test_a_script_that_ends_inside_the_timed_window_says_how_many_steps_fit(loop_run):
+    run = loop_run("--steps", "7")  # 6 step boundaries: 3 warm-up, then 3 of the 3 steps to time (a quarter of 8)
     assert run.returncode == 0, run.stderr
     d = run.diagnosis
-    assert d["status"] == "completed" and d["steps_profiled"] == 8  # the profiled window itself was complete
-    assert d["step_time_s"]["unprofiled"] is None and d["metrics"]["profiler_overhead_factor"] is None
-    assert "profiler overhead" not in run.stderr and "profiled step " in run.stderr
-    assert "no steps were timed without it" in (run.run_dir / "report.html").read_text()
+    assert d["status"] == "script_finished" and d["steps_profiled"] == 0
+    assert d["step_time_s"]["unprofiled"] is None  # never a partial window
+    assert "give the script more steps (iterations or data) to profile" in run.stderr
+    # one step more: the window closes at its last boundary, where the profiler starts, with no step left to profile
+    run = loop_run("--steps", "8")
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["steps_profiled"] == 0 and capture["unprofiled_window"]["steps"] == 3
+    # 1 warm-up, 3 timed and 2 profiled steps, and the boundary that ends the last, fit its 7 step boundaries
+    assert "the script ran 7: run with --warmup 1 --steps 2" in run.stderr
+    again = loop_run("--steps", "8", options=("--warmup", "1", "--steps", "2", "--experiments", "none"))
+    assert again.diagnosis["status"] == "completed" and again.diagnosis["steps_profiled"] == 2
+
+
+def test_a_script_that_ends_inside_the_profiled_window_keeps_its_timed_steps(loop_run):
+    run = loop_run("--steps", "11")  # 3 warm-up + 3 timed, then 4 of the 8 steps to profile
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    assert d["status"] == "script_finished" and 1 <= d["steps_profiled"] < 8
+    window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
+    assert window["steps"] == 3 and d["step_time_s"]["unprofiled"] == pytest.approx(window["seconds"] / 3)
+    assert "profiler overhead" in run.stderr
 
 
 def test_analyze_has_no_unprofiled_step_time(tmp_path):
@@ -83,12 +100,12 @@ def test_enabled_autocast_is_counted_with_its_dtype(loop_run):
     assert json.loads((run.run_dir / "capture.json").read_text())["autocast_dtypes"] == ["bfloat16"]
 
 
-def test_timer_closes_at_the_step_count_or_once_past_the_profiled_windows_length():
+def test_timer_closes_at_the_step_count_or_once_past_its_time_budget():
     by_count = UnprofiledTimer(steps=4, budget_s=None)  # after REWARM_STEPS steps left out
     assert [by_count.boundary() is None for _ in range(UnprofiledTimer.REWARM_STEPS + 3)] == [True] * 5
     window = by_count.boundary()
     assert window.steps == 4 and window.seconds > 0 and window.device_synced is False
-    by_time = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0)  # already as long as the profiled window: 3 steps
+    by_time = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0)  # already past its budget: 3 steps
     assert by_time.boundary() is None and by_time.boundary() is None
     assert by_time.boundary().steps == UnprofiledTimer.MIN_STEPS
 
@@ -128,8 +145,8 @@ def test_an_epoch_ending_inside_the_unprofiled_window_is_not_timed_as_a_step():
 
 
 def test_with_loader_workers_the_window_holds_whole_bursts_after_the_backlog():
-    """8 workers, 2 batches prefetched each: the 16 steps served from the batches prefetched while the trace was
-    written are not timed (nor the 2 re-warm-up steps), and the window holds whole bursts of 8."""
+    """8 workers, 2 batches prefetched each: the 16 steps served from the batches prefetched while a slow step ran
+    are not timed (nor the 2 re-warm-up steps), and the window holds whole bursts of 8."""
     timer = UnprofiledTimer(steps=20, budget_s=None, burst=8, backlog=16)
     for _ in range(UnprofiledTimer.REWARM_STEPS + 16):
         assert timer.start is None and timer.boundary() is None
@@ -142,6 +159,15 @@ def test_a_window_cut_by_the_time_budget_still_holds_two_whole_bursts():
     timer = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0, burst=4)
     assert [timer.boundary() for _ in range(7)] == [None] * 7
     assert timer.boundary().steps == 8
+
+
+def test_epochs_that_keep_restarting_the_window_make_it_give_up():
+    """A script that makes a new iterator every step (or epochs shorter than the window) never lets it close: past
+    twice its planned length the timing is given up, so that the profile still comes."""
+    timer = UnprofiledTimer(5, None, rewarm_steps=0)
+    for _ in range(2 * 5 - 1):
+        assert timer.boundary() is None and timer.epoch_started() is None and not timer.given_up
+    assert timer.boundary() is None and timer.given_up
 
 
 def test_an_epoch_end_inside_a_burst_restarts_the_window():
@@ -178,15 +204,3 @@ def test_with_eight_workers_the_unprofiled_step_is_a_long_plain_runs(tmp_path):
     assert window["steps"] % 8 == 0, window
     step = run.diagnosis["step_time_s"]["unprofiled"]
     assert 0.9 * min(before, after) <= step <= 1.1 * max(before, after), (step, before, after)
-
-
-def test_cupti_is_torn_down_after_the_profiled_window_unless_the_user_or_torch_said_otherwise(monkeypatch):
-    # Kineto reads TEARDOWN_CUPTI when the profiler stops (no CUPTI here: the setting is what can be checked)
-    from diagnose.capture.session import tear_down_cupti_after
-
-    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
-    tear_down_cupti_after()
-    assert os.environ["TEARDOWN_CUPTI"] == "1"
-    monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # inductor's setting under CUDA graphs, or the user's own
-    tear_down_cupti_after()
-    assert os.environ["TEARDOWN_CUPTI"] == "0"

@@ -30,8 +30,8 @@ def _flag(value) -> Optional[float]:
 
 
 def unprofiled_step_s(capture: Optional[Capture]) -> Optional[float]:
-    """Seconds per step timed after the profiled window with the profiler off; None when not measured (a trace
-    analysed on its own, a script that ended before the window closed)."""
+    """Seconds per step timed before the profiled window with the profiler off; None when not measured (a trace
+    analysed on its own, a script that ended before the window closed, steps too long to time and profile)."""
     window = capture.unprofiled_window if capture is not None else None
     return window.step_s if window is not None and window.steps > 0 else None
 

@@ -9,7 +9,7 @@ METRICS: dict[str, str] = {
     "step_time_p50_s": "median step wall time, seconds",
     "step_time_p95_s": "95th percentile step wall time, seconds",
     "step_time_cv": "coefficient of variation of step times (std / mean)",
-    "step_time_unprofiled_s": "seconds per step timed after the profiled window with the profiler off (device "
+    "step_time_unprofiled_s": "seconds per step timed before the profiled window, the profiler off (device "
                               "synchronised at the window's edges; run mode only)",
     "profiler_overhead_factor": "mean profiled step time / unprofiled step time (how much the profiler slowed steps)",
     "data_wait_frac": "share of step time waiting for the next batch from the DataLoader",

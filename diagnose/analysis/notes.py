@@ -47,13 +47,13 @@ OVERHEAD_NOTE_FACTOR = 1.2  # below this the profiler's cost is within run-to-ru
 
 
 def profiler_overhead_note(capture: Optional[Capture], steps) -> Optional[str]:
-    """The profiled steps against the same script's steps timed right after them with the profiler off."""
+    """The profiled steps against the same script's steps timed right before them with the profiler off."""
     plain = unprofiled_step_s(capture)
     if plain is None or not steps:
         return None
     profiled = float(np.mean([s.duration_s for s in steps]))
     window = capture.unprofiled_window
-    timed = f"{window.steps} steps timed without the profiler after the profiled window ({plain * 1e3:.1f} ms)"
+    timed = f"{window.steps} steps timed without the profiler before the profiled window ({plain * 1e3:.1f} ms)"
     if profiled >= plain * OVERHEAD_NOTE_FACTOR:
         return (f"steps took {profiled / plain:.1f}x longer under the profiler ({profiled * 1e3:.1f} ms mean) than the "
                 f"{timed}: the step time shown is the unprofiled one; shares of time are measured under the profiler")

@@ -1,9 +1,8 @@
-"""The diagnosis run inside the child process: warm up, profile the chosen steps, stop the script, and write
-RUN/capture.json, samples.json, stacks.json and the trace in tb/."""
+"""The diagnosis run inside the child process: warm up, time steps without the profiler, profile the chosen steps,
+stop the script, and write RUN/capture.json, samples.json, stacks.json and the trace in tb/."""
 from __future__ import annotations
 
 import datetime
-import gc
 import json
 import math
 import os
@@ -40,14 +39,18 @@ from diagnose.model import (
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
-# Ends of the script that leave a completed profiled window complete: the unprofiled window after it is extra.
-ENDS_AFTER_PROFILING = (Status.SCRIPT_FINISHED, Status.TIMEOUT)
-# Long steps (_fit_to_time): a profiled step costs about twice a plain one; the warm-up and the profiled steps get
-# this share of the time left (the rest: exporting the trace, the files); at least this many profiled steps.
+# Ends of the script by itself or at --max-seconds: before a step was profiled, the note says what would fit.
+ENDS_OF_SCRIPT = (Status.SCRIPT_FINISHED, Status.TIMEOUT)
+# Long steps (_fit_to_time): a profiled step costs about twice a plain one; the warm-up, timed and profiled steps
+# get this share of the time left (the rest: exporting the trace, the files); at least this many profiled steps.
 PROFILED_COST = 2
 FIT_SHARE = 0.8
 MIN_PROFILED = 2
 INSTRUMENTED_STEPS = 2  # the first steps, slowed by measuring memory (the first) and counting FLOPs (the second)
+# Steps timed without the profiler before it starts: a quarter of the profiled steps (UnprofiledTimer.MIN_STEPS at
+# least; whole loader bursts). Few, so that profiling starts soon after the warm-up: a script that fails or ends
+# early may end before it.
+TIMED_SHARE = 4
 
 
 def typical_step_s(boundaries_s: list[float]) -> float:
@@ -71,10 +74,11 @@ class Session(ScriptHost):
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
         self.profiled = 0
+        self.profile_start: Optional[int] = None  # the step the profiler started at
         self.boundaries_s: list[float] = []
         self.sync_mark_ns: Optional[int] = None
         self.window: list[float] = []
-        self.plain_timer: Optional[UnprofiledTimer] = None  # set once the profiled window has closed
+        self.plain_timer: Optional[UnprofiledTimer] = None  # set while the steps are timed without the profiler
         self.unprofiled: Optional[UnprofiledWindow] = None
         self.system = SystemSampler(self.t0)
         self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
@@ -86,8 +90,10 @@ class Session(ScriptHost):
         self.flop_counter: Optional[StepFlops] = None
         self.flops: Optional[FlopCount] = None
         self.flops_note = "no warm-up step to count in (--warmup 1 or more counts one)"
-        # the warm-up and profiled steps as run: fewer than asked when steps are long against --max-seconds
+        # the warm-up, timed and profiled steps as run: fewer than asked when steps are long against --max-seconds
+        # (timed: steps timed without the profiler before it starts; 0: none)
         self.warmup, self.steps = config.warmup_steps, config.profile_steps
+        self.timed = timed_steps(self.steps)
         self.fit_note = ""
 
     def own_dirs(self) -> list[Path]:
@@ -99,28 +105,36 @@ class Session(ScriptHost):
         self.boundaries_s.append(now - self.t0)
         step = count - 1  # index of the step that starts now
         self._measure_memory(step)
-        if self.plain_timer is not None:
-            self._time_unprofiled()
-            return
-        if self.profiler is None and step <= self.warmup:
+        if step <= self.warmup:
             self._fit_to_time(step)
-        warmup, steps = self.warmup, self.steps
         self._count_flops(step)
-        self.progress(f"step {count} {warmup + steps}")
-        if step == warmup:
-            self._start_profiler()
-        elif warmup < step <= warmup + steps:
+        if step == self.warmup and self.timed:
+            self._start_unprofiled()
+        elif step == self.warmup or self._timed_window_closed():
+            self._start_profiler(step)
+        elif self.profiler is not None:
             self.profiled += 1
-            if step == warmup + steps:
+            if self.profiled == self.steps:
                 self._stop_profiler()
-                self._start_unprofiled()
-                return
+                self.stop(Status.COMPLETED)  # the script stops here: what it would run after is not measured
+        self.progress(f"step {count} {self._planned_steps()} {self._phase()}")
         if self.profiler is not None:
             self._mark_step(step)
 
+    def _planned_steps(self) -> int:
+        if self.profile_start is not None:
+            return self.profile_start + self.steps
+        return self.warmup + self._timed_length(self.timed) + self.steps
+
+    def _phase(self) -> str:
+        if self.profiler is not None:
+            return "profiling"
+        return "timing" if self.plain_timer is not None else "warm-up"
+
     def _fit_to_time(self, step: int) -> None:
-        """Long steps: when the rest of the warm-up and the profiled steps (the profiler slows them: PROFILED_COST
-        each) would not fit in what is left of --max-seconds, fewer of each, at least MIN_PROFILED profiled."""
+        """Long steps: when the rest of the warm-up, the timed steps and the profiled steps (the profiler slows
+        them: PROFILED_COST each) would not fit in what is left of --max-seconds, fewer of each, at least
+        MIN_PROFILED profiled."""
         per_step = self._step_estimate(step)
         if per_step is None:
             return
@@ -128,19 +142,23 @@ class Session(ScriptHost):
         # before its peers, and they would wait for it in their next collective until the job's timeout
         per_step, measured_s = agreed_by_ranks(step, per_step, self.measured_s())
         room = int(FIT_SHARE * (self.config.max_seconds - measured_s) / per_step)  # steps that fit from here
-        if (self.warmup - step) + PROFILED_COST * self.steps <= room:
+        if (self.warmup - step) + self._timed_length(self.timed) + PROFILED_COST * self.steps <= room:
             return
         # profiling may start now: a complete step came before (_step_estimate measured one, or at step 0 the
         # first boundary ended one); time left over goes to profiled steps first (a script with long steps may
-        # end soon), then to warm-up
+        # end soon), then to timed steps (MIN_STEPS at least, else none), then to warm-up
         profiled = min(self.steps, max(MIN_PROFILED, room // PROFILED_COST))
-        spare = room - PROFILED_COST * profiled if profiled == self.steps else 0
+        left = max(0, room - PROFILED_COST * profiled)
+        self.timed = next((t for t in (timed_steps(profiled), UnprofiledTimer.MIN_STEPS)
+                           if self._timed_length(t, step) <= left), 0)
+        spare = left - self._timed_length(self.timed, step) if profiled == self.steps else 0
         self.warmup = step + max(0, min(self.warmup - step, spare))
         self.steps = profiled
         limit = f"--max-seconds {self.config.max_seconds:g}"
         if (self.warmup - step) + PROFILED_COST * profiled <= room:
-            self.fit_note = (f"steps take about {per_step:.1f} s: {self.warmup} warm-up and {profiled} profiled "
-                             f"step(s) fit {limit}")
+            timed, untimed = (f", {self.timed} timed", "") if self.timed else ("", "; none timed without the profiler")
+            self.fit_note = (f"steps take about {per_step:.1f} s: {self.warmup} warm-up{timed} and {profiled} "
+                             f"profiled step(s) fit {limit}{untimed}")
         else:
             self.fit_note = (f"steps take about {per_step:.1f} s: {MIN_PROFILED} profiled steps do not fit {limit}; "
                              f"run with {self._options_that_fit(per_step)}")
@@ -150,17 +168,24 @@ class Session(ScriptHost):
         marks = self.boundaries_s
         step, seen = marks[-1] - marks[-2], len(marks)
         if status == Status.SCRIPT_FINISHED:
-            if seen >= 4:
-                return (f"steps took about {step:.1f} s and the script ran {seen}: run with --warmup 1 "
-                        f"--steps {seen - 2}")
+            steps = self._steps_that_fit(seen)
+            if steps >= MIN_PROFILED:
+                return f"steps took about {step:.1f} s and the script ran {seen}: run with --warmup 1 --steps {steps}"
             return f"steps took about {step:.1f} s: give the script more steps (iterations or data) to profile"
         return f"steps take about {step:.1f} s: run with {self._options_that_fit(step)}"
 
+    def _steps_that_fit(self, seen: int) -> int:
+        """The most --steps that `--warmup 1` leaves room for in a script of `seen` step boundaries: the warm-up
+        step, the timed window, the profiled steps and the boundary that ends the last of them (0: none)."""
+        return next((steps for steps in range(seen, 0, -1)
+                     if 1 + self._timed_length(timed_steps(steps), warmup=1) + steps + 1 <= seen), 0)
+
     def _options_that_fit(self, step_s: float) -> str:
-        """A warm-up step, MIN_PROFILED profiled ones at PROFILED_COST, one more for the trace (and start-up, when
-        --max-seconds counts it), rounded up to 10 s."""
+        """A warm-up step, MIN_STEPS timed ones, MIN_PROFILED profiled ones at PROFILED_COST, one more for the
+        trace (and start-up, when --max-seconds counts it), rounded up to 10 s."""
         startup = self.boundaries_s[0] if self.config.startup_seconds is None else 0.0
-        steps_s = (1 + PROFILED_COST * MIN_PROFILED + 1) * step_s / FIT_SHARE  # as _fit_to_time counts the room
+        steps = 1 + UnprofiledTimer.MIN_STEPS + PROFILED_COST * MIN_PROFILED + 1
+        steps_s = steps * step_s / FIT_SHARE  # as _fit_to_time counts the room
         seconds = math.ceil((startup + steps_s) / 10) * 10
         return f"--warmup 1 --steps {MIN_PROFILED} --max-seconds {seconds}"
 
@@ -212,14 +237,32 @@ class Session(ScriptHost):
             return None
 
     def _start_unprofiled(self) -> None:
-        """Keep the script running, profiler off, to time the steps as the user runs them. Ranks close the window on
-        the step count alone: a rank that stopped earlier than its peers would leave them waiting in a collective."""
-        self.progress("timing steps without the profiler")
-        budget = self.window[1] - self.window[0] if current_rank() is None else None
+        """Time the steps as the user runs them, before the profiler has ever started: once it has, the process is
+        not as it was (on a CPU the loop of benchmarks/after_profiler.py ran 1.5-1.9x faster after a profiled
+        window: the freed profiler's memory spared it 93,000 page faults a step). The window closes after `timed`
+        steps (whole loader bursts), or once it has lasted PROFILED_COST times as long as the plain steps so far
+        said (MIN_STEPS at least), so a slowing script does not run twice as long. Ranks close it on the step count
+        alone: a rank that started profiling before its peers would profile other steps, and stop before them."""
+        per_step = typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
+        budget = PROFILED_COST * self.timed * per_step if per_step and current_rank() is None else None
+        burst, backlog, rewarm = self._timing_overheads()
+        self.plain_timer = UnprofiledTimer(self.timed, budget, rewarm_steps=rewarm, burst=burst, backlog=backlog)
+
+    def _timing_overheads(self, warmup: Optional[int] = None) -> tuple[int, int, int]:
+        """(burst, backlog, re-warm-up steps) of the timed window: N loader workers deliver N batches at a time,
+        and filled their queue (prefetch_factor x N) while the instrumented steps (memory, FLOPs) ran; without
+        warm-up, the first step is instrumented (its memory measured): not timed."""
         loader = self._train_loader()
         workers = loader.num_workers if loader is not None else 0
         backlog = workers * (loader.prefetch_factor or 2) if workers else 0
-        self.plain_timer = UnprofiledTimer(self.steps, budget, burst=max(1, workers), backlog=backlog)
+        return max(1, workers), backlog, int((self.warmup if warmup is None else warmup) == 0)
+
+    def _timed_length(self, timed: int, warmup: Optional[int] = None) -> int:
+        """Steps the timed window takes, its re-warm-up, backlog and whole bursts included (0: not timed)."""
+        if not timed:
+            return 0
+        burst, backlog, rewarm = self._timing_overheads(warmup)
+        return UnprofiledTimer.planned_steps(timed, burst, backlog, rewarm)
 
     def _train_loader(self) -> Optional[LoaderInfo]:
         index = self.instr.train_loader_index()
@@ -231,15 +274,18 @@ class Session(ScriptHost):
         if self.plain_timer is not None and self.unprofiled is None:
             self.unprofiled = self.plain_timer.epoch_started()
 
-    def _time_unprofiled(self) -> None:
-        if self.unprofiled is not None:  # closed at an epoch's end
-            self.stop(Status.COMPLETED)
-        window = self.plain_timer.boundary()
-        if window is not None:
-            self.unprofiled = window
-            self.stop(Status.COMPLETED)
+    def _timed_window_closed(self) -> bool:
+        """One more step timed without the profiler: whether the window has closed (at an epoch's end, or now), or
+        was given up (epochs shorter than it kept restarting it: no step time, and the profile still comes)."""
+        if self.plain_timer is None:
+            return False
+        window = self.unprofiled or self.plain_timer.boundary()
+        if window is None and not self.plain_timer.given_up:
+            return False
+        self.unprofiled, self.plain_timer = window, None
+        return True
 
-    def _start_profiler(self) -> None:
+    def _start_profiler(self, step: int) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -250,17 +296,16 @@ class Session(ScriptHost):
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
         sync_device()  # the window starts with an empty device queue: no earlier steps' kernels in it
-        tear_down_cupti_after()
         # the profiler's start-up and, on the host, its event buffers over the profiled steps are not the script's
-        # memory: the host's limit stays lifted until the profiler has stopped (the warm-up steps before and the
-        # unprofiled steps after run under it); a CUDA limit stays on
+        # memory: the host's limit stays lifted until the profiler has stopped (the warm-up and timed steps before
+        # run under it); a CUDA limit stays on
         self.memory.lift(host_only=True)
         try:
             profiler.start()
         except BaseException:
             self.memory.restore()
             raise
-        self.profiler = profiler
+        self.profiler, self.profile_start = profiler, step
         for _ in range(2):  # the first record_function after start is slow; the second one is the mark
             self.sync_mark_ns = time.monotonic_ns()
             with torch.profiler.record_function("diagnose::clock_sync"):
@@ -296,10 +341,6 @@ class Session(ScriptHost):
                 del profiler
             finally:
                 self.memory.restore()
-            # The stopped profiler leaves its parsed events (many objects) to the garbage collector; until a full
-            # collection frees them, its passes walk them: healthy.py's steps ran 27-60 ms after the profiler
-            # stopped, 19-21 ms with this collection.
-            gc.collect()
 
     def on_first_step(self) -> None:
         self.startup = self.startup_watch.finish(self.first_step_at - self.t0, stopped_at_limit=False)
@@ -320,9 +361,7 @@ class Session(ScriptHost):
         if self.flop_counter is not None:  # the script ended inside the counted step: its hooks must not outlive it
             self.flop_counter.stop()
             self.flop_counter, self.flops_note = None, "the script ended inside the step being counted"
-        if self.plain_timer is not None and status in ENDS_AFTER_PROFILING:
-            status = Status.COMPLETED  # the profiled window was complete; only the unprofiled timing was cut short
-        elif not self.profiled and status in ENDS_AFTER_PROFILING and len(self.boundaries_s) >= 2:
+        if not self.profiled and status in ENDS_OF_SCRIPT and len(self.boundaries_s) >= 2:
             self.fit_note = self._too_few_note(status)
         if self.startup is None:  # no step came: what it was doing when it ended
             self.startup = self.startup_watch.finish(None, stopped_at_limit=self.stop_reason == Status.TIMEOUT)
@@ -399,46 +438,53 @@ def _tf32_matmuls() -> bool:
         return False
 
 
-def tear_down_cupti_after() -> None:
-    """Ask Kineto to detach CUPTI when the profiler stops: without TEARDOWN_CUPTI=1 its callbacks stay on for the
-    rest of the process, and the unprofiled steps timed after the window pay for them at every launch. On an
-    H200, cuda_train.py's loop ran 1.07-1.13x slower after a profiled window than before it without this, and
-    0.98-1.02x with it (benchmarks/after_profiler.py; pytorch/pytorch#144455). A value the user or torch set
-    wins: inductor sets 0 under CUDA graphs."""
-    os.environ.setdefault("TEARDOWN_CUPTI", "1")
-
-
 class UnprofiledTimer:
-    """Times the steps after the profiled window with the profiler off. The device is synchronised at the window's
-    edges only: a sync per step would serialise host and GPU and change what is measured. The window closes after
-    as many steps as were profiled, or once it has lasted as long as the profiled window (MIN_STEPS at least), so
-    a slow script does not run twice as long.
+    """Times steps with the profiler off, before it starts. The device is synchronised at the window's edges only:
+    a sync per step would serialise host and GPU and change what is measured. The window closes after `steps`
+    steps, or once it has lasted `budget_s` (MIN_STEPS at least).
 
     With N loader workers batches arrive N at a time, so the window holds whole bursts of N steps (any N
-    consecutive steady steps span one worker period). And while the trace was written the workers filled their
-    queue (prefetch_factor x N batches): the steps served from that backlog run faster than the loader can feed
-    them (8 workers at one batch per 8 ms read as 4.6 ms per step), so they are left out with the re-warm-up.
-    A step that waits for its batch does not mean the backlog is gone: batches come in order, and the next may
-    be a slow worker's while the others' are ready."""
+    consecutive steady steps span one worker period). And while a slow step ran (memory measured, FLOPs counted,
+    a new epoch's start) the workers filled their queue (prefetch_factor x N batches): the steps served from that
+    backlog run faster than the loader can feed them (8 workers at one batch per 8 ms read as 4.6 ms per step), so
+    they are left out, with `rewarm_steps`. A step that waits for its batch does not mean the backlog is gone:
+    batches come in order, and the next may be a slow worker's while the others' are ready."""
     MIN_STEPS = 3
-    # The first steps after the trace was written ran up to 2x slower (a CPU CNN: 83, 77, then 38 ms per step; the
-    # trace export churns the caches): they are left out, as warm-up steps are.
+    # After a new epoch's first step, its workers' first batches: left out, as warm-up steps are.
     REWARM_STEPS = 2
 
     def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
                  backlog: int = 0):
         self.burst = max(1, burst)
         self.least = max(self.MIN_STEPS, 2 * self.burst if self.burst > 1 else 0)  # two bursts at least
-        self.target = -(-max(steps, self.least) // self.burst) * self.burst
+        self.target = self.target_steps(steps, self.burst)
         self.budget_s = budget_s  # None: close on the step count alone
         self.backlog = backlog
         self.rewarm_left = rewarm_steps + backlog
         self.start: Optional[float] = None
         self.steps = 0
+        # epochs that end inside the window restart it: past twice its planned length the timing is given up
+        self.seen, self.most = 0, 2 * (rewarm_steps + backlog + self.target)
         self._begin_when_warm()
+
+    @classmethod
+    def target_steps(cls, steps: int, burst: int = 1) -> int:
+        """Steps in the window: whole bursts, two at least, MIN_STEPS at least."""
+        least = max(cls.MIN_STEPS, 2 * burst if burst > 1 else 0)
+        return -(-max(steps, least) // burst) * burst
+
+    @classmethod
+    def planned_steps(cls, steps: int, burst: int = 1, backlog: int = 0, rewarm_steps: int = 0) -> int:
+        """Steps from the timer's start to its window's close when no epoch ends inside it."""
+        return rewarm_steps + backlog + cls.target_steps(steps, max(1, burst))
+
+    @property
+    def given_up(self) -> bool:
+        return self.seen >= self.most
 
     def boundary(self) -> Optional[UnprofiledWindow]:
         """One more step done (a new one starts now): the window, once it closes, else None."""
+        self.seen += 1
         if self.start is None:
             self.rewarm_left -= 1
             self._begin_when_warm()
@@ -468,6 +514,10 @@ class UnprofiledTimer:
     def _over_budget(self) -> bool:
         return (self.budget_s is not None and self.steps >= self.least
                 and time.perf_counter() - self.start >= self.budget_s)
+
+
+def timed_steps(profiled: int) -> int:
+    return max(UnprofiledTimer.MIN_STEPS, -(-profiled // TIMED_SHARE))
 
 
 def _usual(counts: list[int]) -> int:

@@ -155,10 +155,10 @@ def _printer(progress, out_console: Console):
 def _progress_handler(progress, task, warmup: int):
     def update(line: str) -> None:
         parts = line.split()
-        if parts[:1] == ["step"] and len(parts) == 3:
-            count = int(parts[1])
-            phase = "warm-up" if count <= warmup else "profiling"
-            progress.update(task, completed=min(count, int(parts[2])), note=phase)
+        if parts[:1] == ["step"] and len(parts) in (3, 4):  # step COUNT PLANNED [PHASE]
+            count, planned = int(parts[1]), int(parts[2])
+            phase = parts[3] if len(parts) == 4 else ("warm-up" if count <= warmup else "profiling")
+            progress.update(task, total=max(planned, count), completed=count, note=phase)
         elif line:
             progress.update(task, note=line)
 

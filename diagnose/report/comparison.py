@@ -41,7 +41,7 @@ def step_sentence(c: Comparison) -> str:
 
 def basis_sentence(c: Comparison) -> str:
     step = c.step
-    what = ("step times timed without the profiler, after each run's profiled window" if step.basis == "unprofiled"
+    what = ("step times timed without the profiler, before each run's profiled window" if step.basis == "unprofiled"
             else "profiled step times (the profiler slows steps; both sides alike)")
     noise = {"measured": f"measured {step.run_noise_sd:.1%} by the runs' repeated baseline runs",
              "stated": f"{step.run_noise_sd:.1%} as stated by --run-noise",

@@ -105,9 +105,11 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
     if capture.status == Status.COMPLETED:
         ranks = f" on each of {len(capture.ranks)} ranks" if len(capture.ranks) > 1 else ""
         timed = capture.unprofiled_window
-        plain = f", timed {timed.steps} more without the profiler" if timed else ""
         fitted = f" ({capture.fit_note})" if capture.fit_note else ""
-        return (f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}{plain}, then stopped "
+        if timed:
+            return (f"Timed {timed.steps} steps without the profiler after {capture.warmup_steps} warm-up steps, "
+                    f"then profiled {steps}{ranks} and stopped {name}{fitted}.")
+        return (f"Profiled {steps} steps after {capture.warmup_steps} warm-up steps{ranks}, then stopped "
                 f"{name}{fitted}.")
     if capture.status == Status.OUT_OF_MEMORY:
         covered = (f"Results cover the {steps} step(s) profiled before that." if steps else
