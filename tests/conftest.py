@@ -82,13 +82,18 @@ def line_of(path: Path, text: str) -> int:
     raise AssertionError(f"{text!r} not in {path}")
 
 
+def generated_trace(folder: Path, events: int, *options: str, timeout: float = 300) -> Path:
+    """A trace of `events` events written by benchmarks/make_trace.py into `folder` (`options`: its own)."""
+    path = folder / f"generated_{events}{''.join(options)}.json.gz"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", str(events),
+                    *options], check=True, capture_output=True, timeout=timeout)
+    return path
+
+
 @pytest.fixture(scope="session")
 def two_million_event_trace(tmp_path_factory) -> Path:
     """A generated 2M-event trace (0.6 GB of text; about a minute to write), shared by the slow memory tests."""
-    path = tmp_path_factory.mktemp("big") / "big.json.gz"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", "2000000"],
-                   check=True, capture_output=True, timeout=600)
-    return path
+    return generated_trace(tmp_path_factory.mktemp("big"), 2_000_000, timeout=600)
 
 
 @pytest.fixture(scope="session")

@@ -15,20 +15,11 @@ from diagnose.analysis import stream
 from diagnose.analysis.trace_file import read_events
 from diagnose.analysis.window import StepCounter
 from diagnose.compare import optable
-from diagnose.compare.optable import OpColumns, trace_profile
+from diagnose.compare.optable import trace_profile, whole_text_columns
 
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 STEPPED = [p for p in ALL if (c := stream.counted(p, 1)) is not None and c.stepped]
 FEW_STEPS = ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json.gz"]  # none and one marker
-
-
-def _whole_text(path) -> OpColumns:
-    """The table's columns from the trace parsed whole (the path a layout the pieces are not read in takes)."""
-    data = read_events(path)
-    table = OpColumns(None)
-    table.add(data["traceEvents"])
-    table.metadata = data
-    return table
 
 
 @pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
@@ -36,7 +27,7 @@ def test_the_streamed_op_table_is_the_one_the_whole_text_gives(path, monkeypatch
     monkeypatch.setattr(stream, "READ_BYTES", 4096)  # inflated a few KB at a time
     assert optable._streamed(path, 16 << 10, None) is not None  # read in pieces, not by the fallback
     profile = trace_profile(path, 3, piece_bytes=16 << 10)
-    assert profile == _whole_text(path).profile(3)
+    assert profile == whole_text_columns(path).profile(3)
     assert profile.steps >= 1 and (profile.ops or "gloo" in path.name)  # the gloo trace holds no cpu_op
 
 
@@ -47,7 +38,7 @@ def test_a_trace_past_the_budget_gets_the_op_table_of_its_window_of_steps(path):
     window = stream.step_window(path, budget)
     assert window is not None and not window.by_time
     profile = trace_profile(path, 1, max_events=budget, piece_bytes=64 << 10)
-    whole = _whole_text(path)
+    whole = whole_text_columns(path)
     steps_in_trace = len(whole.marks)
     whole.marks = [(s, d) for s, d in whole.marks if window.keep_from <= s < window.keep_until]
     assert profile == whole.profile(1)  # the window's steps and its lead-in and lead-out, as the whole text has them

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PEAK_BYTES, REPO, TRACES, diagnose_cli
+from conftest import PEAK_BYTES, REPO, TRACES, diagnose_cli, generated_trace
 
 from diagnose.analysis import stream
 from diagnose.analysis import trace as trace_module
@@ -43,13 +43,6 @@ def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
     assert mine.notes[0] == window.note() and "were analysed (the middle ones)" in mine.notes[0]
 
 
-def _generated(tmp_path, events: int, *options: str):
-    path = tmp_path / f"generated_{events}{''.join(options)}.json.gz"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(path), "--events", str(events),
-                    *options], check=True, capture_output=True, timeout=300)
-    return path
-
-
 def _spans_held(trace) -> int:
     return sum(len(spans) for spans in vars(trace).values() if isinstance(spans, Spans))
 
@@ -61,7 +54,7 @@ def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_
     # small blocks: these traces are a few MB, a trace cut in time many GB (the sampled starts place the span)
     monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
     monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
-    path = _generated(tmp_path, 100_000, "--no-markers") if name == "generated" else TRACES / name
+    path = generated_trace(tmp_path, 100_000, "--no-markers") if name == "generated" else TRACES / name
     counter = stream.counted(path, 1)
     assert not counter.stepped and len(counter.starts) > 20
     budget = counter.events // 4
@@ -261,7 +254,7 @@ def test_with_a_budget_memory_does_not_grow_with_the_trace(tmp_path):
     # steps of the same size: windows of the same size; the last has no markers and is cut in time
     for events, options in ((500_000, ("--steps", "10")), (2_500_000, ("--steps", "50")),
                             (2_500_000, ("--steps", "50", "--no-markers"))):
-        path = _generated(tmp_path, events, *options)
+        path = generated_trace(tmp_path, events, *options)
         measured[path.name] = (_peak_of_analyze(path, 100_000), _peak_of_analyze(path, 0) if len(measured) < 2
                                else (0, 0))
     (((small_peak, small_held), (small_whole, _)), ((big_peak, big_held), (big_whole, _)),

@@ -164,19 +164,27 @@ def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool,
 
 def _read_head(pieces: Iterator[tuple[int, bytes]], share: _Share) -> bool:
     """The metadata before the events, from the first pieces; the events after it go to `share`."""
+    found = head_and_events(pieces)
+    if found is None:
+        return False
+    share.head, index, events = found
+    return share.take(index, events)
+
+
+def head_and_events(pieces: Iterator[tuple[int, bytes]]) -> Optional[tuple[dict, int, bytes]]:
+    """(the metadata before the event list, the index of the piece the list starts in, that piece's text from the
+    list's first event on), read from the first (index, piece)s; None when the text has no event list near its
+    start or its metadata does not parse (not a trace the stream reads)."""
     text = b""
     for index, piece in pieces:
         text += piece
         key = EVENTS_KEY.search(text)
         if key is not None:
             head = _head_metadata(text[:key.start()])
-            if head is None:
-                return False
-            share.head = head
-            return share.take(index, text[key.end():])
+            return None if head is None else (head, index, text[key.end():])
         if len(text) > 64 << 20:
-            return False  # no event list near the start: not a trace the stream reads
-    return False
+            return None
+    return None
 
 
 def _pieces(path: Path, piece_bytes: int) -> Iterator[bytes]:

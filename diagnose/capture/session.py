@@ -456,7 +456,7 @@ class UnprofiledTimer:
     def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
                  backlog: int = 0):
         self.burst = max(1, burst)
-        self.least = max(self.MIN_STEPS, 2 * self.burst if self.burst > 1 else 0)  # two bursts at least
+        self.least = self.least_steps(self.burst)
         self.target = self.target_steps(steps, self.burst)
         self.budget_s = budget_s  # None: close on the step count alone
         self.backlog = backlog
@@ -470,8 +470,11 @@ class UnprofiledTimer:
     @classmethod
     def target_steps(cls, steps: int, burst: int = 1) -> int:
         """Steps in the window: whole bursts, two at least, MIN_STEPS at least."""
-        least = max(cls.MIN_STEPS, 2 * burst if burst > 1 else 0)
-        return -(-max(steps, least) // burst) * burst
+        return -(-max(steps, cls.least_steps(burst)) // burst) * burst
+
+    @classmethod
+    def least_steps(cls, burst: int) -> int:
+        return max(cls.MIN_STEPS, 2 * burst if burst > 1 else 0)  # two bursts at least
 
     @classmethod
     def planned_steps(cls, steps: int, burst: int = 1, backlog: int = 0, rewarm_steps: int = 0) -> int:

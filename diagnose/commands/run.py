@@ -45,7 +45,7 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
     with progress_bar(console) as progress:
         task = progress.add_task("profiling", total=warmup + config.profile_steps, note="starting")
         outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
-                               _progress_handler(progress, task, warmup))
+                               _progress_handler(progress, task))
         progress.update(task, note="measuring the machine's peak")
         if not outcome.interrupted:
             _measure_peaks(run_dir, outcome.capture)
@@ -152,13 +152,12 @@ def _printer(progress, out_console: Console):
     return show
 
 
-def _progress_handler(progress, task, warmup: int):
+def _progress_handler(progress, task):
     def update(line: str) -> None:
         parts = line.split()
-        if parts[:1] == ["step"] and len(parts) in (3, 4):  # step COUNT PLANNED [PHASE]
+        if parts[:1] == ["step"] and len(parts) == 4:  # step COUNT PLANNED PHASE (session.py)
             count, planned = int(parts[1]), int(parts[2])
-            phase = parts[3] if len(parts) == 4 else ("warm-up" if count <= warmup else "profiling")
-            progress.update(task, total=max(planned, count), completed=count, note=phase)
+            progress.update(task, total=max(planned, count), completed=count, note=parts[3])
         elif line:
             progress.update(task, note=line)
 

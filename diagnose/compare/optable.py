@@ -14,19 +14,18 @@ import numpy as np
 import orjson
 
 from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
-from diagnose.analysis.fastparse import CLOSED, EVENTS_KEY, _head_metadata, tail_members
+from diagnose.analysis.fastparse import CLOSED, tail_members
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.release import released
-from diagnose.analysis.stream import PIECE_BYTES, TAIL_BYTES, _pieces, step_window
+from diagnose.analysis.stream import PIECE_BYTES, TAIL_BYTES, _pieces, head_and_events, step_window
 from diagnose.analysis.trace_file import read_events
 from diagnose.analysis.window import StepWindow
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
 HOST_MARK_KINDS = CPU_OP | {"user_annotation"}  # where ProfilerStep# sits on the host, old traces and new
 NO_CORRELATION = np.iinfo(np.int64).min
-HEAD_BYTES = 64 << 20  # no event list this near the start: not a layout the pieces are read in
 
 
 @dataclass(frozen=True)
@@ -50,13 +49,18 @@ def trace_profile(path: Path, steps_analysed: int, max_events: int = MAX_EVENTS,
     on (the device runs a GPU-bound step's kernels after the host has marked its end); else over the whole trace
     per analysed step."""
     window = step_window(path, max_events)
-    table = _streamed(path, piece_bytes, window)
-    if table is None:  # a layout the pieces are not read in: the whole text, as the analysis then reads it
-        data = read_events(path)
-        table = OpColumns(None)
-        table.add(data["traceEvents"])
-        table.metadata = data
+    # a layout the pieces are not read in: the whole text, as the analysis then reads it
+    table = _streamed(path, piece_bytes, window) or whole_text_columns(path)
     return released(table.profile(steps_analysed))  # the columns and pieces, before the other side is read
+
+
+def whole_text_columns(path: Path) -> "OpColumns":
+    """The table's columns from the trace parsed whole (every event: no window)."""
+    data = read_events(path)
+    table = OpColumns(None)
+    table.add(data["traceEvents"])
+    table.metadata = data
+    return table
 
 
 def _streamed(path: Path, piece_bytes: int, window: Optional[StepWindow]) -> Optional["OpColumns"]:
@@ -64,16 +68,10 @@ def _streamed(path: Path, piece_bytes: int, window: Optional[StepWindow]) -> Opt
     table = OpColumns(window)
     pieces = _pieces(path, piece_bytes)
     try:
-        text, key = b"", None
-        for piece in pieces:
-            text += piece
-            key = EVENTS_KEY.search(text)
-            if key is not None or len(text) > HEAD_BYTES:
-                break
-        if key is None or (head := _head_metadata(text[:key.start()])) is None:
+        found = head_and_events(enumerate(pieces))
+        if found is None:
             return None
-        body = text[key.end():]
-        del text
+        head, _, body = found
         for piece in pieces:
             table.add(_events(body))
             body = piece
