@@ -69,14 +69,13 @@ def spans_by_regex_or_scanner(raw: bytes) -> None:
     compiled scanner (jitscan.py), and the scanner's kernel alone."""
     from diagnose.analysis import jitscan
 
-    pretty = raw.find(b'"ph": "X"') >= 0
     chunks = fastparse._chunks(raw, 0)
-    regex, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, pretty, False))
+    regex, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, False))
     print(f"  spans to Spans: regex {regex:6.2f} s", end="")
     if not jitscan.usable():
         print("; compiled scanner: numba is not installed")
         return
-    scanned, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, pretty, True))
+    scanned, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, True))
     kernel, _ = best_of(lambda: [jitscan.scan(raw, a, b) for a, b in chunks])
     print(f", compiled scanner {scanned:6.2f} s (its kernel and number parse {kernel:.2f} s)")
 

@@ -20,9 +20,8 @@ ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "tr
 
 
 def read(text: bytes, jit: bool, chunk: int = 0):
-    pretty = text.find(b'"ph": "X"') >= 0
     chunks = [(0, len(text))] if not chunk else [(a, min(a + chunk, len(text))) for a in range(0, len(text), chunk)]
-    return fastparse._read_chunks(text, chunks, pretty, jit)
+    return fastparse._read_chunks(text, chunks, jit)
 
 
 def assert_same(mine, theirs):
@@ -73,6 +72,10 @@ CASES = {
     "a correlation id past int64": '"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
                                    '"args": {"correlation": 99999999999999999999}',
     "tabs and newlines between keys": '"cat":\t"cpu_op",\n\t"name":  "k" ,"pid": 1, "tid": 1, "ts": 1, "dur": 1',
+    "a host op with a correlation id": '"cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+                                       '"args": {"correlation": 6}',
+    "a host category as a prefix of another": '"cat": "cpu_op_x", "name": "k", "pid": 1, "tid": 1, "ts": 1, '
+                                              '"dur": 1, "args": {"correlation": 6}',
 }
 
 
@@ -83,6 +86,21 @@ def test_each_turn_of_the_grammar_is_read_as_the_expression_reads_it(case):
     assert_same(read(text, jit=True), read(text, jit=False))
 
 
+def test_host_ops_link_nothing_whatever_their_args_say_and_device_work_keeps_its_link():
+    # the expression does not search a host category's args for a correlation id; the scanner reads one and the
+    # host kinds' spans drop it: both readers give host ops no links and a launch and its kernel theirs
+    host = event(CASES["a host op with a correlation id"])
+    launch = event('"cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 1',
+                   ', "args": {"correlation": 5}')
+    text = ('{"traceEvents": [\n' + ",\n".join([host, launch, event(CASES["plain"])]) + "\n]}").encode()
+    for jit in (True, False):
+        parts, matched, complete = read(text, jit)
+        assert matched == complete == 3
+        assert list(Spans.concat(parts["cpu"]).correlations()) == [-1]
+        assert list(Spans.concat(parts["rt"]).correlations()) == [5]
+        assert list(Spans.concat(parts["kernel"]).correlations()) == [5]
+
+
 def test_a_number_longer_than_the_scanner_reads_leaves_the_chunk_to_the_expression():
     long_ts = event('"cat": "cpu_op", "name": "k", "pid": 1, "tid": 1, "ts": ' + "1" * 40 + ', "dur": 1')
     text = ('{"traceEvents": [' + long_ts + "]}").encode()
@@ -90,13 +108,17 @@ def test_a_number_longer_than_the_scanner_reads_leaves_the_chunk_to_the_expressi
     assert_same(read(text, jit=True), read(text, jit=False))
 
 
-def test_the_scanner_counts_complete_events_whatever_their_spacing():
-    # two layouts in one text: the expression's count (one spacing) misses one, so that reader leaves the text to
-    # the full parser; the scanner counts every '"ph": "X"' it passes, and reads them all
+def test_both_readers_count_complete_events_whatever_their_spacing():
+    # two layouts in one text (not Kineto's writer, but JSON): each reader counts every '"ph": "X"' it passes, in
+    # any spacing, and reads them all
     compact = '{"ph":"X","cat":"kernel","name":"k","pid":1,"tid":7,"ts":3,"dur":1}'
     text = ('{"traceEvents": [' + ",".join([event(CASES["plain"]), compact, event(CASES["plain"])]) + "]}").encode()
     assert read(text, jit=True)[1:] == (3, 3)
-    assert read(text, jit=False)[1:] == (3, 2)
+    assert_same(read(text, jit=True), read(text, jit=False))
+    # an event in another key order (not the profiler's own span) is counted and not read: the full parser
+    other_order = event('"cat": "cpu_op", "ts": 1, "dur": 1, "name": "lost", "pid": 1, "tid": 1')
+    text = ('{"traceEvents": [' + ",".join([compact, other_order]) + "]}").encode()
+    assert read(text, jit=True)[1:] == read(text, jit=False)[1:] == (1, 2)
 
 
 def test_a_chunk_left_to_the_expression_in_a_text_of_both_layouts_goes_to_the_full_parser():
@@ -115,7 +137,7 @@ def test_chunks_of_any_size_read_the_same(monkeypatch):
     for chunk in (4096, 65536):
         bounds = fastparse._chunks  # cut where an event begins, as the readers cut
         monkeypatch.setattr(fastparse, "CHUNK_BYTES", chunk)
-        assert_same(fastparse._read_chunks(text, bounds(text, 0), True, True), whole)
+        assert_same(fastparse._read_chunks(text, bounds(text, 0), True), whole)
 
 
 def test_the_stream_reads_with_the_scanner_and_without_it_alike(monkeypatch):

@@ -81,7 +81,20 @@ def test_the_text_is_inflated_alike_by_isal_and_zlib(tmp_path, monkeypatch):
     for _ in range(2):
         assert b"".join(stream._decompressed(path)) == text and inflate.gunzip(path.read_bytes()) == text
         monkeypatch.setattr(inflate, "_zlib", zlib)
-        monkeypatch.setattr(inflate, "_gzip", gzip)
+
+
+def test_gunzip_reads_what_gzip_reads_and_fails_where_it_fails():
+    from diagnose.analysis import inflate
+
+    text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
+    one, two = gzip.compress(text[:1000]), gzip.compress(text[1000:])
+    for raw in (one, one + two, one + two + bytes(16)):  # one member, two, zero padding after the last
+        assert inflate.gunzip(raw) == gzip.decompress(raw)
+    for raw in (one[:-5], one + two[:len(two) // 2], one + b"trailing text"):  # cut short, or not gzip after it
+        with pytest.raises(inflate.ERRORS):
+            gzip.decompress(raw)
+        with pytest.raises(inflate.ERRORS):
+            inflate.gunzip(raw)
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -137,3 +137,30 @@ def test_a_thread_written_as_a_list_is_read_not_a_traceback(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     trace = load_trace(path)
     assert trace.kernels.tids == [(0, "[7]")] and len(analyze(Inputs(trace)).steps) == 1
+
+
+@pytest.mark.parametrize("name", ["h200/narrow_mlp_foreach_off.pt.trace.json.gz", "v100_ddp_rank1_of2.json.gz"])
+def test_a_trace_read_in_small_chunks_by_two_processes_reads_as_in_one(name, monkeypatch):
+    # the spans, memory events and FLOP ops are read chunk by chunk, half the chunks by a forked process: the
+    # pieces joined again are what one chunk gives, event for event
+    from diagnose.analysis import fastparse
+
+    def read(chunk_bytes: int, cores: int):
+        monkeypatch.setattr(fastparse, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(fastparse, "_cores", lambda: cores)
+        return load_trace(TRACES / name, stream=False)
+
+    whole, chunked = read(1 << 30, 1), read(64 << 10, 2)
+    for kind in ("steps", "dataloader", "cpu_ops", "annotations", "kernels", "memcpy", "memset", "runtime", "python"):
+        a, b = getattr(whole, kind), getattr(chunked, kind)
+        assert a.names == b.names and a.tids == b.tids, kind
+        assert np.array_equal(a.start, b.start) and np.array_equal(a.end, b.end), kind
+        assert np.array_equal(a.correlations(), b.correlations()), kind
+    assert len(whole.memory) == len(chunked.memory) and (len(whole.memory) > 0) == ("h200" in name)
+    for column in ("ts", "allocated", "reserved", "nbytes", "device_type"):
+        assert np.array_equal(getattr(whole.memory, column), getattr(chunked.memory, column)), column
+    assert whole.memory.tids == chunked.memory.tids
+    assert len(whole.flop_ops) == len(chunked.flop_ops) > 0
+    assert np.array_equal(whole.flop_ops.ts, chunked.flop_ops.ts)
+    assert [k.key for k in whole.flop_ops.kinds] == [k.key for k in chunked.flop_ops.kinds]
+    assert np.array_equal(whole.flop_ops.kind_codes, chunked.flop_ops.kind_codes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
-from typing import Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 import orjson
@@ -16,23 +16,38 @@ from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS, event_kind
 from diagnose.analysis.spans import CODE, Spans, codes_of
 
+_ID_TEXT = rb'-?\d+|"[^"\\]*"'  # a pid or tid: a number, or a string without escapes
+_STRING_TEXT = rb'[^"\\]*(?:\\.[^"\\]*)*'  # unrolled: much faster than (?:[^"\\]|\\.)*
 _NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
-_ID = rb'(-?\d+|"[^"\\]*")'
-_STRING = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: much faster than (?:[^"\\]|\\.)*
-FAST_EVENT = re.compile(rb'"ph":\s*"X",\s*"cat":\s*"([^"\\]*)",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID
-                        + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+_ID = rb"(" + _ID_TEXT + rb")"
+_STRING = rb'"(' + _STRING_TEXT + rb')"'
+_LABEL = rb'"cat":\s*"([^"\\]*)",\s*"name":\s*' + _STRING
+_THREAD = rb'"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
+# host categories: their events link nothing (no launch), so their args are not searched for a correlation id
+# (about a third of the expression's time on a trace of host ops); the spans of host kinds drop any id read
+HOST_CATEGORIES = rb"cpu_op|operator|Operator|python_function|user_annotation|gpu_user_annotation"
+LINKED_KINDS = ("kernel", "memcpy", "memset", "rt")  # a launch and its device work, linked by correlation id
+# The event's label (category and name: _LABEL's text) and thread (pid and tid: _THREAD's) are each one group, as
+# written: a chunk has few distinct ones, each read into its parts once, not every event's.
+# Every complete event matches, whatever its spacing: read whole (a label), the profiler's own span (its keys in
+# another order, not needed: "Trace"), or neither (another layout: the full parser reads the trace).
+FAST_EVENT = re.compile(rb'"ph":\s*"X"(?:,\s*(?:("cat":\s*"(?:(' + HOST_CATEGORIES + rb')"|[^"\\]*"),\s*"name":\s*"'
+                        + _STRING_TEXT + rb'"),\s*("pid":\s*(?:' + _ID_TEXT + rb'),\s*"tid":\s*(?:' + _ID_TEXT
+                        + rb')),\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
                         # the correlation id that links a launch to its device work: after the args' leading scalar
                         # members (Kineto writes it before any list); never read from another event's args
-                        + rb'(?:,\s*"args":\s*\{\s*(?:"[^"\\]*":\s*(?:[^,{}"\[\]\s][^,{}"\[\]]*|"[^"\\]*"),\s*)*?'
-                        + rb'"correlation":\s*(\d+))?')
+                        + rb'(?(2)|(?:,\s*"args":\s*\{\s*(?:"[^"\\]*":\s*(?:[^,{}"\[\]\s][^,{}"\[\]]*|"[^"\\]*"),\s*)*?'
+                        + rb'"correlation":\s*(\d+))?)|"cat":\s*"(Trace)"))?')
+LABEL, THREAD = re.compile(_LABEL), re.compile(_THREAD)
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 CHUNK_BYTES = 8 << 20
 
 
-def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
-    """(metadata, spans by kind) read with one regular expression, in chunks of the text; None when the trace
-    is not laid out as Kineto writes it (every complete event must match, or the full parser is used).
-    A big trace's second half of chunks is read by a forked process meanwhile (re holds the GIL)."""
+def fast_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] = None) -> Optional[FastRows]:
+    """(metadata, spans by kind, per_chunk(raw, start, end) of each chunk in order) read with one regular
+    expression, in chunks of the text; None when the trace is not laid out as Kineto writes it (every complete
+    event must match, or the full parser is used). A big trace's second half of chunks is read by a forked
+    process meanwhile (re holds the GIL), `per_chunk`'s reading of them too."""
     key = EVENTS_KEY.search(raw)
     if key is None:
         return None
@@ -43,21 +58,29 @@ def fast_rows(raw: bytes) -> Optional[tuple[dict, dict[str, Spans]]]:
     if not tail and not CLOSED.search(raw[-256:]):
         return None  # the text does not end as a whole trace does: cut short? the full parser will say
     metadata.update(tail)
-    pretty = raw.find(b'"ph": "X"', key.end()) >= 0
-    if pretty and raw.find(b'"ph":"X"', key.end()) >= 0:
-        return None  # both layouts in one file: not Kineto's writer
     chunks = _chunks(raw, key.end())
     half = len(chunks) // 2
-    other = _forked(lambda: _read_chunks(raw, chunks[half:], pretty)) if half and _cores() > 1 else None
-    mine = _read_chunks(raw, chunks[:half] if other else chunks, pretty)
+
+    def read(part: list[tuple[int, int]]) -> tuple:
+        return _read_chunks(raw, part), [per_chunk(raw, *bounds) for bounds in part] if per_chunk else []
+
+    other = _forked(lambda: read(chunks[half:])) if half and _cores() > 1 else None
+    mine = read(chunks[:half] if other else chunks)
     theirs = other() if other else None
     if other is not None and theirs is None:  # the helper process failed: read its chunks here
-        theirs = _read_chunks(raw, chunks[half:], pretty)
+        theirs = read(chunks[half:])
     results = [mine] + ([theirs] if theirs else [])
-    matched, complete = sum(r[1] for r in results), sum(r[2] for r in results)
+    matched, complete = sum(r[0][1] for r in results), sum(r[0][2] for r in results)
     if matched != complete:
         return None
-    return metadata, {kind: Spans.gathered([p for r in results for p in r[0][kind]]) for kind in KINDS}
+    spans = {kind: Spans.gathered([p for r in results for p in r[0][0][kind]]) for kind in KINDS}
+    return FastRows(metadata, spans, [value for r in results for value in r[1]])
+
+
+class FastRows(NamedTuple):
+    metadata: dict
+    spans: dict[str, Spans]
+    per_chunk: list  # what fast_rows' per_chunk gave for each chunk, in the text's order
 
 
 def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
@@ -71,46 +94,53 @@ def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], pretty: bool,
+def _read_chunks(raw: bytes, chunks: list[tuple[int, int]],
                  jit: bool = False) -> tuple[dict[str, list[Spans]], int, int]:
     """(spans by kind, complete events matched, complete events there are) for these chunks; `jit`: through the
-    compiled scanner (the same grammar), the expression where it cannot read a chunk."""
+    compiled scanner (the same grammar), the expression where it cannot read a chunk. Both count every complete
+    event, whatever its spacing, but the profiler's own span ("Trace")."""
     parts: dict[str, list[Spans]] = {k: [] for k in KINDS}
-    names: dict[bytes, str] = {}
-    threads: dict[tuple, tuple] = {}
-    kinds: dict[tuple, Optional[str]] = {}
-    complete_mark, other_mark = (b'"ph": "X"', b'"ph":"X"') if pretty else (b'"ph":"X"', b'"ph": "X"')
-    profiler_span = b'"ph": "X", "cat": "Trace"' if pretty else b'"ph":"X","cat":"Trace"'
+    caches: tuple[dict, dict, dict] = ({}, {}, {})  # names, threads and kinds decoded, by their bytes
     matched = complete = 0
     for start, end in chunks:
         scanned = jitscan.scan(raw, start, end) if jit else None
-        added = _scanned_into(parts, raw, scanned, (names, threads, kinds)) if scanned is not None else None
-        if added is not None:  # the scanner counted the chunk's complete events as it read them, any spacing
+        added = _scanned_into(parts, raw, scanned, caches) if scanned is not None else None
+        if added is not None:  # the scanner counted the chunk's complete events as it read them
             matched += added
             complete += scanned.complete
             continue
-        # Kineto writes '"ph": "X"' (pretty) or '"ph":"X"' (compact); other spacing fails the count: full parser.
-        # The profiler's own span ("Trace") has its keys in another order and is not needed.
-        complete += raw.count(complete_mark, start, end) - raw.count(profiler_span, start, end)
-        if jit and raw.find(other_mark, start, end) >= 0:
-            complete += 1  # both layouts (the stream checks only without the scanner): a mismatch, the full parser
         found = FAST_EVENT.findall(raw, start, end)
-        if not found:
-            continue
-        cats, raw_names, pids, tids, ts, durs, corrs = zip(*found)
-        label_codes: dict[tuple, int] = {}
-        label_of = np.fromiter((label_codes.setdefault(k, len(label_codes)) for k in zip(cats, raw_names)),
-                               dtype=np.int64, count=len(found))
-        thread_codes: dict[tuple, int] = {}
-        thread_of = np.fromiter((thread_codes.setdefault(t, len(thread_codes)) for t in zip(pids, tids)),
-                                dtype=np.int64, count=len(found))
-        begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
-        duration = np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
-        links = np.fromiter((int(c) if c and len(c) < 19 else _link(c) for c in corrs), dtype=np.int64,
-                            count=len(corrs))
-        events = _Coded(list(label_codes), label_of, list(thread_codes), thread_of, begin, duration, links)
-        matched += _coded_into(parts, events, (names, threads, kinds))
+        columns = tuple(zip(*found))
+        others = columns[0].count(b"") if found else 0  # not read whole: the profiler's span, or another layout
+        unread = others - columns[6].count(b"Trace") if others else 0
+        if others:  # (a rare chunk: the one with the profiler's span)
+            columns = tuple(zip(*(event for event in found if event[0])))
+        added = _matched_into(parts, columns, caches) if columns else 0
+        matched += added
+        complete += added + unread
     return parts, matched, complete
+
+
+def _matched_into(parts: dict[str, list[Spans]], columns: tuple, caches: tuple[dict, dict, dict]) -> int:
+    """Add the expression's matches (its groups, a column each) to `parts`, as _coded_into does; return how many
+    there are beside the profiler's own span."""
+    label_texts, _, thread_texts, ts, durs, corrs, _ = columns
+    label_of, label_table = _codes(label_texts)
+    thread_of, thread_table = _codes(thread_texts)
+    begin = np.fromiter(map(float, ts), dtype=np.float64, count=len(ts))
+    duration = np.fromiter(map(float, durs), dtype=np.float64, count=len(durs))
+    links = np.fromiter((int(c) if c and len(c) < 19 else _link(c) for c in corrs), dtype=np.int64, count=len(corrs))
+    labels = [LABEL.fullmatch(text).groups() for text in label_table]
+    threads = [THREAD.fullmatch(text).groups() for text in thread_table]
+    return _coded_into(parts, _Coded(labels, label_of, threads, thread_of, begin, duration, links), caches)
+
+
+def _codes(values: tuple) -> tuple[np.ndarray, list]:
+    """Each value's index into a table of the distinct values, in order of first appearance; the table."""
+    table = dict.fromkeys(values)
+    for code, value in enumerate(table):
+        table[value] = code
+    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values)), list(table)
 
 
 class _Coded:
@@ -159,7 +189,8 @@ def _coded_into(parts: dict[str, list[Spans]], events: _Coded, caches: tuple[dic
         picks = np.flatnonzero(kind_of == code)
         if len(picks):
             links = events.links[picks]
-            links = links if (links >= 0).any() else np.zeros(0, dtype=np.int64)  # host ops link nothing
+            linked = kind in LINKED_KINDS and (links >= 0).any()
+            links = links if linked else np.zeros(0, dtype=np.int64)  # host ops link nothing
             names, name_values = _own_table(names_of[picks], name_table)
             threads_here, thread_values = _own_table(threads_of[picks], thread_table)
             parts[kind].append(Spans(events.begin[picks], finish[picks], names, name_values, threads_here,

@@ -84,8 +84,9 @@ class OpKind:
     key: tuple = field(compare=False, repr=False)  # name and the values' JSON: equal kinds, equal keys
 
 
-def read_flop_ops(raw: bytes) -> FlopOps:
-    found = FLOP_EVENT.findall(raw)
+def read_flop_ops(raw: bytes, start: int = 0, end: Optional[int] = None) -> FlopOps:
+    """The FLOP ops of the text, or of raw[start:end] (whole events: cut where an event's "ph" begins)."""
+    found = FLOP_EVENT.findall(raw, start, len(raw) if end is None else end)
     if not found:
         return FlopOps()
     ts, dur, kind_codes, thread_codes = [], [], [], []

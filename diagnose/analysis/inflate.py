@@ -3,24 +3,31 @@ text: the 1M-event trace's 291 MB in 0.07 s against 0.35 s, and a big trace is i
 processes), the standard library's zlib where it is not. Both give the same bytes (tested)."""
 from __future__ import annotations
 
-import gzip
 import zlib
 
 try:
-    from isal import igzip as _gzip
     from isal import isal_zlib as _zlib
 
     ERRORS: tuple = (OSError, EOFError, zlib.error, _zlib.error)  # BadGzipFile is an OSError
 except ImportError:  # a platform without isal's wheels: zlib reads the same text, slower
-    _gzip, _zlib = gzip, zlib
+    _zlib = zlib
     ERRORS = (OSError, EOFError, zlib.error)
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 def gunzip(raw: bytes) -> bytes:
-    """A whole gzip file's text (every member, as gzip.decompress reads them)."""
-    return _gzip.decompress(raw)
+    """A whole gzip file's text (every member, as gzip.decompress reads them; zero bytes after the last are
+    ignored, as it ignores them). Member by member through the inflater: igzip.decompress took 1.7x as long."""
+    members = []
+    while True:
+        inflate = inflater()
+        members.append(inflate.decompress(raw))
+        if not inflate.eof:
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        raw = inflate.unused_data.lstrip(b"\x00")
+        if not raw:
+            return members[0] if len(members) == 1 else b"".join(members)
 
 
 def inflater():

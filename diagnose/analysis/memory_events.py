@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import orjson
@@ -54,11 +55,18 @@ class MemoryEvents:
 
 
 def read_memory_events(raw: bytes) -> MemoryEvents:
-    if raw.find(MARK) < 0:
+    found = memory_events_between(raw, 0, len(raw))
+    return _from_objects(raw) if found is None else found  # another layout: each event's object on its own
+
+
+def memory_events_between(raw: bytes, start: int, end: int) -> Optional[MemoryEvents]:
+    """The memory events of raw[start:end] (whole events: cut where an event's "ph" begins); None when some are
+    not laid out as the expression reads them."""
+    if raw.find(MARK, start, end) < 0:
         return MemoryEvents()
-    found = MEMORY_EVENT.findall(raw)
-    if len(found) != raw.count(MARK):  # another layout: each event's object parsed on its own
-        return _from_objects(raw)
+    found = MEMORY_EVENT.findall(raw, start, end)
+    if len(found) != raw.count(MARK, start, end):
+        return None
     pids, tids, ts, reserved, allocated, nbytes, _, device = zip(*found)
     return MemoryEvents(
         ts=np.array([float(t) for t in ts]),

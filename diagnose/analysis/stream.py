@@ -108,26 +108,16 @@ class _Share:
     def __init__(self, parity: int, of: int, jit: bool, window: Optional[StepWindow] = None):
         self.parity, self.of, self.jit, self.window = parity, of, jit, window
         self.pieces: dict[int, tuple] = {}
-        self.pretty: Optional[bool] = None
         self.head: dict = {}
         self.tail: dict = {}
         self.last = b""
 
     def take(self, index: int, piece: bytes) -> bool:
         """Read one piece of whole events when it is this share's; False when the fast expressions cannot."""
-        if self.pretty is None:
-            compact, spaced = piece.find(b'"ph":"X"'), piece.find(b'"ph": "X"')
-            if compact >= 0 or spaced >= 0:
-                self.pretty = spaced >= 0
         self.last = piece[-TAIL_BYTES:] if len(piece) >= TAIL_BYTES else (self.last + piece)[-TAIL_BYTES:]
         if index % self.of != self.parity:
             return True
-        pretty = bool(self.pretty)
-        # both layouts in one file (not Kineto's writer) would escape the expression's count; the scanner counts
-        # any spacing, and a chunk it leaves to the expression is counted there (a mismatch: the full parser)
-        if not self.jit and self.pretty is not None and piece.find(b'"ph":"X"' if pretty else b'"ph": "X"') >= 0:
-            return False
-        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], pretty, self.jit)
+        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], self.jit)
         if matched != complete:
             return False
         memory, flops = read_memory_events(piece), read_flop_ops(piece)

@@ -12,7 +12,7 @@ import numpy as np
 
 from diagnose.analysis.fastparse import fast_rows
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
-from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
+from diagnose.analysis.memory_events import MemoryEvents, memory_events_between, read_memory_events
 from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.spans import Spans, present_in_order
 from diagnose.analysis.stream import may_hold, stream_rows
@@ -61,11 +61,17 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
             trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
             return trace
     raw = read_bytes(path)
-    metadata, buckets = fast_rows(raw) or parsed_rows(path, raw)
+    fast = fast_rows(raw, per_chunk=_events_between)  # memory events and FLOP ops read with the spans
+    metadata, buckets = (fast.metadata, fast.spans) if fast else parsed_rows(path, raw)
     trace = _assemble(str(path), metadata, buckets)
-    trace.memory = read_memory_events(raw)
-    trace.flop_ops = read_flop_ops(raw)
+    memory = [chunk[0] for chunk in fast.per_chunk] if fast else [None]
+    trace.memory = read_memory_events(raw) if any(m is None for m in memory) else MemoryEvents.concat(memory)
+    trace.flop_ops = FlopOps.concat([chunk[1] for chunk in fast.per_chunk]) if fast else read_flop_ops(raw)
     return trace
+
+
+def _events_between(raw: bytes, start: int, end: int) -> tuple[Optional[MemoryEvents], FlopOps]:
+    return memory_events_between(raw, start, end), read_flop_ops(raw, start, end)
 
 
 def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[StepWindow] = None) -> Trace:
