@@ -111,8 +111,9 @@ class Writer:
     """Writes events comma-separated. Events of one step are buffered: CPU events sorted by start (parents
     before children, as Kineto writes them), then the GPU events with their runtime calls and flows."""
 
-    def __init__(self, fh):
+    def __init__(self, fh, sort_keys: bool = False):
         self.fh = fh
+        self.sort_keys = sort_keys  # each event's keys in sorted order ("args" first): not Kineto's layout
         self.count = 0
         self.cpu: list[tuple] = []
         self.gpu: list[str] = []
@@ -120,7 +121,7 @@ class Writer:
     def write(self, text: str) -> None:
         if self.count:
             self.fh.write(",\n")
-        self.fh.write(text)
+        self.fh.write("  " + json.dumps(json.loads(text), sort_keys=True) if self.sort_keys else text)
         self.count += 1
 
     def flush_step(self) -> None:
@@ -366,7 +367,7 @@ def step(m: Model, number: int, layers: list[dict], batch: int) -> None:
 
 def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: int = 0, rank: int = 0,
                 world_size: int = 8, first_step: int = 5, compresslevel: int = 6, gpu_bound: bool = False,
-                markers: bool = True) -> dict:
+                markers: bool = True, sort_keys: bool = False) -> dict:
     """Write the trace; returns counts of what it holds (steps, events, kernels, ...)."""
     rng = random.Random(seed)
     n_layers = max(2, round((events / steps - EVENTS_PER_STEP) / EVENTS_PER_LAYER))
@@ -380,7 +381,7 @@ def write_trace(path: Path, *, events: int = 1_000_000, steps: int = 10, seed: i
         fh.write('\n  ],\n')
         fh.write(f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world_size}}},\n')
         fh.write('  "record_shapes": 1,\n  "traceEvents": [\n')
-        out = Writer(fh)
+        out = Writer(fh, sort_keys)
         m = Model(out, rng, pid=pid, device=device, world_size=world_size, t0=t0 + 1000, gpu_bound=gpu_bound,
                   markers=markers)
         for i in range(steps):
@@ -430,10 +431,12 @@ def main(argv=None) -> int:
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level (default 6)")
     parser.add_argument("--gpu-bound", action="store_true", help="long kernels, no syncs: the host runs ahead")
     parser.add_argument("--no-markers", action="store_true", help="no ProfilerStep spans around the steps")
+    parser.add_argument("--sorted-keys", action="store_true",
+                        help="each event's keys sorted (args before ph): a layout the fast expressions do not read")
     args = parser.parse_args(argv)
     counts = write_trace(args.out, events=args.events, steps=args.steps, seed=args.seed, rank=args.rank,
                          world_size=args.world_size, compresslevel=args.compresslevel, gpu_bound=args.gpu_bound,
-                         markers=not args.no_markers)
+                         markers=not args.no_markers, sort_keys=args.sorted_keys)
     print(json.dumps({"path": str(args.out), **counts}))
     return 0
 

@@ -163,13 +163,13 @@ def test_a_trace_read_whole_does_not_pay_for_importing_numba():
 
 
 def test_a_correlation_id_past_int64_links_nothing_in_either_parser(tmp_path):
-    from diagnose.analysis.trace_file import parsed_rows
+    from diagnose.analysis.trace_file import parsed_whole
 
     big = event('"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
                 '"args": {"correlation": 99999999999999999999}')
     text = ('{"traceEvents": [' + big + "]}").encode()
     fast = Spans.concat(read(text, jit=False)[0]["kernel"])
-    _, full = parsed_rows(tmp_path / "t.json", text)
+    full = parsed_whole(tmp_path / "t.json", text).spans
     assert fast.correlations().tolist() == full["kernel"].correlations().tolist() == [-1]
 
 

@@ -63,18 +63,19 @@ def test_a_trace_with_too_few_steps_past_the_budget_gets_the_op_table_of_its_spa
 
 
 def test_a_trace_in_another_layout_gets_the_same_op_table(tmp_path):
-    """Pretty-printed (one key a line) it is still read in pieces; a bare list of events (valid Chrome-trace JSON,
-    no traceEvents key) is parsed whole."""
+    """Pretty-printed (one key a line), its keys sorted (the args before "ph") or a bare list of events (valid
+    Chrome-trace JSON, no traceEvents key): each is read in pieces, to the same table."""
     trace = TRACES / "h200" / "convnet_fp32.pt.trace.json.gz"
     data = read_events(trace)
     expected = trace_profile(trace, 5)
-    pretty = tmp_path / "pretty.json"
-    pretty.write_text(json.dumps(data, indent=0))
-    bare = tmp_path / "bare_list.json"
-    bare.write_text(json.dumps(data["traceEvents"]))
-    assert optable._streamed(pretty, 16 << 10, None) is not None and optable._streamed(bare, 16 << 10, None) is None
-    assert trace_profile(pretty, 5, piece_bytes=16 << 10) == expected
-    assert trace_profile(bare, 5) == replace(expected, device="", world_size=None)  # those were the other keys
+    layouts = {"pretty": json.dumps(data, indent=0), "sorted_keys": json.dumps(data, sort_keys=True),
+               "bare_list": json.dumps(data["traceEvents"])}
+    for name, text in layouts.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(text)
+        assert optable._streamed(path, 16 << 10, None) is not None, name
+        keys_kept = expected if name != "bare_list" else replace(expected, device="", world_size=None)
+        assert trace_profile(path, 5, piece_bytes=16 << 10) == keys_kept, name
 
 
 @pytest.mark.slow  # the 2M-event trace is shared with test_stream's (about a minute to write)

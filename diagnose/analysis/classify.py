@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import orjson
+
 CPU_OP = {"cpu_op", "operator"}
 KERNEL = {"kernel"}
 MEMCPY = {"gpu_memcpy", "memcpy"}
@@ -62,3 +64,8 @@ def event_kind(e: dict) -> Optional[str]:
     if cat in ANNOTATION:
         return "ann"
     return None
+
+
+def thread_value(value):
+    """A pid or tid as it can key a table: a list or an object (no profiler writes one) as its JSON text."""
+    return value if value is None or isinstance(value, (str, int, float)) else orjson.dumps(value).decode()

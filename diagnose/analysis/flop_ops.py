@@ -4,13 +4,15 @@ straight from the trace's bytes (one regular expression for the few names that m
 on its own."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 import orjson
 
+from diagnose.analysis.classify import thread_value
 from diagnose.analysis.fastparse import _thread_into
 from diagnose.analysis.spans import CODE, merged_table, recoded
 
@@ -87,27 +89,60 @@ class OpKind:
 def read_flop_ops(raw: bytes, start: int = 0, end: Optional[int] = None) -> FlopOps:
     """The FLOP ops of the text, or of raw[start:end] (whole events: cut where an event's "ph" begins)."""
     found = FLOP_EVENT.findall(raw, start, len(raw) if end is None else end)
-    if not found:
-        return FlopOps()
-    ts, dur, kind_codes, thread_codes = [], [], [], []
-    kinds: dict[tuple, int] = {}
-    table: list[OpKind] = []
+    ops = _Collected()
     known_threads: dict[tuple, tuple] = {}
-    threads: dict[tuple, int] = {}
-    for name, pid, tid, start, length, args in found:
-        parsed = _args(args)
-        values = (parsed.get("Input Dims"), parsed.get("Input type"), parsed.get("Concrete Inputs"))
-        key = (name, *(None if v is None else orjson.dumps(v) for v in values))
-        if key not in kinds:
-            kinds[key] = len(table)
-            table.append(OpKind(name.decode(), *values, key=key))
-        kind_codes.append(kinds[key])
+    for name, pid, tid, begin, length, args in found:
         thread = known_threads.get((pid, tid)) or _thread_into(known_threads, (pid, tid))
-        thread_codes.append(threads.setdefault(thread, len(threads)))
-        ts.append(float(start))
-        dur.append(float(length))
-    return FlopOps(np.array(ts), np.array(dur), np.array(kind_codes, dtype=CODE), table,
-                   np.array(thread_codes, dtype=CODE), list(threads))
+        ops.add(name, _args(args), thread, float(begin), float(length))
+    return ops.flop_ops()
+
+
+def flop_ops_of_events(events: Iterable) -> FlopOps:
+    """The FLOP ops among parsed event objects (a trace in a layout the expression does not read): complete
+    events of the counted names, their args as the expression reads them."""
+    ops = _Collected()
+    for event in events:
+        if isinstance(event, dict) and event.get("name") in COUNTED and event.get("ph") == "X":
+            begin, length = event.get("ts"), event.get("dur")
+            if _number(begin) and _number(length):
+                args = event.get("args")
+                ops.add(event["name"].encode(), args if isinstance(args, dict) else {},
+                        (thread_value(event.get("pid")), thread_value(event.get("tid"))), float(begin), float(length))
+    return ops.flop_ops()
+
+
+class _Collected:
+    """Ops as they are read: each kind and thread coded once, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.ts: list[float] = []
+        self.dur: list[float] = []
+        self.kind_codes: list[int] = []
+        self.thread_codes: list[int] = []
+        self.kinds: dict[tuple, int] = {}
+        self.table: list[OpKind] = []
+        self.threads: dict[tuple, int] = {}
+
+    def add(self, name: bytes, args: dict, thread: tuple, begin: float, length: float) -> None:
+        values = (args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs"))
+        key = (name, *(None if v is None else orjson.dumps(v) for v in values))
+        if key not in self.kinds:
+            self.kinds[key] = len(self.table)
+            self.table.append(OpKind(name.decode(), *values, key=key))
+        self.kind_codes.append(self.kinds[key])
+        self.thread_codes.append(self.threads.setdefault(thread, len(self.threads)))
+        self.ts.append(begin)
+        self.dur.append(length)
+
+    def flop_ops(self) -> FlopOps:
+        if not self.ts:
+            return FlopOps()
+        return FlopOps(np.array(self.ts), np.array(self.dur), np.array(self.kind_codes, dtype=CODE), self.table,
+                       np.array(self.thread_codes, dtype=CODE), list(self.threads))
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _args(raw: bytes) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 import orjson
@@ -82,16 +82,23 @@ def _id(raw: bytes):
 
 
 def _from_objects(raw: bytes) -> MemoryEvents:
-    rows = []
+    objects = []
     start = raw.find(MARK)
     while start >= 0:
-        event = _enclosing_object(raw, start)
-        args = event.get("args") if isinstance(event, dict) else None
+        objects.append(_enclosing_object(raw, start))
+        start = raw.find(MARK, start + len(MARK))
+    return memory_of_events(objects)
+
+
+def memory_of_events(events: Iterable) -> MemoryEvents:
+    """The memory events among parsed event objects (a trace in a layout the expression does not read)."""
+    rows = []
+    for event in events:
+        args = event.get("args") if isinstance(event, dict) and event.get("name") == "[memory]" else None
         if isinstance(args, dict) and "Total Allocated" in args:
             rows.append((float(event.get("ts", 0.0)), int(args.get("Total Allocated", 0)),
                          int(args.get("Total Reserved", 0)), int(args.get("Bytes", 0)), int(args.get("Device Type", 0)),
                          (event.get("pid"), event.get("tid"))))
-        start = raw.find(MARK, start + len(MARK))
     if not rows:
         return MemoryEvents()
     ts, allocated, reserved, nbytes, device, tids = zip(*rows)

@@ -2,8 +2,9 @@
 its text dropped once its events are in compact arrays. Peak memory is then the arrays plus a few pieces, not the
 whole text (which grows with the trace: a 4 GB trace held whole needs about twice that). The pieces go through the
 fast parser (fastparse.py, its spans by the compiled scanner of jitscan.py where numba loads; memory_events.py,
-flop_ops.py); any doubt (a layout they do not read, a text that does not end as a whole trace does) returns None
-and the whole-text parsers take over."""
+flop_ops.py); any doubt (a layout they do not read, a text that does not end as a whole trace does) returns None:
+the objects are then parsed a piece at a time (event_pieces.py), and a file that is not a whole trace goes to the
+whole-text parser, which says what is wrong with it."""
 from __future__ import annotations
 
 from pathlib import Path

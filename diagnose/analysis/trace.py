@@ -16,7 +16,7 @@ from diagnose.analysis.memory_events import MemoryEvents, memory_events_between,
 from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.spans import Spans, present_in_order
 from diagnose.analysis.stream import may_hold, stream_rows
-from diagnose.analysis.trace_file import parsed_rows, read_bytes
+from diagnose.analysis.trace_file import Parsed, parsed_in_pieces, parsed_whole, read_bytes
 from diagnose.analysis.window import MAX_EVENTS, StepWindow
 from diagnose.errors import UserError
 
@@ -60,13 +60,25 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
             trace = _assemble(str(path), metadata, buckets, window)
             trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
             return trace
+        # a layout the expressions do not read: parsed as objects a piece at a time, every event kept (the first
+        # pass that chooses a window reads Kineto's layout only)
+        parsed = parsed_in_pieces(path)
+        if parsed is not None:
+            return _parsed_trace(path, parsed)
     raw = read_bytes(path)
     fast = fast_rows(raw, per_chunk=_events_between)  # memory events and FLOP ops read with the spans
-    metadata, buckets = (fast.metadata, fast.spans) if fast else parsed_rows(path, raw)
-    trace = _assemble(str(path), metadata, buckets)
-    memory = [chunk[0] for chunk in fast.per_chunk] if fast else [None]
+    if fast is None:
+        return _parsed_trace(path, parsed_whole(path, raw))
+    trace = _assemble(str(path), fast.metadata, fast.spans)
+    memory = [chunk[0] for chunk in fast.per_chunk]
     trace.memory = read_memory_events(raw) if any(m is None for m in memory) else MemoryEvents.concat(memory)
-    trace.flop_ops = FlopOps.concat([chunk[1] for chunk in fast.per_chunk]) if fast else read_flop_ops(raw)
+    trace.flop_ops = FlopOps.concat([chunk[1] for chunk in fast.per_chunk])
+    return trace
+
+
+def _parsed_trace(path: Path, parsed: Parsed) -> Trace:
+    trace = _assemble(str(path), parsed.metadata, parsed.spans)
+    trace.memory, trace.flop_ops = parsed.memory, parsed.flop_ops
     return trace
 
 

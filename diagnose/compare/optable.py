@@ -1,7 +1,7 @@
 """Per-step time of each CPU op (self time, by name and input shapes when recorded) and each GPU kernel, copy or
 memset (by name), read from a trace: what `diagnose compare` matches between A and B.
 
-The trace is read as a stream, a piece of its text at a time (stream.py cuts the pieces where an event begins),
+The trace is read as a stream, a piece of its text at a time (event_pieces.py: any layout JSON allows),
 and only the few columns the table needs are kept, in compact arrays: a 1M-event trace held as parsed JSON takes
 gigabytes. A trace past `--max-events` keeps only the window of steps its analysis chose (window.py)."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ import numpy as np
 import orjson
 
 from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
-from diagnose.analysis.fastparse import CLOSED, tail_members
+from diagnose.analysis.event_pieces import EventPieces, NotEvents
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.release import released
-from diagnose.analysis.stream import PIECE_BYTES, TAIL_BYTES, _pieces, head_and_events, step_window
+from diagnose.analysis.stream import PIECE_BYTES, step_window
 from diagnose.analysis.trace_file import read_events
 from diagnose.analysis.window import StepWindow
 
@@ -64,48 +64,16 @@ def whole_text_columns(path: Path) -> "OpColumns":
 
 
 def _streamed(path: Path, piece_bytes: int, window: Optional[StepWindow]) -> Optional["OpColumns"]:
-    """The table's columns read piece by piece; None when a piece does not parse as a run of events."""
+    """The table's columns read piece by piece (any layout); None when the file is not a whole trace."""
     table = OpColumns(window)
-    pieces = _pieces(path, piece_bytes)
+    pieces = EventPieces(path, piece_bytes)
     try:
-        found = head_and_events(enumerate(pieces))
-        if found is None:
-            return None
-        head, _, body = found
-        for piece in pieces:
-            table.add(_events(body))
-            body = piece
-        end, tail = _events_end(body)
-        table.add(_events(body[:end]))
-    except (*INFLATE_ERRORS, orjson.JSONDecodeError, _NotEvents):
+        for events in pieces:
+            table.add(events)
+    except (*INFLATE_ERRORS, orjson.JSONDecodeError, NotEvents):
         return None
-    table.metadata = {**head, **tail}
+    table.metadata = pieces.metadata
     return table
-
-
-class _NotEvents(ValueError):
-    """A piece that is not a run of events, or a text that does not end as a trace does."""
-
-
-def _events(body: bytes) -> list:
-    """The events in a piece: whole event objects separated by commas."""
-    text = body.strip().rstrip(b",")
-    events = orjson.loads(b"[" + text + b"]") if text else []
-    if not isinstance(events, list):
-        raise _NotEvents
-    return events
-
-
-def _events_end(body: bytes) -> tuple[int, dict]:
-    """Where the event list ends in the text's last piece, and the keys after it (traceName...): the first `]`
-    from which the rest parses as an object's members, else the `]` that closes the object."""
-    found = tail_members(body, max(0, len(body) - TAIL_BYTES))
-    if found is not None:
-        return found
-    closed = CLOSED.search(body, max(0, len(body) - 256))
-    if closed is None:
-        raise _NotEvents
-    return closed.start(), {}
 
 
 class OpColumns:

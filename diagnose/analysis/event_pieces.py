@@ -1,0 +1,120 @@
+"""A trace's events as parsed objects, a piece of its text at a time, in any layout JSON allows (keys in any order,
+any spacing, a bare event list): what reads a trace the fast expressions cannot, in bounded memory. Each piece is
+cut between two events of the list and parsed by orjson. A cut is only tried where one object ends and another
+begins (`},{`); one inside an event (a list of objects in its args) leaves that event's brackets open, so the piece
+does not parse and the cut before it is tried."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator, Optional
+
+import orjson
+
+from diagnose.analysis.fastparse import CLOSED, EVENTS_KEY, _head_metadata, tail_members
+from diagnose.analysis.stream import PIECE_BYTES, TAIL_BYTES, _decompressed
+
+CUT = re.compile(rb"\}\s*,\s*\{")
+CUT_REACH = 1 << 20  # where a piece's cuts are looked for: its last MiB (an event is far shorter)
+CUT_TRIES = 16  # cuts tried, from the last, before the piece grows by the next one
+HEAD_BYTES = 64 << 20  # the metadata before the event list (deviceProperties...) is never longer
+BARE_CLOSED = re.compile(rb"\]\s*$")
+
+
+class NotEvents(ValueError):
+    """A text that is not a trace's event list read whole: a piece that does not parse as events, no event list,
+    or an end that is not a trace's."""
+
+
+class EventPieces:
+    """Iterate to get each piece's events (a list of parsed objects, in the text's order); `metadata` holds the
+    keys before and after the event list once the iteration ends. Raises NotEvents, orjson.JSONDecodeError or an
+    inflate error where the file is not a whole trace (the whole-text reader then says what is wrong in its words).
+    """
+
+    def __init__(self, path: Path, piece_bytes: int = PIECE_BYTES):
+        self.path, self.piece_bytes = path, piece_bytes
+        self.metadata: dict = {}
+
+    def __iter__(self) -> Iterator[list]:
+        texts = _texts(self.path, self.piece_bytes)
+        text, bare = self._head(texts)
+        for piece in texts:
+            text += piece
+            split = _split(text)
+            if split is not None:
+                events, text = split
+                yield events
+        end, tail = _events_end(text, bare)
+        yield _parsed(text[:end])
+        self.metadata.update(tail)
+
+    def _head(self, texts: Iterator[bytes]) -> tuple[bytes, bool]:
+        """The text from the list's first event on, and whether the list is bare (the file is only the list)."""
+        text = b""
+        for piece in texts:
+            text += piece
+            start = text.lstrip()
+            if start.startswith(b"["):
+                return start[1:], True
+            key = EVENTS_KEY.search(text)
+            if key is not None:
+                head = _head_metadata(text[:key.start()])
+                if head is None:
+                    raise NotEvents("the keys before the event list do not parse")
+                self.metadata = head
+                return text[key.end():], False
+            if len(text) > HEAD_BYTES:
+                break
+        raise NotEvents("no event list near the start of the text")
+
+
+def _texts(path: Path, piece_bytes: int) -> Iterator[bytes]:
+    """The decompressed text in pieces of about `piece_bytes` (cut anywhere)."""
+    blocks: list[bytes] = []
+    size = 0
+    for block in _decompressed(path):
+        blocks.append(block)
+        size += len(block)
+        if size >= piece_bytes:
+            yield b"".join(blocks)
+            blocks, size = [], 0
+    if blocks:
+        yield b"".join(blocks)
+
+
+def _split(text: bytes) -> Optional[tuple[list, bytes]]:
+    """(the events before the last cut that parses, the text after it); None when no cut in reach parses."""
+    cuts = list(CUT.finditer(text, max(0, len(text) - CUT_REACH)))[-CUT_TRIES:]
+    for cut in reversed(cuts):
+        try:
+            return _parsed(text[:cut.start() + 1]), text[cut.end() - 1:]
+        except (orjson.JSONDecodeError, NotEvents):
+            continue
+    return None
+
+
+def _parsed(text: bytes) -> list:
+    """The events of whole event objects separated by commas."""
+    text = text.strip().rstrip(b",")
+    events = orjson.loads(b"[" + text + b"]") if text else []
+    if not isinstance(events, list):
+        raise NotEvents("not a list of events")
+    return events
+
+
+def _events_end(text: bytes, bare: bool) -> tuple[int, dict]:
+    """Where the event list ends in the text's last part, and the keys after it (traceName...): the first `]` from
+    which the rest parses as an object's members, else the `]` that closes the object (or a bare list)."""
+    if bare:
+        closed = BARE_CLOSED.search(text, max(0, len(text) - 256))
+        if closed is None:
+            raise NotEvents("the event list is not closed: the file looks cut short")
+        return closed.start(), {}
+    found = tail_members(text, max(0, len(text) - TAIL_BYTES))
+    if found is not None:
+        return found
+    closed = CLOSED.search(text, max(0, len(text) - 256))
+    if closed is None:
+        raise NotEvents("the trace's object is not closed: the file looks cut short")
+    return closed.start(), {}
