@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import PEAK_BYTES, TRACES, generated_trace
 
-from diagnose.analysis import stream
+from diagnose.analysis import event_pieces, stream
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.trace import load_trace
 from diagnose.serial import to_jsonable
@@ -67,7 +67,7 @@ def test_a_trace_in_another_layout_is_streamed_to_the_analysis_of_its_original(l
     text = json.dumps(data["traceEvents"] if layout == "bare_list" else data, sort_keys=layout == "sorted_keys")
     path = tmp_path / f"{layout}.json.gz"
     path.write_bytes(gzip.compress(text.encode()))
-    monkeypatch.setattr(stream, "PIECE_BYTES", 64 << 10)  # many pieces, events cut anywhere in the text
+    monkeypatch.setattr(event_pieces, "PIECE_BYTES", 64 << 10)  # many pieces, events cut anywhere in the text
     monkeypatch.setattr(trace_module, "read_bytes", lambda p: pytest.fail(f"{p} was read whole"))
     assert stream.stream_rows(path) is None  # not the expressions' layout
     streamed = load_trace(path, stream=True)

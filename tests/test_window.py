@@ -15,7 +15,7 @@ from diagnose.analysis import trace as trace_module
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.spans import Spans
 from diagnose.analysis.trace import load_trace
-from diagnose.analysis.window import StepCounter, choose_window
+from diagnose.analysis.window import ObjectCounter, StepCounter, choose_window
 
 
 def _counted(path) -> StepCounter:
@@ -266,3 +266,31 @@ def test_with_a_budget_memory_does_not_grow_with_the_trace(tmp_path):
     # cut in time: about the budget's events, placed by sampled starts (not a whole number of steps)
     assert abs(timed_held - small_held) < small_held / 3
     assert timed_peak - small_peak < (big_whole - small_whole) / 2
+
+
+@pytest.mark.parametrize("name", ["a100_ddp_rank3_of8.json.gz", "h200/transformer_fp32.pt.trace.json.gz"])
+def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its_objects(name, tmp_path,
+                                                                                         monkeypatch):
+    # its events' keys sorted: the text's first pass cannot read it; a first pass over its parsed objects chooses
+    # the window, and the window's steps get the figures the whole trace gives them
+    from diagnose.analysis import event_pieces
+    from diagnose.analysis.trace_file import read_events
+
+    original = TRACES / name
+    path = tmp_path / "sorted_keys.json"
+    path.write_text(json.dumps(read_events(original), sort_keys=True))
+    monkeypatch.setattr(event_pieces, "PIECE_BYTES", 256 << 10)
+    counter = _counted(original)
+    budget = counter.events * 2 // len(counter.marks)  # about two steps' events
+    objects = ObjectCounter()
+    for events in event_pieces.EventPieces(path):
+        objects.feed_events(events)
+    assert objects.marks == counter.marks  # the same steps, as the text's pass reads them
+    windowed = load_trace(path, max_events=budget)
+    window = windowed.window
+    assert window is not None and 1 <= window.last - window.first + 1 < window.steps
+    whole = analyze(Inputs(load_trace(original, max_events=0))).steps[window.first:window.last + 1]
+    mine = analyze(Inputs(windowed))
+    assert [s.buckets_s for s in mine.steps] == [s.buckets_s for s in whole]
+    assert [s.duration_s for s in mine.steps] == pytest.approx([s.duration_s for s in whole], abs=1e-9)
+    assert "were analysed (the middle ones)" in mine.notes[0]

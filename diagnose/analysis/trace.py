@@ -16,7 +16,7 @@ from diagnose.analysis.memory_events import MemoryEvents, memory_events_between,
 from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.spans import Spans, present_in_order
 from diagnose.analysis.stream import may_hold, stream_rows
-from diagnose.analysis.trace_file import Parsed, parsed_in_pieces, parsed_whole, read_bytes
+from diagnose.analysis.trace_file import Parsed, parsed_in_pieces, parsed_whole, read_bytes, window_of_objects
 from diagnose.analysis.window import MAX_EVENTS, StepWindow
 from diagnose.errors import UserError
 
@@ -60,11 +60,13 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
             trace = _assemble(str(path), metadata, buckets, window)
             trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
             return trace
-        # a layout the expressions do not read: parsed as objects a piece at a time, every event kept (the first
-        # pass that chooses a window reads Kineto's layout only)
-        parsed = parsed_in_pieces(path)
+        # a layout the expressions do not read: parsed as objects a piece at a time, past the budget a window
+        # of its steps chosen by a first pass over its objects (its own: the ranks' agreed one was chosen by
+        # the text's pass, which reads Kineto's layout only)
+        window = window_of_objects(path, max_events)
+        parsed = parsed_in_pieces(path, window=window)
         if parsed is not None:
-            return _parsed_trace(path, parsed)
+            return _parsed_trace(path, parsed, window)
     raw = read_bytes(path)
     fast = fast_rows(raw, per_chunk=_events_between)  # memory events and FLOP ops read with the spans
     if fast is None:
@@ -76,9 +78,9 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     return trace
 
 
-def _parsed_trace(path: Path, parsed: Parsed) -> Trace:
-    trace = _assemble(str(path), parsed.metadata, parsed.spans)
-    trace.memory, trace.flop_ops = parsed.memory, parsed.flop_ops
+def _parsed_trace(path: Path, parsed: Parsed, window: Optional[StepWindow] = None) -> Trace:
+    trace = _assemble(str(path), parsed.metadata, parsed.spans, window)
+    trace.memory, trace.flop_ops, trace.window = parsed.memory, parsed.flop_ops, window
     return trace
 
 

@@ -16,7 +16,9 @@ from diagnose.analysis.flop_ops import FlopOps, flop_ops_of_events
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.inflate import gunzip
 from diagnose.analysis.memory_events import MemoryEvents, memory_of_events
+from diagnose.analysis.release import give_back_freed_memory
 from diagnose.analysis.spans import Spans
+from diagnose.analysis.window import ObjectCounter, StepWindow, flops_in, memory_in, spans_in
 from diagnose.errors import UserError
 
 
@@ -61,25 +63,47 @@ def parsed_whole(path: Path, raw: bytes) -> Parsed:
                   memory_of_events(events), flop_ops_of_events(events))
 
 
-def parsed_in_pieces(path: Path, piece_bytes: Optional[int] = None) -> Optional[Parsed]:
+def parsed_in_pieces(path: Path, piece_bytes: Optional[int] = None,
+                     window: Optional[StepWindow] = None) -> Optional[Parsed]:
     """The trace through the full JSON parser a piece at a time (event_pieces.py): any layout, in memory bounded
-    by the spans' arrays and a few pieces of text. None where the file is not a whole trace (the whole-text
-    reader then says what is wrong with it)."""
-    pieces = EventPieces(path, piece_bytes or stream.PIECE_BYTES)
+    by the spans' arrays and a few pieces of text; with a `window`, only its steps' events are kept. None where the
+    file is not a whole trace (the whole-text reader then says what is wrong with it)."""
+    pieces = EventPieces(path, piece_bytes)
     parts: dict[str, list[Spans]] = {kind: [] for kind in KINDS}
     memory, flop_ops = [], []
     try:
         for events in pieces:
-            for kind, rows in rows_by_kind(events).items():
-                if rows:
-                    parts[kind].append(Spans.of(rows))
-            memory.append(memory_of_events(events))
-            flop_ops.append(flop_ops_of_events(events))
+            spans = {kind: [Spans.of(rows)] for kind, rows in rows_by_kind(events).items() if rows}
+            piece_memory, piece_flop_ops = memory_of_events(events), flop_ops_of_events(events)
             del events  # the piece's objects, before the next is parsed
+            if window is not None:
+                spans = {kind: spans_in(window, kind, found) for kind, found in spans.items()}
+                piece_memory, piece_flop_ops = memory_in(window, piece_memory), flops_in(window, piece_flop_ops)
+            for kind, found in spans.items():
+                parts[kind].extend(found)
+            memory.append(piece_memory)
+            flop_ops.append(piece_flop_ops)
     except (*INFLATE_ERRORS, orjson.JSONDecodeError, NotEvents):
         return None
-    return Parsed(pieces.metadata, {kind: Spans.gathered(spans) for kind, spans in parts.items()},
+    return Parsed(pieces.metadata, {kind: Spans.gathered(found) for kind, found in parts.items()},
                   MemoryEvents.concat(memory), FlopOps.concat(flop_ops))
+
+
+def window_of_objects(path: Path, max_events: int, piece_bytes: Optional[int] = None) -> Optional[StepWindow]:
+    """The window of steps to keep of a trace in another layout that holds more than `max_events` events: a first
+    pass parses its pieces and counts (window.ObjectCounter); None: keep every event (or not a whole trace)."""
+    if max_events <= 0 or not stream.may_hold(path, max_events):
+        return None
+    counter = ObjectCounter()
+    try:
+        for events in EventPieces(path, piece_bytes):
+            counter.feed_events(events)
+    except (*INFLATE_ERRORS, orjson.JSONDecodeError, NotEvents):
+        return None
+    window = counter.window(max_events)
+    del counter
+    give_back_freed_memory()  # the pieces' objects: the second pass starts from nothing held
+    return window
 
 
 def rows_by_kind(events: list) -> dict[str, list[tuple]]:

@@ -7,6 +7,7 @@ too few markers to cut it at steps is cut in time instead: the middle span that 
 analysed as one step."""
 from __future__ import annotations
 
+import math
 import re
 from array import array
 from collections import Counter
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
+import orjson
 
 from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, _id
 from diagnose.analysis.flop_ops import FlopOps
@@ -21,8 +23,8 @@ from diagnose.analysis.memory_events import MemoryEvents
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.spans import Spans
 
-__all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "choose_window", "agreed_windows", "spans_in", "memory_in",
-           "flops_in"]
+__all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "ObjectCounter", "choose_window", "agreed_windows", "spans_in",
+           "memory_in", "flops_in"]
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
 STEP_NAME = b'"ProfilerStep#'
 # read where the marker's name is found (every event has a "name" key: no use searching for that)
@@ -174,6 +176,70 @@ class StepCounter:
     def stepped(self) -> bool:
         """Whether the trace has steps enough to be cut at them (else it is cut in time)."""
         return bool(self.marks) and len(main_steps(self.marks)[1]) >= MIN_STEPS
+
+
+class ObjectCounter(StepCounter):
+    """The first pass over a trace in a layout the expressions do not read: fed each piece's parsed events
+    (event_pieces.py), it keeps what StepCounter keeps from the text, in the same forms (pid and tid as their
+    JSON text), and counts the complete events exactly."""
+
+    SAMPLES = 4  # launches, kernels and starts sampled a piece (8 MB): two a 4 MB block, as the text's pass
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.complete = 0
+
+    def feed_events(self, events: list) -> None:
+        launches, kernels, starts = [], [], []
+        for event in events:
+            if not isinstance(event, dict) or event.get("ph") != "X":
+                continue
+            ts, dur = event.get("ts"), event.get("dur")
+            if not (_number(ts) and _number(dur)):
+                continue
+            self.complete += 1
+            starts.append(float(ts))
+            name, category = event.get("name"), str(event.get("cat", ""))
+            if isinstance(name, str) and name.startswith("ProfilerStep#"):
+                number = re.match(r"\d*", name[len("ProfilerStep#"):]).group()
+                self.marks.append((_json(event.get("pid")), _json(event.get("tid")), float(ts), float(dur),
+                                   number.encode()))
+            args = event.get("args")
+            corr = args.get("correlation") if isinstance(args, dict) else None
+            if not isinstance(corr, int) or isinstance(corr, bool) or corr < 0:
+                continue
+            if category.endswith(("_runtime", "_driver")):
+                launches.append((_json(event.get("pid")), float(ts), min(corr, (1 << 63) - 1)))
+            elif category == "kernel":
+                kernels.append((float(ts), min(corr, (1 << 63) - 1)))
+        for pid, ts, corr in _sampled(launches, self.SAMPLES):
+            self.launch_pid.append(pid)
+            self.launch_ts.append(ts)
+            self.launch_corr.append(corr)
+        for ts, corr in _sampled(kernels, self.SAMPLES):
+            self.kernel_ts.append(ts)
+            self.kernel_corr.append(corr)
+        self.starts.extend(_sampled(starts, self.SAMPLES))
+
+    @property
+    def events(self) -> int:
+        return self.complete
+
+
+def _sampled(items: list, count: int) -> list:
+    """`count` items spread evenly from the first to the last (all of them when there are no more)."""
+    if len(items) <= count:
+        return items
+    return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _json(value) -> bytes:
+    """A pid or tid as the text's pass reads it: its JSON text."""
+    return orjson.dumps(value)
 
 
 LAUNCH_LABELS = (b'_runtime"', b'_driver"')  # the categories' ends: cuda_runtime, hip_runtime, cuda_driver

@@ -14,12 +14,12 @@ import numpy as np
 import orjson
 
 from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
-from diagnose.analysis.event_pieces import EventPieces, NotEvents
+from diagnose.analysis.event_pieces import PIECE_BYTES, EventPieces, NotEvents
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.release import released
-from diagnose.analysis.stream import PIECE_BYTES, step_window
+from diagnose.analysis.stream import step_window
 from diagnose.analysis.trace_file import read_events
 from diagnose.analysis.window import StepWindow
 
