@@ -5,6 +5,7 @@ Handles old (`Operator`, `Kernel`, `Runtime`, `Memcpy`) and new (`cpu_op`, `kern
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import orjson
@@ -69,3 +70,8 @@ def event_kind(e: dict) -> Optional[str]:
 def thread_value(value):
     """A pid or tid as it can key a table: a list or an object (no profiler writes one) as its JSON text."""
     return value if value is None or isinstance(value, (str, int, float)) else orjson.dumps(value).decode()
+
+
+def finite_number(value) -> bool:
+    """Whether a parsed JSON value is a usable time: a finite int or float (not a bool, a string or null)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -4,7 +4,6 @@ straight from the trace's bytes (one regular expression for the few names that m
 on its own."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -12,7 +11,7 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import thread_value
+from diagnose.analysis.classify import finite_number, thread_value
 from diagnose.analysis.fastparse import _thread_into
 from diagnose.analysis.spans import CODE, merged_table, recoded
 
@@ -104,7 +103,7 @@ def flop_ops_of_events(events: Iterable) -> FlopOps:
     for event in events:
         if isinstance(event, dict) and event.get("name") in COUNTED and event.get("ph") == "X":
             begin, length = event.get("ts"), event.get("dur")
-            if _number(begin) and _number(length):
+            if finite_number(begin) and finite_number(length):
                 args = event.get("args")
                 ops.add(event["name"].encode(), args if isinstance(args, dict) else {},
                         (thread_value(event.get("pid")), thread_value(event.get("tid"))), float(begin), float(length))
@@ -140,9 +139,6 @@ class _Collected:
         return FlopOps(np.array(self.ts), np.array(self.dur), np.array(self.kind_codes, dtype=CODE), self.table,
                        np.array(self.thread_codes, dtype=CODE), list(self.threads))
 
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _args(raw: bytes) -> dict:

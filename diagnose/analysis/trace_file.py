@@ -2,7 +2,6 @@
 read them, its events through the full JSON parser: the text whole, or a piece at a time for a big trace."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -10,7 +9,7 @@ import orjson
 
 import diagnose.analysis.prefetch as prefetch
 from diagnose.analysis import stream
-from diagnose.analysis.classify import KINDS, empty_buckets, event_kind, thread_value
+from diagnose.analysis.classify import KINDS, empty_buckets, event_kind, finite_number, thread_value
 from diagnose.analysis.event_pieces import EventPieces, NotEvents
 from diagnose.analysis.flop_ops import FlopOps, flop_ops_of_events
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
@@ -110,8 +109,10 @@ def rows_by_kind(events: list) -> dict[str, list[tuple]]:
     """(start, duration, name, (pid, tid), correlation id) of each complete event the analysis uses, by kind."""
     rows = empty_buckets()
     for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X" or not _finite(e.get("dur")) or not _finite(e.get("ts", 0.0)):
-            continue  # not an event, or a complete event without a usable time: nothing to place on a timeline
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue  # not a complete event
+        if not finite_number(e.get("dur")) or not finite_number(e.get("ts", 0.0)):
+            continue  # without a usable time: nothing to place on a timeline
         kind = event_kind(e)
         if kind is not None:
             name = e.get("name", "")
@@ -119,9 +120,6 @@ def rows_by_kind(events: list) -> dict[str, list[tuple]]:
                                (thread_value(e.get("pid")), thread_value(e.get("tid"))), _correlation(e)))
     return rows
 
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _correlation(e: dict) -> int:

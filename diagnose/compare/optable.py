@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
+from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, finite_number
 from diagnose.analysis.event_pieces import PIECE_BYTES, EventPieces, NotEvents
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
@@ -98,7 +98,7 @@ class OpColumns:
             if not isinstance(event, dict) or event.get("ph") != "X":
                 continue
             start, duration = event.get("ts"), event.get("dur")
-            if not (_number(start) and _number(duration)):
+            if not (finite_number(start) and finite_number(duration)):
                 continue
             kind = str(event.get("cat", "")).lower()
             name = str(event.get("name", ""))
@@ -187,9 +187,6 @@ class _Columns:
 def _taken(columns: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
     return {name: column[index] for name, column in columns.items()}
 
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _correlation(event: dict) -> int:
