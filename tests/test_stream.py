@@ -157,3 +157,24 @@ def test_a_big_trace_in_another_layout_is_analysed_in_bounded_memory(tmp_path):
     assert int(steps) == 10 and same == "True", done.stdout
     assert int(peak) < 600 << 20, int(peak) >> 20
     print(json.dumps({"peak_rss_mib": int(peak) >> 20}))
+
+
+@pytest.mark.parametrize("inner_key", ["shape", "ph"])
+def test_events_full_of_nested_objects_are_still_read_in_pieces(inner_key, tmp_path, monkeypatch):
+    # each event's args hold a list of 40 objects: most '},{' in the text are inside an event, where a cut does
+    # not parse. Cuts are tried before objects that begin with the first event's key; where the inner objects
+    # begin with it too ("ph"), the cuts tried are spread: either way the pieces stay about their size
+    from diagnose.analysis.trace_file import parsed_in_pieces
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5,
+               "args": {"inputs": [{inner_key: [i, j]} for j in range(40)]}} for i in range(3000)]
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps(events))
+    monkeypatch.setattr(event_pieces, "PIECE_BYTES", 64 << 10)
+    longest = []
+    parse = event_pieces._parsed
+    monkeypatch.setattr(event_pieces, "_parsed", lambda text: longest.append(len(text)) or parse(text))
+    parsed = parsed_in_pieces(path)
+    assert parsed is not None and len(parsed.spans["cpu"]) == 3000
+    assert parsed.spans["cpu"].names[:8] == [f"op{i % 7}" for i in range(8)]
+    assert max(longest) < 4 * (64 << 10), max(longest)

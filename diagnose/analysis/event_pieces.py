@@ -6,6 +6,7 @@ does not parse and the cut before it is tried."""
 from __future__ import annotations
 
 import re
+from itertools import islice
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -17,8 +18,9 @@ from diagnose.analysis.stream import TAIL_BYTES, _decompressed
 # text parsed at once: its objects take about 30 times its size (a 1M-event trace with sorted keys peaked at 246 MB
 # with 8 MB pieces, 141 MB with 2 MB ones, and ran faster: fewer objects for the allocator to hold at once)
 PIECE_BYTES = 2 << 20
-CUT = re.compile(rb"\}\s*,\s*\{")
-CUT_REACH = 1 << 20  # where cuts are looked for: the text's last MiB (an event is far shorter)
+CUT = re.compile(rb"\}\s*,\s*(?=\{)")  # the text after the cut begins with the next object's `{`
+FIRST_KEY = re.compile(rb'\s*\{\s*("[^"\\]*")\s*:')
+CUT_REACH = 256 << 10  # where cuts are looked for: the text's last 256 KB (an event is far shorter)
 CUT_TRIES = 16  # cuts tried, from the last, before the piece grows by the next one
 HEAD_BYTES = 64 << 20  # the metadata before the event list (deviceProperties...) is never longer
 BARE_CLOSED = re.compile(rb"\]\s*$")
@@ -42,9 +44,10 @@ class EventPieces:
     def __iter__(self) -> Iterator[list]:
         texts = _texts(self.path, self.piece_bytes)
         text, bare = self._head(texts)
+        cuts = _cuts_before(text)
         for piece in texts:
             text += piece
-            split = _split(text)
+            split = _split(text, cuts)
             if split is not None:
                 events, text = split
                 yield events
@@ -73,28 +76,52 @@ class EventPieces:
 
 
 def _texts(path: Path, piece_bytes: int) -> Iterator[bytes]:
-    """The decompressed text in pieces of about `piece_bytes` (cut anywhere)."""
-    blocks: list[bytes] = []
-    size = 0
+    """The decompressed text in pieces of `piece_bytes` (cut anywhere; a block inflated may be longer)."""
+    pending = b""
     for block in _decompressed(path):
-        blocks.append(block)
-        size += len(block)
-        if size >= piece_bytes:
-            yield b"".join(blocks)
-            blocks, size = [], 0
-    if blocks:
-        yield b"".join(blocks)
+        pending = pending + block if pending else block
+        while len(pending) >= piece_bytes:
+            yield pending[:piece_bytes]
+            pending = pending[piece_bytes:]
+    if pending:
+        yield pending
 
 
-def _split(text: bytes) -> Optional[tuple[list, bytes]]:
-    """(the events before the last cut that parses, the text after it); None when no cut in reach parses."""
-    cuts = list(CUT.finditer(text, max(0, len(text) - CUT_REACH)))[-CUT_TRIES:]
-    for cut in reversed(cuts):
+def _cuts_before(events: bytes) -> re.Pattern:
+    """Where one object ends and another begins whose first key is the first event's: a writer gives its events
+    their keys in one order, and the objects inside an event (in its args) have other keys, so nearly every such
+    cut lies between two events; CUT where the first event's key cannot be read."""
+    first = FIRST_KEY.match(events)
+    return re.compile(rb"\}\s*,\s*(?=\{\s*" + re.escape(first.group(1)) + rb"\s*:)") if first else CUT
+
+
+def _split(text: bytes, cuts: re.Pattern) -> Optional[tuple[list, bytes]]:
+    """(the events before the last cut tried that parses, the text after it); None when none parses. The last
+    cut is tried first (nearly always between two events); then, as `text` begins between two events, the cuts
+    with as many braces closed as opened before them, the last first; then (a string with braces in it unbalances
+    every count) cuts spread over the reach, as the cuts inside one event lie together."""
+    found = list(cuts.finditer(text, max(0, len(text) - CUT_REACH)))
+    for cut in islice(_candidates(text, found), CUT_TRIES):
         try:
-            return _parsed(text[:cut.start() + 1]), text[cut.end() - 1:]
+            return _parsed(text[:cut.start() + 1]), text[cut.end():]
         except (orjson.JSONDecodeError, NotEvents):
             continue
     return None
+
+
+def _candidates(text: bytes, found: list[re.Match]) -> Iterator[re.Match]:
+    if not found:
+        return
+    yield found[-1]
+    opened, start, balanced = 0, 0, []
+    for cut in found:
+        end = cut.start() + 1
+        opened += text.count(b"{", start, end) - text.count(b"}", start, end)
+        start = end
+        if opened == 0:
+            balanced.append(cut)
+    yield from balanced[::-1]
+    yield from found[::-1][::max(1, len(found) // CUT_TRIES)]
 
 
 def _parsed(text: bytes) -> list:
