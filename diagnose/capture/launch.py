@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Optional
 
 from diagnose.runfolder import RunFolder
 
@@ -20,12 +21,32 @@ def main(argv: list[str]) -> int:
     try:
         run(get_args_parser().parse_args(argv))
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        RunFolder(argv[-1]).launcher.write_text(json.dumps({"first_failed_rank": rank, "exitcode": failure.exitcode}))
-        print(f"diagnose: rank {rank} (local rank {failure.local_rank}) failed with exit code "
-              f"{failure.exitcode}; torchrun stopped the other ranks", file=sys.stderr, flush=True)
+        first = _first_failure(exc.failures)
+        failure = exc.failures[first if first is not None else min(exc.failures)]
+        RunFolder(argv[-1]).launcher.write_text(json.dumps({"first_failed_rank": first, "exitcode": failure.exitcode,
+                                                            "failed_ranks": sorted(exc.failures)}))
+        print(f"diagnose: {_ranks(exc.failures)} failed with exit code {failure.exitcode} (torchrun stops the "
+              "other ranks when one fails)", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _first_failure(failures: dict) -> Optional[int]:
+    """The rank that failed first, where torchrun can tell: a rank without an error file is stamped with the
+    whole second torchrun noticed it in (a peer that failed because of it often ties, and get_first_failure then
+    names the lowest rank). None when the earliest stamp is shared: the ranks' own errors say which came first."""
+    earliest = min(f.timestamp for f in failures.values())
+    firsts = [rank for rank, f in failures.items() if f.timestamp == earliest]
+    return firsts[0] if len(firsts) == 1 else None
+
+
+def _ranks(failures: dict) -> str:
+    """"rank 1 (local rank 1)", or "ranks 0 and 1" where several failed."""
+    if len(failures) == 1:
+        [(rank, failure)] = failures.items()
+        return f"rank {rank} (local rank {failure.local_rank})"
+    ranks = [str(rank) for rank in sorted(failures)]
+    return f"ranks {', '.join(ranks[:-1])} and {ranks[-1]}"
 
 
 if __name__ == "__main__":

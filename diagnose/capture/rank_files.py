@@ -31,7 +31,10 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     if not captures:
         return None
     silent = [r for r in rank_dirs(run_dir) if r not in captures]
-    failed = sorted((r for r, c in captures.items() if c.status in FAILED), key=lambda r: r != _first_failed(run_dir))
+    first = _first_failed(run_dir)
+    # the rank whose own error ended the job: not one that failed because a peer had gone, then torchrun's first
+    failed = sorted((r for r, c in captures.items() if c.status in FAILED),
+                    key=lambda r: (_failed_for_a_peer(captures[r]), r != first))
     chosen = failed[0] if failed else min(captures)
     capture = captures[chosen]
     notes = [f"rank {r}: {c.status}" + (f" ({c.error.type}: {c.error.message})" if c.error else "")
@@ -44,8 +47,17 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     return merged
 
 
+# what a rank's collective says when another rank died under it (gloo, NCCL): a consequence, not the cause
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "remote process exited",
+             "NCCL communicator was aborted")
+
+
+def _failed_for_a_peer(capture) -> bool:
+    return capture.error is not None and any(marker in capture.error.message for marker in PEER_GONE)
+
+
 def _first_failed(run_dir: Path) -> Optional[int]:
-    """The rank torchrun saw fail first: the others may fail after it (a peer closed the connection)."""
+    """The rank torchrun saw fail first (None where it could not tell): the others may fail after it."""
     try:
         return int(json.loads(RunFolder(run_dir).launcher.read_text())["first_failed_rank"])
     except (OSError, ValueError, KeyError, TypeError):
