@@ -6,7 +6,7 @@ Handles old (`Operator`, `Kernel`, `Runtime`, `Memcpy`) and new (`cpu_op`, `kern
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Iterable, Iterator, Optional
 
 import orjson
 
@@ -75,3 +75,13 @@ def thread_value(value):
 def finite_number(value) -> bool:
     """Whether a parsed JSON value is a usable time: a finite int or float (not a bool, a string or null)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def complete_events(events: Iterable) -> Iterator[tuple[dict, float, float]]:
+    """(event, start, duration) of each complete event among parsed objects whose start and duration are usable
+    times (the values as parsed: an int stays an int)."""
+    for event in events:
+        if isinstance(event, dict) and event.get("ph") == "X":
+            start, duration = event.get("ts"), event.get("dur")
+            if finite_number(start) and finite_number(duration):
+                yield event, start, duration

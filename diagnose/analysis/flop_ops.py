@@ -11,7 +11,7 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import finite_number, thread_value
+from diagnose.analysis.classify import complete_events, thread_value
 from diagnose.analysis.fastparse import _thread_into
 from diagnose.analysis.spans import CODE, merged_table, recoded
 
@@ -100,13 +100,11 @@ def flop_ops_of_events(events: Iterable) -> FlopOps:
     """The FLOP ops among parsed event objects (a trace in a layout the expression does not read): complete
     events of the counted names, their args as the expression reads them."""
     ops = _Collected()
-    for event in events:
-        if isinstance(event, dict) and event.get("name") in COUNTED and event.get("ph") == "X":
-            begin, length = event.get("ts"), event.get("dur")
-            if finite_number(begin) and finite_number(length):
-                args = event.get("args")
-                ops.add(event["name"].encode(), args if isinstance(args, dict) else {},
-                        (thread_value(event.get("pid")), thread_value(event.get("tid"))), float(begin), float(length))
+    for event, begin, length in complete_events(events):
+        if event.get("name") in COUNTED:
+            args = event.get("args")
+            ops.add(event["name"].encode(), args if isinstance(args, dict) else {},
+                    (thread_value(event.get("pid")), thread_value(event.get("tid"))), float(begin), float(length))
     return ops.flop_ops()
 
 
@@ -138,7 +136,6 @@ class _Collected:
             return FlopOps()
         return FlopOps(np.array(self.ts), np.array(self.dur), np.array(self.kind_codes, dtype=CODE), self.table,
                        np.array(self.thread_codes, dtype=CODE), list(self.threads))
-
 
 
 def _args(raw: bytes) -> dict:

@@ -16,7 +16,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import finite_number
+from diagnose.analysis.classify import complete_events
 from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, _id
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
@@ -191,12 +191,7 @@ class ObjectCounter(StepCounter):
 
     def feed_events(self, events: list) -> None:
         launches, kernels, starts = [], [], []
-        for event in events:
-            if not isinstance(event, dict) or event.get("ph") != "X":
-                continue
-            ts, dur = event.get("ts"), event.get("dur")
-            if not (finite_number(ts) and finite_number(dur)):
-                continue
+        for event, ts, dur in complete_events(events):
             self.complete += 1
             starts.append(float(ts))
             name, category = event.get("name"), str(event.get("cat", ""))

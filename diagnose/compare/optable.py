@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, finite_number
+from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, complete_events
 from diagnose.analysis.event_pieces import PIECE_BYTES, EventPieces, NotEvents
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
@@ -94,12 +94,7 @@ class OpColumns:
 
     def add(self, events: Iterable) -> None:
         ops, launches, device = [], [], []
-        for event in events:
-            if not isinstance(event, dict) or event.get("ph") != "X":
-                continue
-            start, duration = event.get("ts"), event.get("dur")
-            if not (finite_number(start) and finite_number(duration)):
-                continue
+        for event, start, duration in complete_events(events):
             kind = str(event.get("cat", "")).lower()
             name = str(event.get("name", ""))
             if kind in HOST_MARK_KINDS and name.startswith("ProfilerStep#"):  # an op in old traces: not an op here
