@@ -82,6 +82,18 @@ def line_of(path: Path, text: str) -> int:
     raise AssertionError(f"{text!r} not in {path}")
 
 
+def main_step_count(counter) -> int:
+    """The steps a first pass (window.StepCounter) found on the thread the analysis takes them from."""
+    from diagnose.analysis.window import main_steps
+
+    return len(main_steps(counter.marks)[1]) if counter.marks else 0
+
+
+def one_step_and_its_neighbours(counter) -> int:
+    """A budget of three average steps' events: a window of one step with its lead-in and lead-out steps."""
+    return counter.events * 3 // main_step_count(counter) + 1
+
+
 def generated_trace(folder: Path, events: int, *options: str, timeout: float = 300) -> Path:
     """A trace of `events` events written by benchmarks/make_trace.py into `folder` (`options`: its own)."""
     path = folder / f"generated_{events}{''.join(options)}.json.gz"

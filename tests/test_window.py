@@ -8,7 +8,15 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PEAK_BYTES, REPO, TRACES, diagnose_cli, generated_trace
+from conftest import (
+    PEAK_BYTES,
+    REPO,
+    TRACES,
+    diagnose_cli,
+    generated_trace,
+    main_step_count,
+    one_step_and_its_neighbours,
+)
 
 from diagnose.analysis import stream
 from diagnose.analysis import trace as trace_module
@@ -26,13 +34,14 @@ def _counted(path) -> StepCounter:
     return counter
 
 
-STEPPED = [p for p in sorted(TRACES.rglob("*.json.gz")) if _counted(p).stepped]
+# more steps than one and its two neighbours: a window of steps is then less than the whole trace
+STEPPED = [p for p in sorted(TRACES.rglob("*.json.gz")) if main_step_count(_counted(p)) > 3]
 
 
 @pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
 def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
     counter = _counted(path)
-    budget = counter.events * 2 // len(counter.marks)  # about two steps' events
+    budget = one_step_and_its_neighbours(counter)
     windowed = load_trace(path, max_events=budget)
     window = windowed.window
     assert window is not None and 1 <= window.last - window.first + 1 < window.steps
@@ -74,6 +83,40 @@ def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_
     assert mine.steps[0].duration_s == pytest.approx(theirs.steps[0].duration_s, abs=1e-9)
     assert mine.notes[0] == window.note() and "from the middle of the trace's" in mine.notes[0]
     assert "was analysed as one step" in mine.notes[0] and "to cut it at steps" in mine.notes[0]
+
+
+def test_steps_too_big_for_the_budget_are_cut_in_time_so_memory_stays_bounded(monkeypatch, tmp_path):
+    # a trace of a few huge steps: a window of one step and its two neighbours would hold three steps' events,
+    # whatever the budget; a span of time holds about the budget's
+    monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
+    monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
+    path = generated_trace(tmp_path, 100_000, "--steps", "5")
+    counter = stream.counted(path, 1)
+    step_events = counter.events // 5
+    fits = load_trace(path, max_events=3 * step_events + 100)  # one step and its neighbours fit: cut at steps
+    assert not fits.window.by_time and fits.window.first == fits.window.last == 2
+    budget = 2 * step_events  # fewer than three steps' events
+    windowed = load_trace(path, max_events=budget)
+    window = windowed.window
+    assert window.by_time and window.steps == 5 and not (window.lead_in or window.lead_out)
+    assert _spans_held(windowed) < 0.8 * _spans_held(fits)  # about two steps' events, not three
+    assert windowed.main_thread == window.main_thread != ()  # the markers' thread, its markers dropped
+    mine = analyze(Inputs(windowed))
+    assert len(mine.steps) == 1 and mine.notes[0] == window.note()
+    assert f"its 5 steps of about {counter.events // 5:,} events each" in mine.notes[0]
+    assert "a step and the two beside it are more than that" in mine.notes[0]
+
+
+def test_ranks_cut_in_time_where_one_ranks_steps_are_too_big():
+    from diagnose.analysis.window import agreed_windows
+
+    small, big = _counter(range(0, 10), 1000), _counter(range(0, 10), 4000)  # 100 and 400 events a step
+    for counter in (small, big):
+        counter.starts.extend(float(t) for t in range(0, 1000, 10))
+    assert not small.window(500).by_time and big.window(500).by_time
+    first, second = agreed_windows([small, big], 500)
+    assert first.by_time and second.by_time  # the same stretch of training in both
+    assert (first.keep_from, first.keep_until) == (second.keep_from, second.keep_until)
 
 
 def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
@@ -149,7 +192,7 @@ WINDOW_CASES = [  # (marks, events, budget, expected (first, last, lead_in, lead
     (MARKS, 1000, 1000, None),  # it fits
     ([], 1000, 10, None),  # no steps to cut the trace at, and no starts sampled to cut it in time: read whole
     (MARKS, 1000, 500, (3, 5, True, True)),  # five steps' events: the middle three and a step on each side
-    (MARKS, 1000, 10, (4, 4, True, True)),  # less than a step: one step
+    (MARKS, 1000, 10, (4, 4, True, True)),  # less than a step, and no starts sampled to cut it in time: one step
     (MARKS + [(b"1", b"9", 5.0, 1.0, b"0")] * 3, 1000, 500, (3, 5, True, True)),  # the thread with most markers
 ]
 
@@ -203,6 +246,33 @@ def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
     assert len(analysis.ranks) == 2
 
 
+def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tmp_path):
+    # rank 1's events have their keys sorted: the text's pass reads nothing of it, its objects are counted instead
+    from diagnose.analysis.sources import analyze_traces
+    from diagnose.analysis.trace_file import counted
+    from diagnose.analysis.window import agreed_windows
+
+    paths = []
+    for rank, events, layout in ((0, 60_000, ()), (1, 90_000, ("--sorted-keys",))):
+        paths.append(tmp_path / f"rank{rank}.pt.trace.json.gz")
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_trace.py"), str(paths[-1]), "--events",
+                        str(events), "--rank", str(rank), "--seed", str(rank), "--world-size", "2", *layout],
+                       check=True, capture_output=True, timeout=300)
+    budget = 25_000
+    counters = [counted(path, budget) for path in paths]
+    assert counters[0].kineto_layout is True and isinstance(counters[1], ObjectCounter)
+    assert len(counters[1].marks) == 10 and counters[1].stepped
+    alone = [(w.first, w.last) for w in (c.window(budget) for c in counters)]
+    assert alone[0] != alone[1]
+    agreed = agreed_windows(counters, budget)
+    assert (agreed[0].first, agreed[0].last) == (agreed[1].first, agreed[1].last)
+    assert load_trace(paths[1], max_events=budget, window=agreed[1]).window == agreed[1]
+    analysis = analyze_traces(paths, jobs=1, max_events=budget)
+    steps = agreed[0].last - agreed[0].first + 1
+    assert f"steps {agreed[0].first + 1}-{agreed[0].last + 1} of 10 were analysed" in analysis.notes[0]
+    assert len(analysis.ranks) == 2 and len(analysis.steps) == steps and all(r.step_time_s > 0 for r in analysis.ranks)
+
+
 def _counter(numbers, events: int) -> StepCounter:
     counter = StepCounter()
     counter.marks = [(b"1", b"1", float(n * 100), 90.0, str(n).encode()) for n in numbers]
@@ -221,7 +291,7 @@ def test_ranks_agree_on_step_numbers_not_positions():
 def test_analyze_with_max_events_says_which_steps_it_analysed(tmp_path):
     out = tmp_path / "out"
     done = diagnose_cli("analyze", str(TRACES / "h200" / "transformer_fp32.pt.trace.json.gz"), "--max-events",
-                        "20000", "--out", str(out))
+                        "25000", "--out", str(out))  # a step and its two neighbours fit (about 8,000 events each)
     assert done.returncode == 0, done.stderr
     analysis = json.loads((out / "analysis.json").read_text())
     assert analysis["notes"][0].startswith("steps ") and "of 5 were analysed (the middle ones)" in analysis["notes"][0]
@@ -281,7 +351,7 @@ def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its
     path.write_text(json.dumps(read_events(original), sort_keys=True))
     monkeypatch.setattr(event_pieces, "PIECE_BYTES", 256 << 10)
     counter = _counted(original)
-    budget = counter.events * 2 // len(counter.marks)  # about two steps' events
+    budget = one_step_and_its_neighbours(counter)
     objects = ObjectCounter()
     for events in event_pieces.EventPieces(path):
         objects.feed_events(events)

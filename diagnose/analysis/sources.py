@@ -12,8 +12,8 @@ from diagnose.analysis.fastparse import _cores
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import MAX_EVENTS, text_is_big
 from diagnose.analysis.ranks import combine, rank_of
-from diagnose.analysis.stream import counted
 from diagnose.analysis.trace import Trace, load_trace
+from diagnose.analysis.trace_file import counted
 from diagnose.analysis.window import StepWindow, agreed_windows
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak_cache import cached_peaks

@@ -61,9 +61,9 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
             trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
             return trace
         # a layout the expressions do not read: parsed as objects a piece at a time, past the budget a window
-        # of its steps chosen by a first pass over its objects (its own: the ranks' agreed one was chosen by
-        # the text's pass, which reads Kineto's layout only)
-        window = window_of_objects(path, max_events)
+        # of its steps chosen by a first pass over its objects (the ranks' agreed one was chosen from that pass
+        # too: trace_file.counted)
+        window = window if window is not None else window_of_objects(path, max_events)
         parsed = parsed_in_pieces(path, window=window)
         if parsed is not None:
             return _parsed_trace(path, parsed, window)

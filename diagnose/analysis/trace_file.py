@@ -17,7 +17,7 @@ from diagnose.analysis.inflate import gunzip
 from diagnose.analysis.memory_events import MemoryEvents, memory_of_events
 from diagnose.analysis.release import give_back_freed_memory
 from diagnose.analysis.spans import Spans
-from diagnose.analysis.window import ObjectCounter, StepWindow, flops_in, memory_in, spans_in
+from diagnose.analysis.window import ObjectCounter, StepCounter, StepWindow, flops_in, memory_in, spans_in
 from diagnose.errors import UserError
 
 
@@ -93,15 +93,42 @@ def window_of_objects(path: Path, max_events: int, piece_bytes: Optional[int] = 
     pass parses its pieces and counts (window.ObjectCounter); None: keep every event (or not a whole trace)."""
     if max_events <= 0 or not stream.may_hold(path, max_events):
         return None
+    counter = object_counted(path, piece_bytes)
+    if counter is None:
+        return None
+    window = counter.window(max_events)
+    del counter
+    give_back_freed_memory()  # the pieces' objects: the second pass starts from nothing held
+    return window
+
+
+def object_counted(path: Path, piece_bytes: Optional[int] = None) -> Optional[ObjectCounter]:
+    """The first pass over a trace in another layout, over its parsed objects; None when it is not a whole trace."""
     counter = ObjectCounter()
     try:
         for events in EventPieces(path, piece_bytes):
             counter.feed_events(events)
     except (*INFLATE_ERRORS, orjson.JSONDecodeError, NotEvents):
         return None
-    window = counter.window(max_events)
+    return counter
+
+
+def counted(path: Path, max_events: int) -> Optional[StepCounter]:
+    """The first pass over a trace that may hold more than `max_events` events (None: it cannot, or no budget):
+    over its text, or over its objects where its events are in a layout the text's pass does not read."""
+    counter = stream.counted(path, max_events)
+    if counter is not None and counter.kineto_layout is False:
+        return object_counted(path)
+    return counter
+
+
+def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
+    """The window of steps to keep of a trace in any layout that holds more than `max_events` events (None: keep
+    every event), chosen by the first pass its layout needs."""
+    counter = counted(path, max_events)
+    window = counter.window(max_events) if counter is not None else None
     del counter
-    give_back_freed_memory()  # the pieces' objects: the second pass starts from nothing held
+    give_back_freed_memory()
     return window
 
 

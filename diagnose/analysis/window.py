@@ -4,20 +4,22 @@ steps from the middle of the trace is kept, as if the profiler had recorded thos
 bounded by the budget, whatever the trace's size. A first pass over the text finds the steps (the ProfilerStep
 markers) and counts the events; the stream then drops every event outside the window as it parses. A trace with
 too few markers to cut it at steps is cut in time instead: the middle span that holds about the budget's events,
-analysed as one step."""
+analysed as one step; so is a trace whose steps are too big for the budget to hold one with its lead-in and
+lead-out steps (memory then stays bounded by the budget, however big a step)."""
 from __future__ import annotations
 
 import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from itertools import islice
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import orjson
 
 from diagnose.analysis.classify import complete_events
-from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, _id
+from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, FAST_EVENT, _id
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
 from diagnose.analysis.prefetch import MAX_EVENTS
@@ -64,9 +66,9 @@ class StepWindow:
     corr_low: int
     corr_high: int
     by_launch: bool  # the bounds were sampled (else device work is kept where it overlaps in time)
-    # too few steps to cut at (fewer than MIN_STEPS markers): keep_from-keep_until is a span of time, kept as one
-    # step, and the trace's own markers are dropped (main_thread: the markers' thread, () where there are none);
-    # trace_us is the trace's span of time, as sampled
+    # too few steps to cut at (fewer than MIN_STEPS markers), or steps past the budget each: keep_from-keep_until
+    # is a span of time, kept as one step, and the trace's own markers are dropped (main_thread: the markers'
+    # thread, () where there are none); trace_us is the trace's span of time, as sampled
     by_time: bool = False
     trace_us: float = 0.0
 
@@ -82,16 +84,34 @@ class StepWindow:
             return (f"{_duration(self.keep_until - self.keep_from)} from the middle of the trace's "
                     f"{_duration(self.trace_us)} was analysed as one step: the trace holds about {self.events:,} "
                     f"events, over the {self.max_events:,} read at most (--max-events; 0 reads every event, about 40 "
-                    f"bytes each), and {self.markers()} to cut it at steps")
+                    f"bytes each), and {self.why_in_time()}")
         return (f"steps {self.first + 1}-{self.last + 1} of {self.steps} were analysed (the middle ones): the trace "
                 f"holds about {self.events:,} events, over the {self.max_events:,} read at most (--max-events; 0 "
                 "reads every event, about 40 bytes each)")
 
 
     def markers(self) -> str:
-        """How many ProfilerStep markers a trace cut in time has, in words."""
+        """Why a trace was cut in time, briefly: how few ProfilerStep markers it has, or how big its steps are."""
+        if self.steps >= MIN_STEPS:
+            return f"{self.steps} steps of about {self.events // self.steps:,} events each"
         return ("no ProfilerStep markers" if not self.steps else
                 f"only {self.steps} ProfilerStep marker{'s' if self.steps > 1 else ''}")
+
+    def why_in_time(self) -> str:
+        if self.steps >= MIN_STEPS:
+            return f"its {self.markers()}: a step and the two beside it are more than that"
+        return f"{self.markers()} to cut it at steps"
+
+
+def kineto_layout(text: bytes, events: int = 16) -> Optional[bool]:
+    """Whether the first complete events in `text` are laid out as Kineto writes them (its keys in its order: the
+    profiler's own span aside); None when it holds none of them."""
+    for match in islice(FAST_EVENT.finditer(text), events):
+        if match.group(1):
+            return True
+        if match.group(7) != b"Trace":
+            return False
+    return None
 
 
 def _duration(us: float) -> str:
@@ -114,9 +134,14 @@ class StepCounter:
         self.launch_ts, self.launch_corr = array("d"), array("q")
         self.kernel_ts, self.kernel_corr = array("d"), array("q")  # the sampled kernels: start, correlation id
         self.starts = array("d")  # the sampled complete events' starts: where the events lie in time
+        # whether the first complete events are laid out as Kineto writes them (None: none seen yet); where not,
+        # this pass reads none of what it keeps (object_counted in trace_file.py counts such a trace)
+        self.kineto_layout: Optional[bool] = None
         self._tail = b""  # the last block's end, whose events may run into the next block
 
     def feed(self, block: bytes) -> None:
+        if self.kineto_layout is None:
+            self.kineto_layout = kineto_layout(block)
         if self.blocks % self.SAMPLE_EVERY == 0:
             self.sampled_events += block.count(b'"ph": "X"') + block.count(b'"ph":"X"')
             self.sampled_bytes += len(block)
@@ -174,8 +199,12 @@ class StepCounter:
 
     @property
     def stepped(self) -> bool:
-        """Whether the trace has steps enough to be cut at them (else it is cut in time)."""
+        """Whether the trace has steps enough to be cut at them."""
         return bool(self.marks) and len(main_steps(self.marks)[1]) >= MIN_STEPS
+
+    def cut_at_steps(self, max_events: int) -> bool:
+        """Whether the trace is cut at steps for `max_events` (else in time: too few steps, or too big)."""
+        return self.stepped and not steps_too_big(len(main_steps(self.marks)[1]), self.events, max_events)
 
 
 class ObjectCounter(StepCounter):
@@ -268,18 +297,24 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
                   span: Optional[tuple[float, float]] = None) -> Optional[StepWindow]:
     """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
     `max_events` (one step at least); None when the whole trace fits or the budget is off (0). A trace with fewer
-    than MIN_STEPS steps: the middle span of time that holds about `max_events` (time_window). `launches`: (pid,
-    ts, correlation id) of sampled runtime calls; `kernels`: (ts, correlation id) of sampled kernels; `starts`:
-    sampled events' starts. `at`: (first step, steps), or `span`: (start, end), chosen for several ranks."""
+    than MIN_STEPS steps, or steps too big for a step and its two neighbours to fit: the middle span of time that
+    holds about `max_events` (time_window; one step and its neighbours where no sampled starts place it).
+    `launches`: (pid, ts, correlation id) of sampled runtime calls; `kernels`: (ts, correlation id) of sampled
+    kernels; `starts`: sampled events' starts. `at`: (first step, steps), or `span`: (start, end), chosen for
+    several ranks (a span: cut in time)."""
     if max_events <= 0 or (at is None and span is None and events <= max_events):
         return None
     launches, kernels = list(launches), list(kernels)
     main, steps = main_steps(marks) if marks else ((), [])
     thread = (_id(main[0]), _id(main[1])) if main else ()  # as the trace's spans name it
-    if len(steps) < MIN_STEPS:
+    if len(steps) < MIN_STEPS or span is not None:
         return time_window(starts, len(steps), events, max_events, launches, kernels, thread, span)
-    first, keep = at if at is not None else ((len(steps) - steps_kept(len(steps), events, max_events)) // 2,
-                                            steps_kept(len(steps), events, max_events))
+    if at is None and steps_too_big(len(steps), events, max_events):
+        timed = time_window(starts, len(steps), events, max_events, launches, kernels, thread, span)
+        if timed is not None:
+            return timed
+    kept = steps_kept(len(steps), events, max_events)
+    first, keep = at if at is not None else ((len(steps) - kept) // 2, kept)
     if keep >= len(steps) or first + keep > len(steps):
         return None
     last = first + keep - 1
@@ -349,6 +384,13 @@ def steps_kept(steps: int, events: int, max_events: int) -> int:
     return max(1, int(max_events * steps / max(events, 1)) - 2)
 
 
+def steps_too_big(steps: int, events: int, max_events: int) -> bool:
+    """Whether a step and its lead-in and lead-out steps, each with the trace's average events, are more than the
+    budget holds: the trace is then cut in time (a step's figures need its neighbours: where the device stood when
+    it began, what ran beside its end)."""
+    return 3 * events > max_events * steps
+
+
 def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> list[Optional[StepWindow]]:
     """Windows of the same steps for the ranks of one job (a per-rank table compares the same steps): as many as
     fit in the budget in the rank that fits fewest, from the same step on (by its ProfilerStep number, where every
@@ -356,10 +398,14 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
     to cut at is cut in time, all such ranks over the same span (shared_span)."""
     if max_events <= 0:
         return [None] * len(counters)
-    span = shared_span([c for c in counters if c is not None and not c.stepped], max_events)
+    present = [c for c in counters if c is not None]
+    # one rank whose steps are past the budget: every rank is cut in time, over one span (the same stretch)
+    stepped = all(c.cut_at_steps(max_events) for c in present if c.stepped)
+    by_steps = [c for c in present if c.stepped and stepped]
+    span = shared_span([c for c in present if c not in by_steps], max_events)
     timed = [c.window(max_events, span=span if c.reaches(span) else None)
-             if c is not None and not c.stepped and span is not None else None for c in counters]
-    counted = [c for c in counters if c is not None and c.stepped]
+             if c is not None and c not in by_steps and span is not None else None for c in counters]
+    counted = by_steps
     if not any(c.events > max_events for c in counted):
         return timed
     numbers = [[number for _, _, number in main_steps(c.marks)[1]] for c in counted]
@@ -371,7 +417,7 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
         starts = {id(c): n.index(first_number) for n, c in zip(numbers, counted)}
     else:
         starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in counted}
-    return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c.stepped else window
+    return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c in by_steps else window
             for c, window in zip(counters, timed)]
 
 

@@ -19,8 +19,7 @@ from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.release import released
-from diagnose.analysis.stream import step_window
-from diagnose.analysis.trace_file import read_events
+from diagnose.analysis.trace_file import read_events, step_window
 from diagnose.analysis.window import StepWindow
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
