@@ -59,10 +59,48 @@ def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
         kernels.walk_nesting(order.astype(np.intp, copy=False), codes.astype(CODE, copy=False), starts, ends,
                              np.asarray(counted, dtype=bool), np.empty(n, dtype=np.int64), self_t, top)
         return np.maximum(self_t, 0.0), top
+    nested = nested_self_times(order, codes, ops.start, ops.end, np.asarray(counted, dtype=bool)) if n else None
+    if nested is not None:
+        return nested
     # plain lists are fast to index in Python (small ints and floats: one shared object each where they repeat)
     self_t, top = (ops.end - ops.start).tolist(), [False] * n
     walk_nesting(order.tolist(), codes.tolist(), ops.start.tolist(), ops.end.tolist(), counted, [0] * n, self_t, top)
     return np.maximum(np.asarray(self_t, dtype=np.float64), 0.0), np.asarray(top, dtype=bool)
+
+
+def nested_self_times(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                      counted: np.ndarray):
+    """walk_nesting's self times and top-level flags by array operations, where each thread's ops nest or are
+    apart (as a profiler's ops do); None where some do not (two that overlap, neither inside the other: the walk
+    then runs). The walk's parent of an op is the last op before it still open at its start; with nesting, the
+    ops open there are its ancestors, so its depth is their count and its parent the last op before it one level
+    up. Each parent's children are subtracted in the walk's order: the same sums to the last bit."""
+    thread, start, end = codes[order], starts[order], ends[order]
+    n = len(order)
+    position = np.arange(n)
+    first_of_thread = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1]])
+    thread_first = np.repeat(first_of_thread, np.diff(np.r_[first_of_thread, n]))
+    closed = np.empty(n, dtype=np.int64)  # ops of the thread that end by each op's start (some after it)
+    for low, high in zip(first_of_thread.tolist(), [*first_of_thread[1:].tolist(), n]):
+        closed[low:high] = np.searchsorted(np.sort(end[low:high]), start[low:high], side="right")
+    # of those, the ones not before it: empty ops at its very start, which the order puts last among that start's
+    instant = end == start
+    group = np.cumsum(np.r_[True, (thread[1:] != thread[:-1]) | (start[1:] != start[:-1])]) - 1
+    group_end = np.r_[np.flatnonzero(group[1:] != group[:-1]) + 1, n]
+    later_instants = np.where(instant, group_end[group] - position, np.bincount(group, weights=instant)[group])
+    depth = (position - thread_first) - (closed - later_instants.astype(np.int64))
+    inner = np.flatnonzero(depth > 0)
+    levels = depth * n + position  # the parent: the last op before, one level up
+    by_level = np.sort(levels)
+    parent = by_level[np.searchsorted(by_level, (depth[inner] - 1) * n + inner) - 1] % n
+    if not (np.all(thread[parent] == thread[inner]) and np.all(end[parent] > start[inner])
+            and np.all(end[inner] <= end[parent]) and np.all(depth[parent] == depth[inner] - 1)):
+        return None
+    self_t = ends - starts
+    np.subtract.at(self_t, order[parent], (end - start)[inner])
+    top = np.zeros(len(starts), dtype=bool)
+    top[order[depth == 0]] = counted[thread[depth == 0]]
+    return np.maximum(self_t, 0.0), top
 
 
 def _nesting_order(ops: Spans, codes: np.ndarray) -> np.ndarray:
