@@ -1,16 +1,13 @@
 """Command line: click options and their checks only; each command's work is in diagnose/commands/."""
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from diagnose import __version__
 from diagnose.errors import UserError
@@ -51,6 +48,35 @@ def _memory_size(value: Optional[str]) -> Optional[int]:
     return int(size)
 
 
+_entry_point = False  # main() runs: this process is diagnose's own, not a caller's
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit at once, everything written and flushed: tearing down the interpreter (the arrays, every module) would
+    take about 25 ms of a 0.45 s analysis. Only as diagnose's own process; a caller of these commands gets
+    SystemExit as usual."""
+    if _entry_point:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)  # (a closed or broken stream: the usual exit reports it)
+        os._exit(code)
+    sys.exit(code)
+
+
+def _single_threaded_blas() -> None:
+    """numpy's OpenBLAS starts a thread per core on import, which spin a while: on a core the trace's parser needs.
+    The analysis multiplies no matrices. Set for this process only (before numpy's import), not its children."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401  (reads it now)
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
 def _check_script_is_not_an_option(script: str) -> None:
     """SCRIPT swallows unknown options (ignore_unknown_options): `run --step 5 train.py` would otherwise say
     "script not found: --step"."""
@@ -59,6 +85,8 @@ def _check_script_is_not_an_option(script: str) -> None:
     ctx = click.get_current_context()
     name = script.partition("=")[0]
     known = [opt for param in ctx.command.params for opt in param.opts if opt.startswith("--")]
+    import difflib
+
     raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
 
 
@@ -189,14 +217,18 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, ma
     Traces recorded with with_stack=True also name the user's function behind host time."""
     import diagnose.analysis.prefetch as prefetch
 
-    if max_events is None:  # (a limit of its own may stream a small trace: nothing to decompress ahead)
+    if max_events is None:  # (a limit of its own may stream a small trace: nothing to read ahead)
         prefetch.start(path)  # decompress while the rest is imported
+        _single_threaded_blas()
+        from diagnose.analysis.trace import begin_reading
+
+        begin_reading(path)  # a helper parses while the rest is imported
     _check_templates(templates_dir)
     from diagnose.commands.analyze import analyze_command
 
-    sys.exit(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             open_report=open_report, jobs=jobs,
-                             max_events=prefetch.MAX_EVENTS if max_events is None else max_events))
+    _leave(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
+                           open_report=open_report, jobs=jobs,
+                           max_events=prefetch.MAX_EVENTS if max_events is None else max_events))
 
 
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
@@ -345,6 +377,9 @@ def peak(device, fresh, as_json):
 def _show_notes(message, category, filename, lineno, file=None, line=None) -> None:
     """diagnose's own warnings as one line to the user, without the source line; others as Python shows them."""
     if issubclass(category, UnknownFieldsWarning):
+        from rich.console import Console
+        from rich.markup import escape
+
         Console(stderr=True).print(f"[yellow]note:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
     else:
         _python_showwarning(message, category, filename, lineno, file, line)
@@ -354,10 +389,14 @@ _python_showwarning = warnings.showwarning
 
 
 def main() -> None:
+    global _entry_point
+    _entry_point = True
     warnings.showwarning = _show_notes
     try:
         cli.main(standalone_mode=False)
     except UserError as exc:
+        from rich.console import Console  # (imported where used: `analyze` starts its parsing before rich loads)
+
         console = Console(stderr=True)
         console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
         if exc.hint:

@@ -147,10 +147,41 @@ def test_a_trace_read_in_small_chunks_by_two_processes_reads_as_in_one(name, mon
 
     def read(chunk_bytes: int, cores: int):
         monkeypatch.setattr(fastparse, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(fastparse, "MIN_CHUNK_BYTES", min(chunk_bytes, 16 << 10))
         monkeypatch.setattr(fastparse, "_cores", lambda: cores)
         return load_trace(TRACES / name, stream=False)
 
     whole, chunked = read(1 << 30, 1), read(64 << 10, 2)
+    _assert_same_trace(whole, chunked, name)
+
+
+def test_pieces_a_helper_claimed_and_never_returned_are_read_by_the_parent(monkeypatch):
+    # the helper claims pieces from the end, then dies (killed, out of memory): what it claimed is read here
+    from diagnose.analysis import fastparse
+
+    name = "v100_ddp_rank1_of2.json.gz"
+    whole = load_trace(TRACES / name, stream=False)
+
+    def dying_helper(work):
+        reading = dying_helper.reading
+        for _ in range(3):
+            reading.claims.claim(from_end=True)
+        return lambda: None  # as _forked's result is for a child that failed
+
+    original = fastparse._Reading.__init__
+
+    def init(self, *args):
+        dying_helper.reading = self
+        original(self, *args)
+
+    monkeypatch.setattr(fastparse, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(fastparse, "_cores", lambda: 2)
+    monkeypatch.setattr(fastparse, "_forked", dying_helper)
+    monkeypatch.setattr(fastparse._Reading, "__init__", init)
+    _assert_same_trace(whole, load_trace(TRACES / name, stream=False), name)
+
+
+def _assert_same_trace(whole, chunked, name: str) -> None:
     for kind in ("steps", "dataloader", "cpu_ops", "annotations", "kernels", "memcpy", "memset", "runtime", "python"):
         a, b = getattr(whole, kind), getattr(chunked, kind)
         assert a.names == b.names and a.tids == b.tids, kind

@@ -1,12 +1,15 @@
 """The fast parser: Kineto writes every complete event with its keys in one order ("ph", "cat", "name", "pid",
 "tid", "ts", "dur"), so those are read straight from the bytes with one regular expression, without building a
-dict per event (most of a big trace's parsing time and memory). A big trace's second half is read by a forked
-process meanwhile. Any other layout, or any doubt, returns None and the full JSON parser reads the trace."""
+dict per event (most of a big trace's parsing time and memory). A forked helper reads pieces of the text from its
+end meanwhile (`analyze` starts it before importing the rest of diagnose). Any other layout, or any doubt,
+returns None and the full JSON parser reads the trace."""
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import re
+import struct
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -40,14 +43,27 @@ FAST_EVENT = re.compile(rb'"ph":\s*"X"(?:,\s*(?:("cat":\s*"(?:(' + HOST_CATEGORI
                         + rb'"correlation":\s*(\d+))?)|"cat":\s*"(Trace)"))?')
 LABEL, THREAD = re.compile(_LABEL), re.compile(_THREAD)
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20  # the most text a process reads at once
 
 
 def fast_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] = None) -> Optional[FastRows]:
     """(metadata, spans by kind, per_chunk(raw, start, end) of each chunk in order) read with one regular
     expression, in chunks of the text; None when the trace is not laid out as Kineto writes it (every complete
-    event must match, or the full parser is used). A big trace's second half of chunks is read by a forked
-    process meanwhile (re holds the GIL), `per_chunk`'s reading of them too."""
+    event must match, or the full parser is used). A forked helper reads chunks meanwhile (re holds the GIL),
+    `per_chunk`'s reading of them too: begun here, or earlier by begin_rows for this text."""
+    reading = _begun.pop(id(raw), None)
+    reading = reading if reading is not None and reading.raw is raw else begin_rows(raw, per_chunk, keep=False)
+    return reading.finish() if reading is not None else None
+
+
+_begun: dict[int, "_Reading"] = {}  # readings begun ahead (begin_rows), by their text's id
+
+
+def begin_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] = None,
+               keep: bool = True) -> Optional["_Reading"]:
+    """Start reading `raw`: a forked helper claims its chunks from the end while this process goes on (importing
+    the rest of diagnose, say); fast_rows(raw) then reads the chunks left from the front and gathers both. None
+    when the text is not a whole trace in Kineto's layout (checked at its head and tail)."""
     key = EVENTS_KEY.search(raw)
     if key is None:
         return None
@@ -58,23 +74,92 @@ def fast_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] 
     if not tail and not CLOSED.search(raw[-256:]):
         return None  # the text does not end as a whole trace does: cut short? the full parser will say
     metadata.update(tail)
-    chunks = _chunks(raw, key.end())
-    half = len(chunks) // 2
+    reading = _Reading(raw, metadata, key.end(), per_chunk)
+    if keep:
+        _begun[id(raw)] = reading
+    return reading
 
-    def read(part: list[tuple[int, int]]) -> tuple:
-        return _read_chunks(raw, part), [per_chunk(raw, *bounds) for bounds in part] if per_chunk else []
 
-    other = _forked(lambda: read(chunks[half:])) if half and _cores() > 1 else None
-    mine = read(chunks[:half] if other else chunks)
-    theirs = other() if other else None
-    if other is not None and theirs is None:  # the helper process failed: read its chunks here
-        theirs = read(chunks[half:])
-    results = [mine] + ([theirs] if theirs else [])
-    matched, complete = sum(r[0][1] for r in results), sum(r[0][2] for r in results)
-    if matched != complete:
-        return None
-    spans = {kind: Spans.gathered([p for r in results for p in r[0][0][kind]]) for kind in KINDS}
-    return FastRows(metadata, spans, [value for r in results for value in r[1]])
+class _Reading:
+    """A text's events read by two processes: this one claims pieces of it from the front, a forked helper from
+    the end, until they meet; whichever is idle reads on (the helper starts first, while this process may still be
+    importing). The pieces shrink as the text left does (a quarter of it, CHUNK_BYTES at most), so that both end
+    about together."""
+
+    def __init__(self, raw: bytes, metadata: dict, start: int, per_chunk):
+        self.raw, self.metadata, self.start, self.per_chunk = raw, metadata, start, per_chunk
+        self.claims = _Claims(raw, start)
+        self.helper = _forked(lambda: self._read(from_end=True)) if _cores() > 1 else None
+
+    def _read(self, from_end: bool) -> list[tuple[tuple[int, int], tuple]]:
+        """((start, end), ((spans by kind, matched, complete), per_chunk's value)) of each piece it read."""
+        caches: tuple[dict, dict, dict] = ({}, {}, {})  # names, threads and kinds decoded, across its pieces
+        return [(bounds, self._piece(bounds, caches)) for bounds in iter(lambda: self.claims.claim(from_end), None)]
+
+    def _piece(self, bounds: tuple[int, int], caches: tuple[dict, dict, dict]) -> tuple:
+        return (_read_chunks(self.raw, [bounds], caches=caches),
+                self.per_chunk(self.raw, *bounds) if self.per_chunk else None)
+
+    def finish(self) -> Optional[FastRows]:
+        read = self._read(from_end=False) + ((self.helper() or []) if self.helper is not None else [])
+        self.claims.close()
+        caches: tuple[dict, dict, dict] = ({}, {}, {})  # (a helper that failed: its pieces are read here)
+        read += [(gap, self._piece(gap, caches)) for gap in _gaps(sorted(b for b, _ in read), self.start,
+                                                                     len(self.raw))]
+        results = [result for _, result in sorted(read, key=lambda piece: piece[0])]
+        if sum(r[0][1] for r in results) != sum(r[0][2] for r in results):
+            return None
+        spans = {kind: Spans.gathered([p for r in results for p in r[0][0][kind]]) for kind in KINDS}
+        return FastRows(self.metadata, spans, [r[1] for r in results] if self.per_chunk else [])
+
+
+def _gaps(pieces: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """The stretches of start-end that no piece covers (pieces sorted, apart)."""
+    gaps, at = [], start
+    for low, high in pieces:
+        if low > at:
+            gaps.append((at, low))
+        at = max(at, high)
+    return gaps + ([(at, end)] if at < end else [])
+
+
+MIN_CHUNK_BYTES = 256 << 10
+
+
+class _Claims:
+    """The stretch of text not yet claimed, shared by two processes (an anonymous shared mapping, created before
+    the fork), claimed a piece at a time under a lock (a one-byte token in a pipe). Pieces are cut where an event's
+    "ph" begins, as _chunks cuts."""
+
+    def __init__(self, raw: bytes, start: int):
+        self.raw = raw
+        self.left = mmap.mmap(-1, 16)
+        struct.pack_into("qq", self.left, 0, start, len(raw))
+        self.token_out, self.token_in = os.pipe()
+        os.write(self.token_in, b"x")
+
+    def claim(self, from_end: bool) -> Optional[tuple[int, int]]:
+        os.read(self.token_out, 1)
+        try:
+            first, stop = struct.unpack_from("qq", self.left)
+            if first >= stop:
+                return None
+            size = min(CHUNK_BYTES, max((stop - first) // 4, MIN_CHUNK_BYTES))
+            if from_end:
+                cut = self.raw.find(b'"ph"', max(stop - size, first), stop)
+                cut = first if cut <= first else cut
+                struct.pack_into("qq", self.left, 0, first, cut)
+                return cut, stop
+            cut = self.raw.find(b'"ph"', first + size, stop)
+            cut = stop if cut < 0 else cut
+            struct.pack_into("qq", self.left, 0, cut, stop)
+            return first, cut
+        finally:
+            os.write(self.token_in, b"x")
+
+    def close(self) -> None:
+        os.close(self.token_out)
+        os.close(self.token_in)
 
 
 class FastRows(NamedTuple):
@@ -94,13 +179,14 @@ def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _read_chunks(raw: bytes, chunks: list[tuple[int, int]],
-                 jit: bool = False) -> tuple[dict[str, list[Spans]], int, int]:
+def _read_chunks(raw: bytes, chunks: list[tuple[int, int]], jit: bool = False,
+                 caches: Optional[tuple[dict, dict, dict]] = None) -> tuple[dict[str, list[Spans]], int, int]:
     """(spans by kind, complete events matched, complete events there are) for these chunks; `jit`: through the
     compiled scanner (the same grammar), the expression where it cannot read a chunk. Both count every complete
-    event, whatever its spacing, but the profiler's own span ("Trace")."""
+    event, whatever its spacing, but the profiler's own span ("Trace"). `caches`: names, threads and kinds decoded,
+    by their bytes (kept across calls)."""
     parts: dict[str, list[Spans]] = {k: [] for k in KINDS}
-    caches: tuple[dict, dict, dict] = ({}, {}, {})  # names, threads and kinds decoded, by their bytes
+    caches = caches if caches is not None else ({}, {}, {})
     matched = complete = 0
     for start, end in chunks:
         scanned = jitscan.scan(raw, start, end) if jit else None

@@ -13,7 +13,6 @@ from typing import Iterator, Optional
 from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS
 from diagnose.analysis.fastparse import (
-    CHUNK_BYTES,
     CLOSED,
     EVENTS_KEY,
     _cores,
@@ -32,7 +31,7 @@ from diagnose.analysis.spans import Spans
 from diagnose.analysis.window import MAX_EVENTS, StepCounter, StepWindow, flops_in, memory_in, spans_in
 
 READ_BYTES = 4 << 20
-PIECE_BYTES = CHUNK_BYTES  # text parsed at once: the bound on the text held, beside the arrays
+PIECE_BYTES = 8 << 20  # text parsed at once: the bound on the text held, beside the arrays
 TAIL_BYTES = 65536
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.fastparse import fast_rows
+from diagnose.analysis.fastparse import begin_rows, fast_rows
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
 from diagnose.analysis.memory_events import MemoryEvents, memory_events_between, read_memory_events
 from diagnose.analysis.prefetch import text_is_big
@@ -52,7 +52,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     than `max_events` events (0: no limit) too: past that only a window of its steps is kept (window.py), or
     `window` where the ranks of a job chose theirs together."""
     if stream is None:
-        stream = window is not None or text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
+        stream = window is not None or read_as_stream(path, max_events)
     if stream:
         streamed = stream_rows(path, max_events=max_events, agreed=window)
         if streamed is not None:
@@ -67,7 +67,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
         parsed = parsed_in_pieces(path, window=window)
         if parsed is not None:
             return _parsed_trace(path, parsed, window)
-    raw = read_bytes(path)
+    raw = _ahead.pop(str(path), None) or read_bytes(path)
     fast = fast_rows(raw, per_chunk=_events_between)  # memory events and FLOP ops read with the spans
     if fast is None:
         return _parsed_trace(path, parsed_whole(path, raw))
@@ -76,6 +76,27 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     trace.memory = read_memory_events(raw) if any(m is None for m in memory) else MemoryEvents.concat(memory)
     trace.flop_ops = FlopOps.concat([chunk[1] for chunk in fast.per_chunk])
     return trace
+
+
+def read_as_stream(path: Path, max_events: int = MAX_EVENTS) -> bool:
+    """Whether load_trace reads the trace as a stream: a big one, or one that may pass the budget."""
+    return text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
+
+
+_ahead: dict[str, bytes] = {}  # texts whose reading was begun ahead, by path
+
+
+def begin_reading(path: Path) -> None:
+    """Begin reading a trace that load_trace will read whole (with the default budget): a forked helper parses
+    its chunks while this process imports the rest of diagnose. Errors are left for load_trace to report."""
+    if not path.is_file() or read_as_stream(path):
+        return
+    try:
+        raw = read_bytes(path)
+    except UserError:
+        return
+    _ahead[str(path)] = raw
+    begin_rows(raw, per_chunk=_events_between)
 
 
 def _parsed_trace(path: Path, parsed: Parsed, window: Optional[StepWindow] = None) -> Trace:
