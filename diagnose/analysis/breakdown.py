@@ -10,6 +10,7 @@ communication below the training thread's own ops: while it computes, they are h
 from __future__ import annotations
 
 import numpy as np
+import numpy.ma  # noqa: F401  np.percentile's first call imports it (6 ms): here, while the trace parses
 
 import diagnose.analysis.intervals as iv
 from diagnose.analysis.classify import is_communication

@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    import rich.progress
 
 from diagnose.errors import UserError
 from diagnose.report.terminal import print_summary
@@ -45,7 +47,9 @@ def new_run_dir(out: Optional[str], name: str) -> Path:
     return path
 
 
-def progress_bar(console: Console) -> Progress:
+def progress_bar(console: Console) -> "rich.progress.Progress":
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # (run only)
+
     return Progress(TextColumn("  {task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console, transient=False)
 
