@@ -339,6 +339,9 @@ class Capture:
     # of the steps after the warm-up had; 1 without gradient accumulation or an optimizer
     micro_batches_per_step: int = 1
     fit_note: str = ""  # long steps: the fewer warm-up and profiled steps that fit --max-seconds, and why
+    # the script finished before any step was profiled: the --steps that --warmup 1 leaves room for in as many
+    # steps as it ran (`run` runs it again so; 0: too few steps for any)
+    fitted_steps: int = 0
     startup: Optional[Startup] = None  # before the first step (the profiled capture only)
     startup_limit_s: Optional[float] = None  # --startup-seconds; None: --max-seconds counted from the start
 

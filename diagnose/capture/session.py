@@ -95,6 +95,7 @@ class Session(ScriptHost):
         self.warmup, self.steps = config.warmup_steps, config.profile_steps
         self.timed = timed_steps(self.steps)
         self.fit_note = ""
+        self.fitted_steps = 0
 
     def own_dirs(self) -> list[Path]:
         return [self.run_dir, self.trace_dir]
@@ -170,6 +171,7 @@ class Session(ScriptHost):
         if status == Status.SCRIPT_FINISHED:
             steps = self._steps_that_fit(seen)
             if steps >= MIN_PROFILED:
+                self.fitted_steps = steps
                 return f"steps took about {step:.1f} s and the script ran {seen}: run with --warmup 1 --steps {steps}"
             return f"steps took about {step:.1f} s: give the script more steps (iterations or data) to profile"
         return f"steps take about {step:.1f} s: run with {self._options_that_fit(step)}"
@@ -390,6 +392,7 @@ class Session(ScriptHost):
             step_source=instr.clock.source,
             micro_batches_per_step=_usual(instr.clock.micro_per_step[self.warmup:]),
             fit_note=self.fit_note,
+            fitted_steps=self.fitted_steps,
             startup=self.startup,
             startup_limit_s=self.config.startup_seconds,
             steps_seen=instr.clock.boundaries,

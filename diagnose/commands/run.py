@@ -46,6 +46,16 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
         task = progress.add_task("profiling", total=warmup + config.profile_steps, note="starting")
         outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
                                _progress_handler(progress, task))
+        fitted = _fitted_to_a_short_script(config, outcome)
+        if fitted is not None:  # once: a script that ran fewer steps the second time is reported as it ended
+            console.print(f"{Path(script).name} finished after {outcome.capture.steps_seen} steps, before any was "
+                          f"profiled: running it again with --warmup 1 --steps {fitted.profile_steps}.",
+                          style="yellow", highlight=False)
+            config = fitted
+            _drop_traces(run_dir)  # (a profiler the script ended before a step was done: no trace of the attempt)
+            progress.reset(task, total=config.warmup_steps + config.profile_steps, note="starting")
+            outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
+                                   _progress_handler(progress, task))
         progress.update(task, note="measuring the machine's peak")
         if not outcome.interrupted:
             _measure_peaks(run_dir, outcome.capture)
@@ -66,6 +76,28 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
                                       (gate.fail_if_slower, gate.run_noise))
         return code or gate_code
     return code
+
+
+def _fitted_to_a_short_script(config: RunConfig, outcome) -> Optional[RunConfig]:
+    """The warm-up and profiled steps that fit a script which finished before any step was profiled (its own count
+    of steps, as the capture measured them); None when it did not, or when none fit."""
+    capture = outcome.capture
+    if outcome.interrupted or capture is None or capture.status != Status.SCRIPT_FINISHED:
+        return None
+    if capture.steps_profiled or not capture.fitted_steps:
+        return None
+    fitted = replace(config, warmup_steps=1, profile_steps=capture.fitted_steps)
+    return fitted if fitted != config else None
+
+
+def _drop_traces(run_dir: Path) -> None:
+    """The traces of an attempt in this run's own new folder, which the next attempt writes again."""
+    import shutil
+
+    from diagnose.runfolder import RunFolder
+
+    for folder in (RunFolder(run_dir).tb, RunFolder(run_dir).ranks):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _measure_peaks(run_dir: Path, capture) -> None:
