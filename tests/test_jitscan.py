@@ -162,15 +162,20 @@ def test_a_trace_read_whole_does_not_pay_for_importing_numba():
     assert result.stdout.strip() == "False", result.stderr
 
 
-def test_a_correlation_id_past_int64_links_nothing_in_either_parser(tmp_path):
+def test_a_correlation_id_past_int64_or_below_zero_links_nothing_in_any_reader(tmp_path):
+    import json
+
+    from diagnose.analysis.classify import correlation_id
     from diagnose.analysis.trace_file import parsed_whole
 
-    big = event('"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
-                '"args": {"correlation": 99999999999999999999}')
-    text = ('{"traceEvents": [' + big + "]}").encode()
-    fast = Spans.concat(read(text, jit=False)[0]["kernel"])
-    full = parsed_whole(tmp_path / "t.json", text).spans
-    assert fast.correlations().tolist() == full["kernel"].correlations().tolist() == [-1]
+    ids = ["99999999999999999999", "-5", "7"]
+    events = [event('"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+                    f'"args": {{"correlation": {i}}}') for i in ids]
+    text = ('{"traceEvents": [' + ",".join(events) + "]}").encode()
+    fast, scanned = (Spans.concat(read(text, jit=jit)[0]["kernel"]).correlations().tolist() for jit in (False, True))
+    full = parsed_whole(tmp_path / "t.json", text).spans["kernel"].correlations().tolist()
+    parsed = [correlation_id(e) for e in json.loads(text)["traceEvents"]]  # (the op table's and window's reader)
+    assert fast == scanned == full == parsed == [-1, -1, 7]
 
 
 def test_events_smaller_than_the_scanner_expects_grow_its_rows():

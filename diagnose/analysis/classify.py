@@ -72,6 +72,20 @@ def thread_value(value):
     return value if value is None or isinstance(value, (str, int, float)) else orjson.dumps(value).decode()
 
 
+def thread_of_text(raw: bytes):
+    """A pid or tid as the expressions read it, its JSON text: a string's text, else a number."""
+    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
+
+
+def correlation_id(event: dict) -> int:
+    """The id in a parsed event's args that links a launch to its device work: an int from 0 up to int64's
+    largest, else -1 (it links nothing), as the expressions read it from the text (digits that fit)."""
+    args = event.get("args")
+    value = args.get("correlation") if isinstance(args, dict) else None
+    usable = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
+    return value if usable else -1
+
+
 def finite_number(value) -> bool:
     """Whether a parsed JSON value is a usable time: a finite int or float (not a bool, a string or null)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

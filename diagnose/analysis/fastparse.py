@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from diagnose.analysis import jitscan
-from diagnose.analysis.classify import KINDS, event_kind
+from diagnose.analysis.classify import KINDS, event_kind, thread_of_text
 from diagnose.analysis.spans import CODE, Spans, codes_of
 
 _ID_TEXT = rb'-?\d+|"[^"\\]*"'  # a pid or tid: a number, or a string without escapes
@@ -355,12 +355,8 @@ def _kind_into(cache: dict, key: tuple) -> Optional[str]:
 
 
 def _thread_into(cache: dict, key: tuple) -> tuple:
-    cache[key] = thread = (_id(key[0]), _id(key[1]))
+    cache[key] = thread = (thread_of_text(key[0]), thread_of_text(key[1]))
     return thread
-
-
-def _id(raw: bytes):
-    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
 
 
 TAIL_KEY = re.compile(rb'\]\s*,\s*(?="[^"\\]+"\s*:)')

@@ -11,6 +11,8 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
+from diagnose.analysis.classify import thread_of_text
+
 CPU, CUDA = 0, 1  # Kineto's device types ("Device Type"): ROCm's GPUs are written as CUDA too
 
 _NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
@@ -74,11 +76,7 @@ def memory_events_between(raw: bytes, start: int, end: int) -> Optional[MemoryEv
         reserved=np.array([int(float(v)) for v in reserved], dtype=np.int64),
         nbytes=np.array([int(float(v)) for v in nbytes], dtype=np.int64),
         device_type=np.array([int(float(v)) for v in device], dtype=np.int64),
-        tids=tuple(zip(map(_id, pids), map(_id, tids))))
-
-
-def _id(raw: bytes):
-    return raw[1:-1].decode() if raw[:1] == b'"' else int(raw)
+        tids=tuple(zip(map(thread_of_text, pids), map(thread_of_text, tids))))
 
 
 def _from_objects(raw: bytes) -> MemoryEvents:

@@ -9,7 +9,7 @@ import orjson
 
 import diagnose.analysis.prefetch as prefetch
 from diagnose.analysis import stream
-from diagnose.analysis.classify import KINDS, empty_buckets, event_kind, finite_number, thread_value
+from diagnose.analysis.classify import KINDS, correlation_id, empty_buckets, event_kind, finite_number, thread_value
 from diagnose.analysis.event_pieces import EventPieces, NotEvents
 from diagnose.analysis.flop_ops import FlopOps, flop_ops_of_events
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
@@ -144,13 +144,5 @@ def rows_by_kind(events: list) -> dict[str, list[tuple]]:
         if kind is not None:
             name = e.get("name", "")
             rows[kind].append((e.get("ts", 0.0), e["dur"], name if isinstance(name, str) else str(name),
-                               (thread_value(e.get("pid")), thread_value(e.get("tid"))), _correlation(e)))
+                               (thread_value(e.get("pid")), thread_value(e.get("tid"))), correlation_id(e)))
     return rows
-
-
-
-def _correlation(e: dict) -> int:
-    args = e.get("args")
-    value = args.get("correlation") if isinstance(args, dict) else None
-    fits = isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
-    return value if fits else -1  # one past int64 links nothing, as the fast parser reads it

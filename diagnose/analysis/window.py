@@ -18,8 +18,8 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import complete_events
-from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, FAST_EVENT, _id
+from diagnose.analysis.classify import complete_events, correlation_id, thread_of_text
+from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, FAST_EVENT
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
 from diagnose.analysis.prefetch import MAX_EVENTS
@@ -172,13 +172,16 @@ class StepCounter:
                 number, pid, tid, ts, dur = mark.groups()
                 self.marks.append((pid, tid, float(ts), float(dur), number))
             at = text.find(STEP_NAME, at + 1, end)
+        # (an id past int64's largest links nothing, as the expressions read it: not a sample)
         for match in _first_and_last(text, limit, LAUNCH_MARK, LAUNCH_LABELS):
-            self.launch_pid.append(match.group(1))
-            self.launch_ts.append(float(match.group(3)))
-            self.launch_corr.append(min(int(match.group(5)), (1 << 63) - 1))
+            if int(match.group(5)) < 1 << 63:
+                self.launch_pid.append(match.group(1))
+                self.launch_ts.append(float(match.group(3)))
+                self.launch_corr.append(int(match.group(5)))
         for match in _first_and_last(text, limit, KERNEL_MARK, (b'"kernel",',)):
-            self.kernel_ts.append(float(match.group(4)))
-            self.kernel_corr.append(min(int(match.group(6)), (1 << 63) - 1))
+            if int(match.group(6)) < 1 << 63:
+                self.kernel_ts.append(float(match.group(4)))
+                self.kernel_corr.append(int(match.group(6)))
         for match in _first_and_last(text, limit, START_MARK, START_LABELS):
             self.starts.append(float(match.group(1)))
 
@@ -228,14 +231,13 @@ class ObjectCounter(StepCounter):
                 number = re.match(r"\d*", name[len("ProfilerStep#"):]).group()
                 self.marks.append((_json(event.get("pid")), _json(event.get("tid")), float(ts), float(dur),
                                    number.encode()))
-            args = event.get("args")
-            corr = args.get("correlation") if isinstance(args, dict) else None
-            if not isinstance(corr, int) or isinstance(corr, bool) or corr < 0:
+            corr = correlation_id(event)
+            if corr < 0:
                 continue
             if category.endswith(("_runtime", "_driver")):
-                launches.append((_json(event.get("pid")), float(ts), min(corr, (1 << 63) - 1)))
+                launches.append((_json(event.get("pid")), float(ts), corr))
             elif category == "kernel":
-                kernels.append((float(ts), min(corr, (1 << 63) - 1)))
+                kernels.append((float(ts), corr))
         for pid, ts, corr in _sampled(launches, self.SAMPLES):
             self.launch_pid.append(pid)
             self.launch_ts.append(ts)
@@ -306,7 +308,7 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
         return None
     launches, kernels = list(launches), list(kernels)
     main, steps = main_steps(marks) if marks else ((), [])
-    thread = (_id(main[0]), _id(main[1])) if main else ()  # as the trace's spans name it
+    thread = (thread_of_text(main[0]), thread_of_text(main[1])) if main else ()  # as the trace's spans name it
     if len(steps) < MIN_STEPS or span is not None:
         return time_window(starts, len(steps), events, max_events, launches, kernels, thread, span)
     if at is None and steps_too_big(len(steps), events, max_events):

@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, complete_events
+from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, complete_events, correlation_id
 from diagnose.analysis.event_pieces import PIECE_BYTES, EventPieces, NotEvents
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
@@ -24,7 +24,7 @@ from diagnose.analysis.window import StepWindow
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
 HOST_MARK_KINDS = CPU_OP | {"user_annotation"}  # where ProfilerStep# sits on the host, old traces and new
-NO_CORRELATION = np.iinfo(np.int64).min
+NO_CORRELATION = -1  # as classify.correlation_id gives it
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,9 @@ class OpColumns:
                                 self._code(self.op_keys, (name, _shapes(event)))))
             elif kind in RUNTIME:
                 if self._on_host(start):
-                    launches.append((start, _correlation(event)))
+                    launches.append((start, correlation_id(event)))
             elif kind in DEVICE_KINDS:
-                correlation = _correlation(event)
+                correlation = correlation_id(event)
                 if self._on_device(start, duration, correlation):
                     device.append((start, duration, self._code(self.device_names, name), correlation))
         self.ops.append(ops)
@@ -181,12 +181,6 @@ class _Columns:
 def _taken(columns: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
     return {name: column[index] for name, column in columns.items()}
 
-
-
-def _correlation(event: dict) -> int:
-    value = (event.get("args") or {}).get("correlation")
-    usable = isinstance(value, int) and not isinstance(value, bool) and NO_CORRELATION < value < 1 << 63
-    return value if usable else NO_CORRELATION
 
 
 def _shapes(event: dict) -> str:
