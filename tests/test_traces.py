@@ -195,3 +195,15 @@ def _assert_same_trace(whole, chunked, name: str) -> None:
     assert np.array_equal(whole.flop_ops.ts, chunked.flop_ops.ts)
     assert [k.key for k in whole.flop_ops.kinds] == [k.key for k in chunked.flop_ops.kinds]
     assert np.array_equal(whole.flop_ops.kind_codes, chunked.flop_ops.kind_codes)
+
+
+def test_a_complete_event_without_a_start_is_on_no_timeline(tmp_path):
+    # a hand-written or truncated event with no "ts": every reader skips it (none places it at time 0)
+    import json
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "dur": 50},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 120, "dur": 10}]
+    path = tmp_path / "no_start.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ops = load_trace(path).cpu_ops
+    assert ops.names == ["aten::mul"] and ops.start.tolist() == [120.0]

@@ -9,7 +9,7 @@ import orjson
 
 import diagnose.analysis.prefetch as prefetch
 from diagnose.analysis import stream
-from diagnose.analysis.classify import KINDS, correlation_id, empty_buckets, event_kind, finite_number, thread_value
+from diagnose.analysis.classify import KINDS, complete_events, correlation_id, empty_buckets, event_kind, thread_value
 from diagnose.analysis.event_pieces import EventPieces, NotEvents
 from diagnose.analysis.flop_ops import FlopOps, flop_ops_of_events
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
@@ -135,14 +135,10 @@ def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
 def rows_by_kind(events: list) -> dict[str, list[tuple]]:
     """(start, duration, name, (pid, tid), correlation id) of each complete event the analysis uses, by kind."""
     rows = empty_buckets()
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue  # not a complete event
-        if not finite_number(e.get("dur")) or not finite_number(e.get("ts", 0.0)):
-            continue  # without a usable time: nothing to place on a timeline
+    for e, start, duration in complete_events(events):  # (an event without a usable time is on no timeline)
         kind = event_kind(e)
         if kind is not None:
             name = e.get("name", "")
-            rows[kind].append((e.get("ts", 0.0), e["dur"], name if isinstance(name, str) else str(name),
+            rows[kind].append((start, duration, name if isinstance(name, str) else str(name),
                                (thread_value(e.get("pid")), thread_value(e.get("tid"))), correlation_id(e)))
     return rows
