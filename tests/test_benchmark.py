@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diagnose.analysis.analyze import Inputs, analyze
@@ -102,3 +103,19 @@ def test_compare_counts_events_in_a_child_so_its_peaks_are_the_tools_own(tmp_pat
     written = json.loads(report.read_text())
     assert [t["events"] for t in written["traces"]] == [counts["events"], 109_123]
     assert written["floor_peak_rss_mib"] < 60  # parsing the 35 MB trace here would take it past 150
+
+
+def test_a_grown_trace_repeats_the_real_ones_steps_along_its_timeline(tmp_path):
+    # benchmarks/grow_trace.py: each copy's steps, launches and kernels as the original's, later in time
+    source = ROOT / "tests" / "data" / "traces" / "h200" / "convnet_fp32.pt.trace.json.gz"
+    grown = tmp_path / "grown.json.gz"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grow_trace.py"), str(source), str(grown), "--times",
+                    "3"], capture_output=True, text=True, timeout=120, check=True)
+    original, copies = load_trace(source), load_trace(grown)
+    assert len(copies.kernels) == 3 * len(original.kernels) and len(copies.steps) == 3 * len(original.steps)
+    assert len(set(copies.steps.names)) == len(copies.steps)  # ProfilerStep numbers go on
+    assert copies.steps.start.min() == original.steps.start.min() and (np.diff(np.sort(copies.steps.start)) > 0).all()
+    links = copies.kernels.correlations()
+    assert len(set(links[links >= 0].tolist())) == 3 * len(set(original.kernels.correlations().tolist()) - {-1})
+    first, later = analyze(Inputs(original)).steps, analyze(Inputs(copies)).steps
+    assert [s.duration_s for s in later[:len(first)]] == [s.duration_s for s in first]
