@@ -13,6 +13,7 @@ import orjson
 
 from diagnose.analysis.classify import complete_events, thread_value
 from diagnose.analysis.fastparse import _thread_into
+from diagnose.analysis.patterns import ID, NUMBER, compiled
 from diagnose.analysis.spans import CODE, merged_table, recoded
 
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
@@ -28,12 +29,10 @@ ATTENTION = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_pro
              "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
 COUNTED = GEMM + CONVOLUTION + ATTENTION
 
-_ID = rb'(-?\d+|"[^"\\]*")'
-_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 _NAMES = b"|".join(re.escape(n.encode()) for n in sorted(COUNTED, key=len, reverse=True))
 _SEP = rb'\s*,\s*'  # the pretty-printed layout puts the comma after "dur" on a line of its own
-FLOP_EVENT = re.compile(rb'"name":\s*"(' + _NAMES + rb')"' + _SEP + rb'"pid":\s*' + _ID + _SEP + rb'"tid":\s*' + _ID
-                        + _SEP + rb'"ts":\s*' + _NUMBER + _SEP + rb'"dur":\s*' + _NUMBER
+FLOP_EVENT = compiled(rb'"name":\s*"(' + _NAMES + rb')"' + _SEP + rb'"pid":\s*' + ID + _SEP + rb'"tid":\s*' + ID
+                        + _SEP + rb'"ts":\s*' + NUMBER + _SEP + rb'"dur":\s*' + NUMBER
                         + rb'(?:' + _SEP + rb'"args":\s*(\{[^{}]*\}))?')
 
 

@@ -4,7 +4,6 @@ else each event object on its own. On CUDA the totals are the caching allocator'
 they count from zero when the profiler started."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
@@ -12,15 +11,14 @@ import numpy as np
 import orjson
 
 from diagnose.analysis.classify import thread_of_text
+from diagnose.analysis.patterns import ID, NUMBER, compiled
 
 CPU, CUDA = 0, 1  # Kineto's device types ("Device Type"): ROCm's GPUs are written as CUDA too
 
-_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
-_ID = rb'(-?\d+|"[^"\\]*")'
-MEMORY_EVENT = re.compile(rb'"\[memory\]",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID + rb',\s*"ts":\s*' + _NUMBER
-                          + rb',\s*"args":\s*\{\s*"Total Reserved":\s*' + _NUMBER + rb',\s*"Total Allocated":\s*'
-                          + _NUMBER + rb',\s*"Bytes":\s*' + _NUMBER + rb',\s*"Device Id":\s*' + _NUMBER
-                          + rb',\s*"Device Type":\s*' + _NUMBER)
+MEMORY_EVENT = compiled(rb'"\[memory\]",\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID + rb',\s*"ts":\s*' + NUMBER
+                          + rb',\s*"args":\s*\{\s*"Total Reserved":\s*' + NUMBER + rb',\s*"Total Allocated":\s*'
+                          + NUMBER + rb',\s*"Bytes":\s*' + NUMBER + rb',\s*"Device Id":\s*' + NUMBER
+                          + rb',\s*"Device Type":\s*' + NUMBER)
 MARK = b'"[memory]"'
 
 

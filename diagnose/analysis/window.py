@@ -19,9 +19,10 @@ import numpy as np
 import orjson
 
 from diagnose.analysis.classify import complete_events, correlation_id, thread_of_text
-from diagnose.analysis.fastparse import _ID, _NUMBER, _STRING, FAST_EVENT
+from diagnose.analysis.fastparse import FAST_EVENT
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
+from diagnose.analysis.patterns import ID, NUMBER, STRING, compiled
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.spans import Spans
 
@@ -30,19 +31,19 @@ __all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "ObjectCounter", "choose_w
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
 STEP_NAME = b'"ProfilerStep#'
 # read where the marker's name is found (every event has a "name" key: no use searching for that)
-STEP_MARK = re.compile(rb'"ProfilerStep#(\d*)[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
-                       + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER)
+STEP_MARK = compiled(rb'"ProfilerStep#(\d*)[^"\\]*",\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
+                       + rb',\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER)
 # a runtime call (cuda_runtime, hip_runtime) with its correlation id, the first of its args' ids
-LAUNCH_MARK = re.compile(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
-                         + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+LAUNCH_MARK = compiled(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
+                         + rb',\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER
                          + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
 # a complete event's start: where the trace's events lie in time, for a trace with no steps to cut it at
-START_MARK = re.compile(rb'"ph":\s*"X",[^{}]*?"ts":\s*' + _NUMBER)
+START_MARK = compiled(rb'"ph":\s*"X",[^{}]*?"ts":\s*' + NUMBER)
 START_LABELS = (b'"ph": "X"', b'"ph":"X"')
 MIN_STEPS = 3  # fewer steps than a window and its lead-in and lead-out: the trace is cut in time
 # a kernel with its correlation id: where the device ran work launched at a known time
-KERNEL_MARK = re.compile(rb'"kernel",\s*"name":\s*' + _STRING + rb',\s*"pid":\s*' + _ID + rb',\s*"tid":\s*' + _ID
-                         + rb',\s*"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+KERNEL_MARK = compiled(rb'"kernel",\s*"name":\s*' + STRING + rb',\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
+                         + rb',\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER
                          + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
 
 
