@@ -98,8 +98,8 @@ def test_compare_counts_events_in_a_child_so_its_peaks_are_the_tools_own(tmp_pat
     report = tmp_path / "report.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), str(path),
                     str(ROOT / "tests" / "data" / "traces" / "a100_ddp_rank3_of8.json.gz"), "--tools", "diagnose",
-                    "--repeat", "1", "--pause", "0", "--json", str(report)], capture_output=True, text=True, timeout=300, check=True,
-                   cwd=ROOT)
+                    "--repeat", "1", "--pause", "0", "--json", str(report)], capture_output=True, text=True,
+                   timeout=300, check=True, cwd=ROOT)
     written = json.loads(report.read_text())
     assert [t["events"] for t in written["traces"]] == [counts["events"], 109_123]
     assert written["floor_peak_rss_mib"] < 60  # parsing the 35 MB trace here would take it past 150

@@ -271,6 +271,9 @@ def test_nested_ops_get_the_walks_self_times_from_array_operations():
         nested += 1
         assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1]), rows
     assert nested > 150 and walked > 20
+    # a negative duration (an op that ends before it starts) is left to the walk
+    starts, ends, codes = np.array([0.0, 50.0]), np.array([100.0, 5.0]), np.zeros(2, dtype=np.int32)
+    assert nested_self_times(np.lexsort((-ends, starts, codes)), codes, starts, ends, np.ones(1, dtype=bool)) is None
 
 
 @pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])

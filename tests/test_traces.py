@@ -148,6 +148,7 @@ def test_a_trace_read_in_small_chunks_by_two_processes_reads_as_in_one(name, mon
     def read(chunk_bytes: int, cores: int):
         monkeypatch.setattr(fastparse, "CHUNK_BYTES", chunk_bytes)
         monkeypatch.setattr(fastparse, "MIN_CHUNK_BYTES", min(chunk_bytes, 16 << 10))
+        monkeypatch.setattr(fastparse, "HELPER_OVER_BYTES", 0)  # (these traces are a few MB: a helper anyway)
         monkeypatch.setattr(fastparse, "_cores", lambda: cores)
         return load_trace(TRACES / name, stream=False)
 
@@ -165,8 +166,10 @@ def test_pieces_a_helper_claimed_and_never_returned_are_read_by_the_parent(monke
     def dying_helper(work):
         reading = dying_helper.reading
         for _ in range(3):
-            reading.claims.claim(from_end=True)
+            dying_helper.claimed.append(reading.claims.claim(from_end=True))
         return lambda: None  # as _forked's result is for a child that failed
+
+    dying_helper.claimed = []
 
     original = fastparse._Reading.__init__
 
@@ -175,10 +178,12 @@ def test_pieces_a_helper_claimed_and_never_returned_are_read_by_the_parent(monke
         original(self, *args)
 
     monkeypatch.setattr(fastparse, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(fastparse, "HELPER_OVER_BYTES", 0)
     monkeypatch.setattr(fastparse, "_cores", lambda: 2)
     monkeypatch.setattr(fastparse, "_forked", dying_helper)
     monkeypatch.setattr(fastparse._Reading, "__init__", init)
     _assert_same_trace(whole, load_trace(TRACES / name, stream=False), name)
+    assert len(dying_helper.claimed) == 3 and all(dying_helper.claimed)
 
 
 def _assert_same_trace(whole, chunked, name: str) -> None:

@@ -66,6 +66,8 @@ def test_a_script_that_ends_inside_the_timed_window_says_how_many_steps_fit(loop
     assert run.diagnosis["status"] == "completed" and run.diagnosis["steps_profiled"] == 2
     assert run.diagnosis["findings"] and run.diagnosis["step_time_s"]["mean"] > 0
     assert len(list((run.run_dir / "tb").iterdir())) == 1  # the first attempt's trace (no step in it) is gone
+    samples = json.loads((run.run_dir / "samples.json").read_text())
+    assert capture["wall_s"] < 60 and samples  # (written by the second attempt, as the capture was)
 
 
 def test_a_script_that_ends_inside_the_profiled_window_keeps_its_timed_steps(loop_run):

@@ -117,6 +117,8 @@ def test_ranks_cut_in_time_where_one_ranks_steps_are_too_big():
     first, second = agreed_windows([small, big], 500)
     assert first.by_time and second.by_time  # the same stretch of training in both
     assert (first.keep_from, first.keep_until) == (second.keep_from, second.keep_until)
+    assert "another rank's steps are too big" in first.note()  # (its own steps fit: not said of them)
+    assert "its 10 steps of about 400 events each" in second.note()
 
 
 def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():

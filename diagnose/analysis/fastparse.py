@@ -5,11 +5,15 @@ end meanwhile (`analyze` starts it before importing the rest of diagnose). Any o
 returns None and the full JSON parser reads the trace."""
 from __future__ import annotations
 
+import atexit
+import contextlib
 import mmap
 import os
 import pickle
 import re
+import signal
 import struct
+import tempfile
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -73,6 +77,7 @@ def begin_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]]
     reading = _Reading(raw, metadata, key.end(), per_chunk)
     if keep:
         _begun[id(raw)] = reading
+        atexit.register(reading.abandon)  # (a process that ends before reading it: its helper goes too)
     return reading
 
 
@@ -84,8 +89,9 @@ class _Reading:
 
     def __init__(self, raw: bytes, metadata: dict, start: int, per_chunk):
         self.raw, self.metadata, self.start, self.per_chunk = raw, metadata, start, per_chunk
-        self.claims = _Claims(raw, start)
-        self.helper = _forked(lambda: self._read(from_end=True)) if _cores() > 1 else None
+        shared = len(raw) - start > HELPER_OVER_BYTES and _cores() > 1 and hasattr(os, "fork")
+        self.claims = _Claims(raw, start, shared)
+        self.helper = _forked(lambda: self._read(from_end=True)) if shared else None
 
     def _read(self, from_end: bool) -> list[tuple[tuple[int, int], tuple]]:
         """((start, end), ((spans by kind, matched, complete), per_chunk's value)) of each piece it read."""
@@ -97,16 +103,25 @@ class _Reading:
                 self.per_chunk(self.raw, *bounds) if self.per_chunk else None)
 
     def finish(self) -> Optional[FastRows]:
+        atexit.unregister(self.abandon)
         read = self._read(from_end=False) + ((self.helper() or []) if self.helper is not None else [])
         self.claims.close()
-        caches: tuple[dict, dict, dict] = ({}, {}, {})  # (a helper that failed: its pieces are read here)
-        read += [(gap, self._piece(gap, caches)) for gap in _gaps(sorted(b for b, _ in read), self.start,
-                                                                     len(self.raw))]
+        caches: tuple[dict, dict, dict] = ({}, {}, {})  # (a helper that failed: what it claimed is read here)
+        gaps = _gaps(sorted(b for b, _ in read), self.start, len(self.raw))
+        read += [(piece, self._piece(piece, caches)) for gap in gaps for piece in _chunks(self.raw, *gap)]
         results = [result for _, result in sorted(read, key=lambda piece: piece[0])]
         if sum(r[0][1] for r in results) != sum(r[0][2] for r in results):
             return None
         spans = {kind: Spans.gathered([p for r in results for p in r[0][0][kind]]) for kind in KINDS}
         return FastRows(self.metadata, spans, [r[1] for r in results] if self.per_chunk else [])
+
+
+    def abandon(self) -> None:
+        """Stop the helper of a reading that will not be finished, and let go of what it holds."""
+        if self.helper is not None:
+            self.helper.abandon()
+            self.helper = None
+        self.claims.close()
 
 
 def _gaps(pieces: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
@@ -120,23 +135,22 @@ def _gaps(pieces: list[tuple[int, int]], start: int, end: int) -> list[tuple[int
 
 
 MIN_CHUNK_BYTES = 256 << 10
+HELPER_OVER_BYTES = 8 << 20  # a text this short is read by one process: a fork would cost more than it saves
 
 
 class _Claims:
-    """The stretch of text not yet claimed, shared by two processes (an anonymous shared mapping, created before
-    the fork), claimed a piece at a time under a lock (a one-byte token in a pipe). Pieces are cut where an event's
-    "ph" begins, as _chunks cuts."""
+    """The stretch of text not yet claimed, claimed a piece at a time. `shared` by two processes: held in an
+    anonymous shared mapping (created before the fork) and claimed under a record lock on a file, which the
+    kernel lets go if its holder dies. Pieces are cut where an event's "ph" begins, as _chunks cuts."""
 
-    def __init__(self, raw: bytes, start: int):
+    def __init__(self, raw: bytes, start: int, shared: bool):
         self.raw = raw
         self.left = mmap.mmap(-1, 16)
         struct.pack_into("qq", self.left, 0, start, len(raw))
-        self.token_out, self.token_in = os.pipe()
-        os.write(self.token_in, b"x")
+        self.lock = tempfile.TemporaryFile() if shared else None
 
     def claim(self, from_end: bool) -> Optional[tuple[int, int]]:
-        os.read(self.token_out, 1)
-        try:
+        with self._locked():
             first, stop = struct.unpack_from("qq", self.left)
             if first >= stop:
                 return None
@@ -150,12 +164,23 @@ class _Claims:
             cut = stop if cut < 0 else cut
             struct.pack_into("qq", self.left, 0, cut, stop)
             return first, cut
+
+    @contextlib.contextmanager
+    def _locked(self):
+        if self.lock is None:
+            yield
+            return
+        import fcntl  # (shared only where fork is: Unix)
+
+        fcntl.lockf(self.lock, fcntl.LOCK_EX)
+        try:
+            yield
         finally:
-            os.write(self.token_in, b"x")
+            fcntl.lockf(self.lock, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        os.close(self.token_out)
-        os.close(self.token_in)
+        if self.lock is not None:
+            self.lock.close()
 
 
 class FastRows(NamedTuple):
@@ -164,12 +189,13 @@ class FastRows(NamedTuple):
     per_chunk: list  # what fast_rows' per_chunk gave for each chunk, in the text's order
 
 
-def _chunks(raw: bytes, start: int) -> list[tuple[int, int]]:
-    """About CHUNK_BYTES each, cut where an event's "ph" begins."""
+def _chunks(raw: bytes, start: int, stop: Optional[int] = None) -> list[tuple[int, int]]:
+    """raw[start:stop] in pieces of about CHUNK_BYTES, cut where an event's "ph" begins."""
+    stop = len(raw) if stop is None else stop
     bounds = []
-    while start < len(raw):
-        end = raw.find(b'"ph"', start + CHUNK_BYTES)
-        end = len(raw) if end < 0 else end
+    while start < stop:
+        end = raw.find(b'"ph"', start + CHUNK_BYTES, stop)
+        end = stop if end < 0 else end
         bounds.append((start, end))
         start = end
     return bounds
@@ -321,6 +347,7 @@ def _forked(work):
         code = 1
         try:
             os.close(read_end)
+            _quiet()  # whoever reads this process' output must not wait for the child's copy of it
             with os.fdopen(write_end, "wb") as pipe:  # written as pickled: no whole copy of the result's bytes
                 pickle.dump(work(), pipe, protocol=pickle.HIGHEST_PROTOCOL)
             code = 0
@@ -337,7 +364,24 @@ def _forked(work):
         _, status = os.waitpid(pid, 0)
         return value if status == 0 else None
 
+    def abandon() -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(read_end)
+
+    result.abandon = abandon  # stop the child, for a result nobody will wait for
     return result
+
+
+def _quiet() -> None:
+    """Standard input, output and error on /dev/null."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _decoded(cache: dict, name: bytes) -> str:

@@ -75,6 +75,8 @@ def nested_self_times(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, 
     then runs). The walk's parent of an op is the last op before it still open at its start; with nesting, the
     ops open there are its ancestors, so its depth is their count and its parent the last op before it one level
     up. Each parent's children are subtracted in the walk's order: the same sums to the last bit."""
+    if np.any(ends < starts):  # (a negative duration: closed before it opened, which the counts below miss)
+        return None
     thread, start, end = codes[order], starts[order], ends[order]
     n = len(order)
     position = np.arange(n)

@@ -120,7 +120,7 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[S
     else:
         cut_in_time = window is not None and window.by_time  # its markers dropped: their thread stays the main one
         main = (window.main_thread if cut_in_time else ()) or _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
-        definition = (f"{window.markers()}: a span of the trace's time is one step" if cut_in_time
+        definition = (window.step_definition() if cut_in_time
                       else "no ProfilerStep markers: the whole trace is one step")
     main_pid = main[0] if main else None
 

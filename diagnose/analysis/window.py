@@ -72,6 +72,9 @@ class StepWindow:
     # thread, () where there are none); trace_us is the trace's span of time, as sampled
     by_time: bool = False
     trace_us: float = 0.0
+    # why it was cut in time: "markers" (too few), "steps" (too big), "ranks" (the job's ranks share one span, as
+    # another rank's steps are too big)
+    cause: str = ""
 
     def own_steps(self, host_windows: np.ndarray, timeline):
         """The window's own steps: (host windows, StepTimeline) without the lead-in and lead-out steps."""
@@ -81,11 +84,15 @@ class StepWindow:
         return host_windows[first:stop], timeline.steps(first, stop)
 
     def note(self) -> str:
+        span = (f"{_duration(self.keep_until - self.keep_from)} from the middle of the trace's "
+                f"{_duration(self.trace_us)} was analysed as one step")
+        if self.by_time and self.cause == "ranks":
+            return (f"{span}, the span of time every rank of the job was cut to: another rank's steps are too big "
+                    f"for --max-events ({self.max_events:,} events; 0 reads every event) to hold one with the two "
+                    "beside it")
         if self.by_time:
-            return (f"{_duration(self.keep_until - self.keep_from)} from the middle of the trace's "
-                    f"{_duration(self.trace_us)} was analysed as one step: the trace holds about {self.events:,} "
-                    f"events, over the {self.max_events:,} read at most (--max-events; 0 reads every event, about 40 "
-                    f"bytes each), and {self.why_in_time()}")
+            return (f"{span}: the trace holds about {self.events:,} events, over the {self.max_events:,} read at most "
+                    f"(--max-events; 0 reads every event, about 40 bytes each), and {self.why_in_time()}")
         return (f"steps {self.first + 1}-{self.last + 1} of {self.steps} were analysed (the middle ones): the trace "
                 f"holds about {self.events:,} events, over the {self.max_events:,} read at most (--max-events; 0 "
                 "reads every event, about 40 bytes each)")
@@ -93,13 +100,19 @@ class StepWindow:
 
     def markers(self) -> str:
         """Why a trace was cut in time, briefly: how few ProfilerStep markers it has, or how big its steps are."""
-        if self.steps >= MIN_STEPS:
+        if self.cause == "steps":
             return f"{self.steps} steps of about {self.events // self.steps:,} events each"
         return ("no ProfilerStep markers" if not self.steps else
                 f"only {self.steps} ProfilerStep marker{'s' if self.steps > 1 else ''}")
 
+    def step_definition(self) -> str:
+        """What the one step of a trace cut in time is, as the analysis names how it found its steps."""
+        if self.cause == "ranks":
+            return "a span of time the job's ranks share is one step"
+        return f"{self.markers()}: a span of the trace's time is one step"
+
     def why_in_time(self) -> str:
-        if self.steps >= MIN_STEPS:
+        if self.cause == "steps":
             return f"its {self.markers()}: a step and the two beside it are more than that"
         return f"{self.markers()} to cut it at steps"
 
@@ -310,10 +323,12 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
     launches, kernels = list(launches), list(kernels)
     main, steps = main_steps(marks) if marks else ((), [])
     thread = (thread_of_text(main[0]), thread_of_text(main[1])) if main else ()  # as the trace's spans name it
+    too_big = len(steps) >= MIN_STEPS and steps_too_big(len(steps), events, max_events)
     if len(steps) < MIN_STEPS or span is not None:
-        return time_window(starts, len(steps), events, max_events, launches, kernels, thread, span)
-    if at is None and steps_too_big(len(steps), events, max_events):
-        timed = time_window(starts, len(steps), events, max_events, launches, kernels, thread, span)
+        cause = "markers" if len(steps) < MIN_STEPS else "steps" if too_big else "ranks"
+        return time_window(starts, len(steps), events, max_events, launches, kernels, thread, span, cause)
+    if at is None and too_big:
+        timed = time_window(starts, len(steps), events, max_events, launches, kernels, thread, span, "steps")
         if timed is not None:
             return timed
     kept = steps_kept(len(steps), events, max_events)
@@ -355,8 +370,8 @@ def _device_bounds(launches: list, kernels: list, pid: Optional[bytes], keep_fro
 
 
 def time_window(starts: Sequence[float], steps: int, events: int, max_events: int, launches: list = (),
-                kernels: list = (), thread: tuple = (), span: Optional[tuple[float, float]] = None
-                ) -> Optional[StepWindow]:
+                kernels: list = (), thread: tuple = (), span: Optional[tuple[float, float]] = None,
+                cause: str = "markers") -> Optional[StepWindow]:
     """The middle span of time that holds about `max_events` of the trace's `events`: between the quantiles of the
     sampled starts around their median (each block of the text weighs alike: where the events are dense in time,
     the span is short). `span`: (start, end) chosen for several ranks. Device work is kept as for steps
@@ -371,7 +386,7 @@ def time_window(starts: Sequence[float], steps: int, events: int, max_events: in
     keep_from, keep_until = float(low), float(high)
     corr_low, corr_high, by_launch, host_until = _device_bounds(launches, kernels, None, keep_from, keep_until)
     return StepWindow(0, 0, steps, events, max_events, keep_from, keep_until, host_until, False, False, thread,
-                      corr_low, corr_high, by_launch, by_time=True, trace_us=float(last - first))
+                      corr_low, corr_high, by_launch, by_time=True, trace_us=float(last - first), cause=cause)
 
 
 def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float, bytes]]]:

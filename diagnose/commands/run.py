@@ -52,7 +52,7 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
                           f"profiled: running it again with --warmup 1 --steps {fitted.profile_steps}.",
                           style="yellow", highlight=False)
             config = fitted
-            _drop_traces(run_dir)  # (a profiler the script ended before a step was done: no trace of the attempt)
+            _drop_attempt(run_dir)  # nothing of the first attempt can pass for the second's
             progress.reset(task, total=config.warmup_steps + config.profile_steps, note="starting")
             outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
                                    _progress_handler(progress, task))
@@ -90,14 +90,19 @@ def _fitted_to_a_short_script(config: RunConfig, outcome) -> Optional[RunConfig]
     return fitted if fitted != config else None
 
 
-def _drop_traces(run_dir: Path) -> None:
-    """The traces of an attempt in this run's own new folder, which the next attempt writes again."""
+def _drop_attempt(run_dir: Path) -> None:
+    """What an attempt wrote in this run's own new folder and the next attempt writes again: its capture (a
+    second attempt that dies before writing its own must not be read as this one), samples and traces (its
+    profiler may have started with no step to finish)."""
     import shutil
 
     from diagnose.runfolder import RunFolder
 
-    for folder in (RunFolder(run_dir).tb, RunFolder(run_dir).ranks):
-        shutil.rmtree(folder, ignore_errors=True)
+    folder = RunFolder(run_dir)
+    for path in (folder.capture, folder.samples, folder.stacks, folder.launcher):
+        path.unlink(missing_ok=True)
+    for path in (folder.tb, folder.ranks):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _measure_peaks(run_dir: Path, capture) -> None:
