@@ -273,3 +273,17 @@ def test_time_in_other_libraries_belongs_to_the_users_function_not_to_torch():
     assert by_place[("train.py:30", False)] == pytest.approx(40)  # wandb and json: the user's logging
     assert by_place[("train.py:10", True)] == pytest.approx(30)  # torch's optimizer: framework time
     assert by_place[("train.py:10", False)] == pytest.approx(30)
+
+
+def test_analyze_help_and_a_small_trace_import_only_what_they_use(tmp_path):
+    # issue 20: start-up counts; --help loads no numpy, and a small trace no numba nor torch
+    def imported(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "diagnose", "analyze", *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+        return done.stderr
+
+    help_imports = imported("--help")
+    assert "diagnose.cli" in help_imports and " numpy" not in help_imports and " torch" not in help_imports
+    trace_imports = imported(str(TRACES / "cpu_only_with_dataloader.json.gz"), "--out", str(tmp_path / "out"))
+    assert "diagnose.analysis.trace" in trace_imports
+    assert " numba" not in trace_imports and " torch" not in trace_imports
