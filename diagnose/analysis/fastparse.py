@@ -50,20 +50,15 @@ def fast_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] 
     """(metadata, spans by kind, per_chunk(raw, start, end) of each chunk in order) read with one regular
     expression, in chunks of the text; None when the trace is not laid out as Kineto writes it (every complete
     event must match, or the full parser is used). A forked helper reads chunks meanwhile (re holds the GIL),
-    `per_chunk`'s reading of them too: begun here, or earlier by begin_rows for this text."""
-    reading = _begun.pop(id(raw), None)
-    reading = reading if reading is not None and reading.raw is raw else begin_rows(raw, per_chunk, keep=False)
+    `per_chunk`'s reading of them too (begin_rows starts a reading to finish later)."""
+    reading = begin_rows(raw, per_chunk)
     return reading.finish() if reading is not None else None
 
 
-_begun: dict[int, "_Reading"] = {}  # readings begun ahead (begin_rows), by their text's id
-
-
-def begin_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] = None,
-               keep: bool = True) -> Optional["_Reading"]:
+def begin_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]] = None) -> Optional["_Reading"]:
     """Start reading `raw`: a forked helper claims its chunks from the end while this process goes on (importing
-    the rest of diagnose, say); fast_rows(raw) then reads the chunks left from the front and gathers both. None
-    when the text is not a whole trace in Kineto's layout (checked at its head and tail)."""
+    the rest of diagnose, say); the reading's finish() then reads the chunks left from the front and gathers both.
+    None when the text is not a whole trace in Kineto's layout (checked at its head and tail)."""
     key = EVENTS_KEY.search(raw)
     if key is None:
         return None
@@ -75,9 +70,7 @@ def begin_rows(raw: bytes, per_chunk: Optional[Callable[[bytes, int, int], Any]]
         return None  # the text does not end as a whole trace does: cut short? the full parser will say
     metadata.update(tail)
     reading = _Reading(raw, metadata, key.end(), per_chunk)
-    if keep:
-        _begun[id(raw)] = reading
-        atexit.register(reading.abandon)  # (a process that ends before reading it: its helper goes too)
+    atexit.register(reading.abandon)  # (a process that ends before finishing it: its helper goes too)
     return reading
 
 
@@ -114,7 +107,6 @@ class _Reading:
             return None
         spans = {kind: Spans.gathered([p for r in results for p in r[0][0][kind]]) for kind in KINDS}
         return FastRows(self.metadata, spans, [r[1] for r in results] if self.per_chunk else [])
-
 
     def abandon(self) -> None:
         """Stop the helper of a reading that will not be finished, and let go of what it holds."""

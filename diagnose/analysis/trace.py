@@ -67,8 +67,10 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
         parsed = parsed_in_pieces(path, window=window)
         if parsed is not None:
             return _parsed_trace(path, parsed, window)
-    raw = _ahead.pop(str(path), None) or read_bytes(path)
-    fast = fast_rows(raw, per_chunk=_events_between)  # memory events and FLOP ops read with the spans
+    raw, reading = _ahead.pop(str(path), (None, None))
+    raw = read_bytes(path) if raw is None else raw
+    # memory events and FLOP ops read with the spans
+    fast = reading.finish() if reading is not None else fast_rows(raw, per_chunk=_events_between)
     if fast is None:
         return _parsed_trace(path, parsed_whole(path, raw))
     trace = _assemble(str(path), fast.metadata, fast.spans)
@@ -83,7 +85,7 @@ def read_as_stream(path: Path, max_events: int = MAX_EVENTS) -> bool:
     return text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
 
 
-_ahead: dict[str, bytes] = {}  # texts whose reading was begun ahead, by path
+_ahead: dict[str, tuple] = {}  # (text, its reading or None) of traces begun ahead, by path
 
 
 def begin_reading(path: Path) -> None:
@@ -95,8 +97,7 @@ def begin_reading(path: Path) -> None:
         raw = read_bytes(path)
     except UserError:
         return
-    _ahead[str(path)] = raw
-    begin_rows(raw, per_chunk=_events_between)
+    _ahead[str(path)] = raw, begin_rows(raw, per_chunk=_events_between)
 
 
 def _parsed_trace(path: Path, parsed: Parsed, window: Optional[StepWindow] = None) -> Trace:

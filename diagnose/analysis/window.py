@@ -97,7 +97,6 @@ class StepWindow:
                 f"holds about {self.events:,} events, over the {self.max_events:,} read at most (--max-events; 0 "
                 "reads every event, about 40 bytes each)")
 
-
     def markers(self) -> str:
         """Why a trace was cut in time, briefly: how few ProfilerStep markers it has, or how big its steps are."""
         if self.cause == "steps":
@@ -273,7 +272,6 @@ def _sampled(items: list, count: int) -> list:
     return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)]
 
 
-
 def _json(value) -> bytes:
     """A pid or tid as the text's pass reads it: its JSON text."""
     return orjson.dumps(value)
@@ -418,23 +416,22 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
         return [None] * len(counters)
     present = [c for c in counters if c is not None]
     # one rank whose steps are past the budget: every rank is cut in time, over one span (the same stretch)
-    stepped = all(c.cut_at_steps(max_events) for c in present if c.stepped)
-    by_steps = [c for c in present if c.stepped and stepped]
+    all_fit = all(c.cut_at_steps(max_events) for c in present if c.stepped)
+    by_steps = [c for c in present if c.stepped and all_fit]
     span = shared_span([c for c in present if c not in by_steps], max_events)
     timed = [c.window(max_events, span=span if c.reaches(span) else None)
              if c is not None and c not in by_steps and span is not None else None for c in counters]
-    counted = by_steps
-    if not any(c.events > max_events for c in counted):
+    if not any(c.events > max_events for c in by_steps):
         return timed
-    numbers = [[number for _, _, number in main_steps(c.marks)[1]] for c in counted]
-    keep = min(steps_kept(len(n), c.events, max_events) for n, c in zip(numbers, counted))
+    numbers = [[number for _, _, number in main_steps(c.marks)[1]] for c in by_steps]
+    keep = min(steps_kept(len(n), c.events, max_events) for n, c in zip(numbers, by_steps))
     common = set.intersection(*(set(n) for n in numbers))
     shared = [n for n in numbers[0] if n in common] if all(all(n) for n in numbers) else []
     if len(shared) > keep:  # numbered alike: the middle of the steps every rank has
         first_number = shared[(len(shared) - keep) // 2]
-        starts = {id(c): n.index(first_number) for n, c in zip(numbers, counted)}
+        starts = {id(c): n.index(first_number) for n, c in zip(numbers, by_steps)}
     else:
-        starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in counted}
+        starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in by_steps}
     return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c in by_steps else window
             for c, window in zip(counters, timed)]
 
