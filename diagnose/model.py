@@ -273,6 +273,10 @@ class UnprofiledWindow:
     steps: int
     seconds: float
     device_synced: bool  # False on CPU-only runs, where there is no device queue to drain
+    # seconds from the window's start to the end of each step (host clock): the window cut into blocks of whole
+    # bursts says how much its step time moves within one run (compare's run-to-run spread)
+    step_ends_s: tuple[float, ...] = ()
+    burst: int = 1  # loader workers deliver this many batches at a time: blocks hold whole bursts
 
     @property
     def step_s(self) -> float:
@@ -699,6 +703,10 @@ class CompareSide:
     environment: dict[str, str] = field(default_factory=dict)
     run_noise_sd: Optional[float] = None  # run-to-run spread measured by the run's repeated baseline runs
     run_noise_runs: int = 0
+    # the spread of the unprofiled window's blocks (log of each block's step time, whole bursts): how far this
+    # run's own step time moved while it was timed; None when the window holds fewer than MIN_BLOCKS blocks
+    block_noise_sd: Optional[float] = None
+    blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -709,7 +717,7 @@ class StepChange:
     verdict: str  # faster | slower | no-change (B against A)
     basis: str  # unprofiled | profiled (both sides measured alike)
     run_noise_sd: float  # run-to-run spread assumed per run (log scale)
-    run_noise_source: str  # measured | assumed | stated (--run-noise)
+    run_noise_source: str  # measured (repeated baseline runs) | blocks (the timed windows' blocks) | assumed | stated
     confidence: float = 0.99
 
 
@@ -742,6 +750,9 @@ class GateResult:
     failed: bool
     slowdown_low_pct: float  # the interval's lower end of B's slowdown, in percent (negative: faster)
     fails_above_pct: float = 0.0  # the smallest measured slowdown that fails, given this comparison's noise
+    run_noise_sd: float = 0.0  # the run-to-run spread per run the interval counted
+    # the spread per run under which a run twice as slow as allowed fails: what a gate at this allowance needs
+    needs_run_noise_sd: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,9 @@ def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
 
 
 def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
-    # 2 warm-up steps and 5 timed without the profiler (a quarter of 20), then profiled from step 7 on
+    # 2 warm-up steps and 6 timed without the profiler (as many as are profiled), then profiled from step 8 on
     run = run_script(SAMPLES / "ddp_straggler.py", "--crash-rank", "1", "--crash-step", "11", out=tmp_path / "run",
-                     options=("--warmup", "2", "--steps", "20", "--experiments", "none", "--nproc-per-node", "2"))
+                     options=("--warmup", "2", "--steps", "6", "--experiments", "none", "--nproc-per-node", "2"))
     assert run.returncode == 1
     d = run.diagnosis
     assert d["status"] == "script_error"

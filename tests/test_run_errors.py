@@ -46,8 +46,12 @@ def test_existing_out_folder_is_never_overwritten(tmp_path):
     assert (tmp_path / "keep.txt").read_text() == "mine" and len(list(tmp_path.iterdir())) == 1
 
 
+# 3 warm-up steps and 3 timed ones (as many as are profiled): the profiler starts at step 6, before the error at 7
+RAISES_AFTER_PROFILING = ("--warmup", "3", "--steps", "3", "--experiments", "none")
+
+
 def test_script_raising_at_step_7_exits_nonzero_shows_its_error_and_keeps_results(tmp_path):
-    run = run_script(SCRIPTS / "raises_at_step.py", out=tmp_path / "run")
+    run = run_script(SCRIPTS / "raises_at_step.py", out=tmp_path / "run", options=RAISES_AFTER_PROFILING)
     assert run.returncode == 1
     assert "RuntimeError: boom at step 7" in run.stderr
     assert 'raises_at_step.py", line' in run.stderr and "diagnose/capture" not in run.stderr
@@ -59,7 +63,8 @@ def test_script_raising_at_step_7_exits_nonzero_shows_its_error_and_keeps_result
 
 def test_sigterm_while_the_scripts_error_is_read_keeps_the_error_and_the_results(tmp_path):
     # A rank under torchrun: its all-reduce fails as a peer dies, and torchrun's SIGTERM lands meanwhile.
-    run = run_script(SCRIPTS / "raises_at_step.py", "--sigterm-on-error", out=tmp_path / "run")
+    run = run_script(SCRIPTS / "raises_at_step.py", "--sigterm-on-error", out=tmp_path / "run",
+                     options=RAISES_AFTER_PROFILING)
     assert run.returncode == 1, run.stderr
     assert "PeerClosedError: boom at step 7" in run.stderr and "StopCapture" not in run.stderr
     d = run.diagnosis

@@ -48,15 +48,14 @@ def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_
 
 
 def test_a_script_that_ends_inside_the_timed_window_says_how_many_steps_fit(loop_run):
-    run = loop_run("--steps", "7")  # 6 step boundaries: 3 warm-up, then 3 of the 3 steps to time (a quarter of 8)
+    run = loop_run("--steps", "7")  # 6 step boundaries: 3 warm-up, then 3 of the 8 steps to time (as many as profiled)
     assert run.returncode == 0, run.stderr
     d = run.diagnosis
     assert d["status"] == "script_finished" and d["steps_profiled"] == 0
     assert d["step_time_s"]["unprofiled"] is None  # never a partial window
     assert "give the script more steps (iterations or data) to profile" in run.stderr
-    # one step more: the window closes at its last boundary, where the profiler starts, with no step left to
-    # profile; 1 warm-up, 3 timed and 2 profiled steps, and the boundary that ends the last, fit its 7 boundaries:
-    # run runs it again so, and diagnoses that
+    # one step more: still inside the timed window, but 1 warm-up, 3 timed and 2 profiled steps, and the boundary
+    # that ends the last, fit its 7 boundaries: run runs it again so, and diagnoses that
     run = loop_run("--steps", "8")
     assert run.returncode == 0, run.stderr
     assert "finished after 7 steps, before any was profiled: running it again with --warmup 1 --steps 2" in " ".join(
@@ -71,12 +70,14 @@ def test_a_script_that_ends_inside_the_timed_window_says_how_many_steps_fit(loop
 
 
 def test_a_script_that_ends_inside_the_profiled_window_keeps_its_timed_steps(loop_run):
-    run = loop_run("--steps", "11")  # 3 warm-up + 3 timed, then 4 of the 8 steps to profile
+    run = loop_run("--steps", "15")  # 3 warm-up + 8 timed (as many as are profiled), then 4 of the 8 to profile
     assert run.returncode == 0, run.stderr
     d = run.diagnosis
     assert d["status"] == "script_finished" and 1 <= d["steps_profiled"] < 8
     window = json.loads((run.run_dir / "capture.json").read_text())["unprofiled_window"]
-    assert window["steps"] == 3 and d["step_time_s"]["unprofiled"] == pytest.approx(window["seconds"] / 3)
+    assert window["steps"] == 8 and d["step_time_s"]["unprofiled"] == pytest.approx(window["seconds"] / 8)
+    ends = window["step_ends_s"]  # each step's end, for the blocks compare measures the run's own spread with
+    assert len(ends) == 8 and ends == sorted(ends) and ends[-1] == pytest.approx(window["seconds"])
     assert "profiler overhead" in run.stderr
 
 

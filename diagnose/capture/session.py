@@ -47,10 +47,11 @@ PROFILED_COST = 2
 FIT_SHARE = 0.8
 MIN_PROFILED = 2
 INSTRUMENTED_STEPS = 2  # the first steps, slowed by measuring memory (the first) and counting FLOPs (the second)
-# Steps timed without the profiler before it starts: a quarter of the profiled steps (UnprofiledTimer.MIN_STEPS at
-# least; whole loader bursts). Few, so that profiling starts soon after the warm-up: a script that fails or ends
-# early may end before it.
-TIMED_SHARE = 4
+# Steps timed without the profiler before it starts: as many as are profiled (UnprofiledTimer.MIN_STEPS at least;
+# whole loader bursts). A quarter once: 5 steps of a 20 ms step moved 21% between two runs of one script, and
+# compare's verdicts rest on this window; cut in blocks it also measures how far the run's own step time moves.
+# A script that ends inside it runs again with the steps that fit.
+TIMED_SHARE = 1
 
 
 def typical_step_s(boundaries_s: list[float]) -> float:
@@ -466,6 +467,7 @@ class UnprofiledTimer:
         self.rewarm_left = rewarm_steps + backlog
         self.start: Optional[float] = None
         self.steps = 0
+        self.step_ends: list[float] = []
         # epochs that end inside the window restart it: past twice its planned length the timing is given up
         self.seen, self.most = 0, 2 * (rewarm_steps + backlog + self.target)
         self._begin_when_warm()
@@ -496,10 +498,10 @@ class UnprofiledTimer:
             self._begin_when_warm()
             return None
         self.steps += 1
+        self.step_ends.append(time.perf_counter() - self.start)
         if self.steps % self.burst or (self.steps < self.target and not self._over_budget()):
             return None
-        synced = sync_device()
-        return UnprofiledWindow(self.steps, time.perf_counter() - self.start, synced)
+        return self._window(self.steps)
 
     def epoch_started(self) -> Optional[UnprofiledWindow]:
         """The epoch ended inside the window: the steps so far are the window when there are enough whole bursts
@@ -507,15 +509,23 @@ class UnprofiledTimer:
         (and the new workers' backlog)."""
         steps = self.steps + 1
         if self.start is not None and steps >= self.MIN_STEPS and steps % self.burst == 0:
-            synced = sync_device()
-            return UnprofiledWindow(steps, time.perf_counter() - self.start, synced)
+            self.step_ends.append(time.perf_counter() - self.start)
+            return self._window(steps)
         self.start, self.steps, self.rewarm_left = None, 0, self.REWARM_STEPS + self.backlog
         return None
+
+    def _window(self, steps: int) -> UnprofiledWindow:
+        synced = sync_device()
+        seconds = time.perf_counter() - self.start
+        # the last step's end as the synchronised clock saw it: queued device work counts in the last block
+        ends = (*self.step_ends[:steps - 1], seconds)
+        return UnprofiledWindow(steps, seconds, synced, ends, self.burst)
 
     def _begin_when_warm(self) -> None:
         if self.rewarm_left <= 0:
             sync_device()
             self.start = time.perf_counter()
+            self.step_ends = []
 
     def _over_budget(self) -> bool:
         return (self.budget_s is not None and self.steps >= self.least

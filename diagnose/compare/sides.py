@@ -10,7 +10,7 @@ from typing import Optional
 from diagnose.analysis.sources import analyze_traces, find_traces, load_run_capture, trace_paths
 from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
-from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig
+from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig, UnprofiledWindow
 from diagnose.rules import Rule, findings_for
 from diagnose.runfolder import RunFolder, has_own_config
 from diagnose.serial import read_json
@@ -64,9 +64,11 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
                                                                                          len(analysis.steps))
     _require_time(min(step_s, profiled), run_dir, label)
     noise = _baseline_noise(run_dir)
+    blocks = block_noise(window) if window else None
     side = CompareSide(str(run_dir), "run", capture.script if capture else "", step_s, basis, steps,
                        _step_cv(analysis), profiled, _environment(capture, analysis, profile),
-                       noise[0] if noise else None, noise[1] if noise else 0)
+                       noise[0] if noise else None, noise[1] if noise else 0,
+                       blocks[0] if blocks else None, blocks[1] if blocks else 0)
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile, capture)
 
 
@@ -107,6 +109,30 @@ def _step_cv(analysis: Analysis) -> float:
         return 0.0
     mean = sum(durations) / len(durations)
     return math.sqrt(sum((d - mean) ** 2 for d in durations) / (len(durations) - 1)) / mean if mean > 0 else 0.0
+
+
+MIN_BLOCKS = 3  # fewer blocks give no spread worth the name
+MAX_BLOCKS = 4
+
+
+def block_noise(window: UnprofiledWindow) -> Optional[tuple[float, int]]:
+    """The timed window cut into up to MAX_BLOCKS blocks of whole bursts: the spread (sample std) of the log of
+    each block's seconds per step, and how many blocks. A block is a shorter window than the whole, so its spread
+    is more than the window's mean has from step to step: it stands, conservatively, for how far the same script's
+    step time moves from one run to the next, which no single window can see."""
+    ends = window.step_ends_s
+    bursts = len(ends) // max(window.burst, 1)
+    count = min(MAX_BLOCKS, bursts)
+    if count < MIN_BLOCKS or len(ends) != window.steps:
+        return None
+    cuts = [0, *(round(bursts * i / count) * window.burst for i in range(1, count + 1))]
+    marks = [0.0, *ends]
+    logs = [math.log((marks[hi] - marks[lo]) / (hi - lo)) for lo, hi in zip(cuts, cuts[1:])
+            if hi > lo and marks[hi] > marks[lo]]
+    if len(logs) < MIN_BLOCKS:
+        return None
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)), len(logs)
 
 
 def _baseline_noise(run_dir: Path) -> Optional[tuple[float, int]]:

@@ -44,8 +44,10 @@ def basis_sentence(c: Comparison) -> str:
     what = ("step times timed without the profiler, before each run's profiled window" if step.basis == "unprofiled"
             else "profiled step times (the profiler slows steps; both sides alike)")
     noise = {"measured": f"measured {step.run_noise_sd:.1%} by the runs' repeated baseline runs",
+             "blocks": f"measured {step.run_noise_sd:.1%} between blocks of the runs' timed windows",
              "stated": f"{step.run_noise_sd:.1%} as stated by --run-noise",
-             "assumed": f"assumed {step.run_noise_sd:.0%}: no repeated runs measured it"}[step.run_noise_source]
+             "assumed": f"{step.run_noise_sd:.0%}, the default measured on real runs (benchmarks/run_noise.py): "
+                        f"neither run measured its own"}[step.run_noise_source]
     return (f"Compared: {what}. A and B are separate processes, possibly hours apart: the interval counts each "
             f"side's spread between steps and a run-to-run variation per run ({noise}).")
 
@@ -55,8 +57,10 @@ def gate_sentence(gate: Optional[GateResult]) -> str:
         return ""
     low = gate.slowdown_low_pct
     beyond = f"at least {low:.1f}% slower" if low > 0 else "not slower beyond the noise"
-    reach = (f"With this noise, B fails once it measures more than {gate.fails_above_pct:.0f}% slower; repeated "
-             "runs (experiments) or --run-noise from your own machine narrow that.")
+    reach = (f"With this noise ({gate.run_noise_sd:.1%} per run), B fails once it measures more than "
+             f"{gate.fails_above_pct:.0f}% slower; to fail a run at twice the {gate.allowed_slowdown_pct:g}% allowed, "
+             f"the runs must vary by under {gate.needs_run_noise_sd:.1%} per run (more steps timed: --steps; repeated "
+             f"runs: the experiments; or --run-noise measured on a quiet runner).")
     if gate.failed:
         return f"Gate failed: B is {beyond}, more than the {gate.allowed_slowdown_pct:g}% allowed. {reach}"
     return f"Gate passed: B is {beyond} (allowed: {gate.allowed_slowdown_pct:g}% slower). {reach}"
