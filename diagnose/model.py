@@ -579,6 +579,22 @@ class Finding:
     fix_code: str
     optimizations: tuple[str, ...]
     docs: str = ""
+    # what the fix gives if it removes the cost: 1 / (1 - cost_fraction), the step at most that much faster (None for
+    # a finding whose cost only ranks it: a memory risk, a cost no measurement gives); cost_basis: what bounded it
+    predicted_speedup: Optional[float] = None
+    cost_basis: str = ""
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    """A finding's predicted speedup beside what its best experiment measured (diagnosis.json `predictions`)."""
+    rule: str
+    predicted_speedup: float  # the finding's bound, at the change the experiment made where that is known
+    experiment: str  # optimization(setting) that measured it; "" when none of the finding's fixes reached a verdict
+    measured_speedup: Optional[float] = None
+    measured_ci: Optional[tuple[float, float]] = None
+    verdict: str = "unmeasured"  # agrees | over-predicted | under-predicted (off by more than 2x) | unmeasured
+    ratio: Optional[float] = None  # predicted / measured
 
 
 @dataclass(frozen=True)
@@ -801,3 +817,6 @@ class Diagnosis:
     speed_of_light: Optional[SpeedOfLight] = None  # FLOPs per step, MFU, the speed-of-light step time
     startup_s: Optional[float] = None  # the script's start to its first step (startup.seconds)
     startup: Optional[Startup] = None  # the time before the first step and what it went to
+    # each finding's predicted speedup beside what its best experiment measured; how many were off by over 2x
+    predictions: tuple[PredictionCheck, ...] = ()
+    predictions_off: int = 0

@@ -21,10 +21,16 @@ from diagnose.model import CATEGORIES, Analysis, Finding, FrameworkSite, stated_
 from diagnose.resources import bundled
 
 SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for input-bound runs
+# A step at this share of its dtype's peak or more computes as well-tuned training does (published MFU of large
+# runs: 33-58%): what remains is worth fixing, but it is not what holds training back, so no finding is high.
+WELL_TUNED_MFU = 0.40
+PREDICTS = ("speedup", "rank")  # what a rule's cost is: a share of step time a fix removes, or only a rank
+CEILINGS = {"mfu": "its dtype's peak", "mfu_best_dtype": "the fastest dtype's peak"}
+MOST_PREDICTED = 100.0  # a cost of the whole step: the bound says "up to 100x", not infinity
 LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
-                 "explanation")
+                 "explanation", "predicts", "ceiling")
 TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "optimizer_location", "syncs",
                    "step_s"}
 
@@ -61,6 +67,8 @@ class Rule:
     cases: tuple[RuleCase, ...]
     explanation: str
     priority: int = 0  # breaks ties in cost: the more specific diagnosis first
+    predicts: str = "speedup"  # speedup: the cost is step time the fix removes; rank: it only ranks the finding
+    ceiling: str = "mfu"  # the speed-of-light metric that bounds the cost: mfu, or mfu_best_dtype for dtype changes
 
     def fires(self, metrics: dict) -> bool:
         return bool(self.condition.evaluate(metrics))
@@ -100,6 +108,10 @@ def load_rule(path: Path, *, optimization_ids: Collection[str], check_templates:
         raise RuleError(f"rule file {path}: unknown optimization id(s) {', '.join(unknown_opts)}")
     if data.get("location") not in (None, *LOCATION_KEYS):
         raise RuleError(f"rule file {path}: location must be one of {', '.join(LOCATION_KEYS)}")
+    if data.get("predicts", "speedup") not in PREDICTS:
+        raise RuleError(f"rule file {path}: predicts must be one of {', '.join(PREDICTS)}")
+    if data.get("ceiling", "mfu") not in CEILINGS:
+        raise RuleError(f"rule file {path}: ceiling must be one of {', '.join(CEILINGS)}")
     return Rule(
         id=data["id"], category=data["category"], title=data["title"], condition=condition, cost=cost,
         evidence=_template(path, "evidence", data["evidence"], check_templates), fix=data["fix"].strip(),
@@ -107,6 +119,7 @@ def load_rule(path: Path, *, optimization_ids: Collection[str], check_templates:
         optimizations=tuple(data.get("optimizations", [])), location=data.get("location"),
         docs=data.get("docs", ""), path=path, cases=_cases(path, data.get("tests", [])),
         explanation=data.get("explanation", "").strip(), priority=data.get("priority", 0),
+        predicts=data.get("predicts", "speedup"), ceiling=data.get("ceiling", "mfu"),
     )
 
 
@@ -239,15 +252,44 @@ def _host_top_code(analysis: Analysis) -> str:
     return next((h.code for h in analysis.host_lines if not h.in_torch and h.location == host_top), "")
 
 
-def _finding(rule: Rule, metrics: dict, context: dict, framework: Optional[FrameworkSite] = None) -> Finding:
+def predicted_cost(rule: Rule, metrics: dict) -> tuple[float, str, str]:
+    """The rule's cost, no more than the speed of light leaves, its severity, and what bounded either. A step at
+    49% of its peak cannot lose 90% of its time to anything that keeps its FLOPs and dtype: at most 51%."""
     cost = rule.cost_of(metrics)
+    if rule.predicts != "speedup":
+        return cost, severity_for(cost), ""
+    reached = metrics.get(rule.ceiling)
+    basis = ""
+    if reached is not None and reached >= 1:  # past the peak: the peak was measured low (a busy machine), no bound
+        reached = None
+    if reached is not None and cost > 1 - reached:
+        cost = max(0.0, 1 - reached)
+        basis = (f"at most {cost:.0%} of the step: it already reaches {reached:.0%} of {CEILINGS[rule.ceiling]} "
+                 f"(rule estimate {rule.cost_of(metrics):.0%})")
+    severity = severity_for(cost)
+    mfu = metrics.get("mfu")
+    if severity == "high" and rule.ceiling == "mfu" and mfu is not None and mfu >= WELL_TUNED_MFU:
+        severity = "medium"
+        basis = "; ".join(filter(None, [basis, f"medium, not high: the step reaches {mfu:.0%} of its dtype's peak, as "
+                                               f"well-tuned training does"]))
+    return cost, severity, basis
+
+
+def speedup_bound(cost: float) -> float:
+    """What removing `cost` of the step gives at most: 1 / (1 - cost)."""
+    return min(MOST_PREDICTED, 1 / max(1 - cost, 1 / MOST_PREDICTED))
+
+
+def _finding(rule: Rule, metrics: dict, context: dict, framework: Optional[FrameworkSite] = None) -> Finding:
+    cost, severity, basis = predicted_cost(rule, metrics)
     location = context["locations"].get(rule.location) if rule.location else None
     fix_code = rule.fix_code.render(context).strip() if rule.fix_code else ""
     location, fix_code = _in_framework_terms(rule, location, fix_code, metrics, framework)
     return Finding(
-        rule=rule.id, category=rule.category, severity=severity_for(cost), cost_fraction=cost, title=rule.title,
+        rule=rule.id, category=rule.category, severity=severity, cost_fraction=cost, title=rule.title,
         message=" ".join(rule.evidence.render(context).split()),
         location=location, fix=rule.fix, fix_code=fix_code, optimizations=rule.optimizations, docs=rule.docs,
+        predicted_speedup=speedup_bound(cost) if rule.predicts == "speedup" else None, cost_basis=basis,
     )
 
 

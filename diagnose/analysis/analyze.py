@@ -18,6 +18,7 @@ from diagnose.analysis.breakdown import (
     step_stats,
     step_windows,
 )
+from diagnose.analysis.fixed_cost import fixed_cost_metrics, with_loader_fixed
 from diagnose.analysis.flops import trace_flops
 from diagnose.analysis.frames import innermost_segments
 from diagnose.analysis.host_lines import attribute_host_lines, lines_from_frames
@@ -80,6 +81,9 @@ def analyze(inputs: Inputs) -> Analysis:
     if not metrics["has_gpu"] and steps_us > 0:  # on the host the CPU runs the elementwise ops itself
         elementwise_us = op_stats.elementwise_op_self_us(steady.cpu_ops, self_t, optimizer_intervals(steady))
         metrics["elementwise_frac"] = elementwise_us / steps_us
+    metrics.update(fixed_cost_metrics(trace, steady, top, buckets["host_overhead"],
+                                      iv.intersect(optimizer_intervals(steady), iv.union(windows)), steps_us))
+    metrics["fixed_step_frac"] = with_loader_fixed(metrics, stats["mean"])
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))

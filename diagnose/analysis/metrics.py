@@ -127,6 +127,17 @@ METRICS: dict[str, str] = {
     "op_mean_us": "mean duration of a top-level CPU torch op, microseconds (small = dispatch-bound)",
     "host_top_line_frac": "share of step time in the single line of the user's own code with the most host overhead",
     "host_user_frac": "share of step time in host work of the user's own code (logging, I/O, sleeps, Python loops)",
+    "optimizer_frac": "share of step time inside optimizer.step() and zero_grad() (host-run steps; on a GPU see "
+                      "optimizer_host_frac)",
+    "op_fixed_us": "the fixed cost of an op that does almost no work, microseconds: the cheapest tenth of the "
+                   "top-level ops without nested ops (host-run steps)",
+    "op_overhead_frac": "share of step time in the fixed cost of the ops outside the optimizer and data loading: "
+                        "op_fixed_us for each op a top-level op runs, never more than it took (host-run steps)",
+    "fixed_step_frac": "share of step time that does not grow with the batch: the optimizer's update, the host's work "
+                       "outside ops and data loading, every other op's fixed cost (op_fixed_us per op it runs), a "
+                       "main-process DataLoader's per-batch cost, and the profiler's own per-op cost (of the step "
+                       "timed without the profiler where it was); a k times larger batch gives at most "
+                       "1 / (fixed_step_frac / k + 1 - fixed_step_frac) the samples/s (host-run steps)",
     "host_framework_frac": "share of step time in torch's own Python outside ops (optimizer loops, hooks)",
     "syncs_per_step": "host-device synchronisations per step (cuda*Synchronize, .item() on GPU tensors)",
     "item_calls_per_step": "aten::item / .item() calls per step",

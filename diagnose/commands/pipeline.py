@@ -29,7 +29,12 @@ def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...])
 
 def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
                     experiments: ExperimentResults) -> Diagnosis:
+    from diagnose.experiments.predictions import check_predictions, count_off
+
     empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0, "unprofiled": None}
+    metrics = analysis.metrics if analysis else {}
+    predictions = check_predictions(tuple(findings), experiments.experiments, metrics.get("loader_batch_size"),
+                                    metrics.get("fixed_step_frac"))
     return Diagnosis(
         schema=1,
         script=script,
@@ -39,7 +44,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         findings=tuple(findings),
         experiments=experiments.experiments,
         status=capture.status if capture else (Status.ANALYZED if analysis is not None else Status.NO_CAPTURE),
-        metrics=analysis.metrics if analysis else {},
+        metrics=metrics,
         headline=experiments.headline,
         ranks=analysis.ranks if analysis else (),
         experiments_interrupted=experiments.interrupted,
@@ -51,6 +56,8 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         speed_of_light=analysis.speed_of_light if analysis else None,
         startup_s=capture.startup.seconds if capture and capture.startup else None,
         startup=capture.startup if capture else None,
+        predictions=predictions,
+        predictions_off=count_off(predictions),
     )
 
 

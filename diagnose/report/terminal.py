@@ -18,6 +18,8 @@ from diagnose.report.wording import (
     batch_search_sentence,
     headline_sentence,
     memory_sentence,
+    prediction_text,
+    predictions_sentence,
     result_text,
     speed_sentence,
     startup_sentence,
@@ -54,6 +56,14 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
                       f"[dim]({CATEGORY_NAMES[f.category]})[/]", highlight=False, soft_wrap=True)
         if f.location:
             console.print(f"               at {f.location}", highlight=False, soft_wrap=True, markup=False)
+        check = next((c for c in diagnosis.predictions if c.rule == f.rule), None)
+        prediction = prediction_text(f, check)
+        if prediction:
+            style = "yellow" if check is not None and check.verdict.endswith("-predicted") else "dim"
+            console.print(f"               {prediction}", style=style, highlight=False, soft_wrap=True, markup=False)
+    checked = predictions_sentence(diagnosis)
+    if checked:
+        console.print(f"  {checked}", style="dim", highlight=False, soft_wrap=True, markup=False)
     if report:
         console.print(f"Report:  {report}", soft_wrap=True, markup=False)
     folder = RunFolder(run_dir)

@@ -30,6 +30,8 @@ from diagnose.report.wording import (
     fed_data_sentence,
     headline_sentence,
     memory_sentence,
+    prediction_text,
+    predictions_sentence,
     recovery_sentence,
     result_text,
     setting_text,
@@ -57,6 +59,8 @@ class FindingView:
     category_name: str
     snippet: Optional[Snippet]
     measured: str = ""  # the best verified setting among the finding's optimizations, when experiments ran
+    prediction: str = ""  # the finding's predicted speedup, beside what its experiment measured
+    prediction_off: bool = False  # off by more than 2x either way
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class ReportView:
     memory: str = ""  # the peak, where in the step, what it is made of
     speed: str = ""  # FLOPs per step against the device's peak
     step_time: Optional[StepTimeView] = None
+    predictions: str = ""  # how many findings' predictions their experiments held within 2x
 
 
 def snippet(location: Optional[str]) -> Optional[Snippet]:
@@ -165,8 +170,8 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         diagnosis=diagnosis,
         capture=capture,
         analysis=analysis,
-        findings=tuple(FindingView(f, CATEGORY_NAMES[f.category], snippet(f.location), _measured(f, experiments))
-                       for f in diagnosis.findings),
+        findings=tuple(_finding_view(f, diagnosis, experiments) for f in diagnosis.findings),
+        predictions=predictions_sentence(diagnosis),
         trace_files=trace_files if trace_files is not None else
         tuple(str(p) for p in sorted(tb.glob("*.json*"))),
         tensorboard_dir=tensorboard_dir or (str(tb) if tb.is_dir() else ""),
@@ -226,6 +231,13 @@ def _experiment_view(e: Experiment) -> ExperimentView:
 
 def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value >= 0.1 else fmt_ms(value)  # a fast first step reads better in ms
+
+
+def _finding_view(finding: Finding, diagnosis: Diagnosis, experiments: tuple[ExperimentView, ...]) -> FindingView:
+    check = next((c for c in diagnosis.predictions if c.rule == finding.rule), None)
+    return FindingView(finding, CATEGORY_NAMES[finding.category], snippet(finding.location),
+                       _measured(finding, experiments), prediction_text(finding, check),
+                       check is not None and check.verdict.endswith("-predicted"))
 
 
 def _measured(finding: Finding, experiments: tuple[ExperimentView, ...]) -> str:

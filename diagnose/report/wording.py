@@ -332,3 +332,30 @@ def fed_data_sentence(experiments) -> str:
     return ("Each timed run recorded a fingerprint of every sample it fed (hashed on the training thread, "
             f"{costs[len(costs) // 2] * 1e6:.0f} us per step); a setting that fed other samples than the baseline "
             "is flagged, not counted as a speedup.")
+
+
+PREDICTION_WORDS = {"over-predicted": "the finding over-predicted it by more than 2x",
+                    "under-predicted": "the finding under-predicted it by more than 2x"}
+
+
+def prediction_text(finding, check) -> str:
+    """'predicted 1.45x at batch_size(batch_size=4096), measured 1.42x [1.38-1.46]': the finding's bound beside its
+    best experiment; 'fix predicted: up to 1.68x' before (or without) one."""
+    if finding.predicted_speedup is None:
+        return ""
+    if check is None or check.measured_speedup is None:
+        return f"predicted: up to {speedup_text(finding.predicted_speedup, None)} if its fix removed the cost"
+    measured = speedup_text(check.measured_speedup, check.measured_ci)
+    off = f": {PREDICTION_WORDS[check.verdict]}" if check.verdict in PREDICTION_WORDS else ""
+    return (f"predicted {speedup_text(check.predicted_speedup, None)} at {check.experiment}, "
+            f"measured {measured}{off}")
+
+
+def predictions_sentence(diagnosis) -> str:
+    """'2 of 3 predictions checked by experiments held within 2x; 1 was off by more.'"""
+    checked = [c for c in diagnosis.predictions if c.measured_speedup is not None]
+    if not checked:
+        return ""
+    held = len(checked) - diagnosis.predictions_off
+    off = f"; {diagnosis.predictions_off} off by more" if diagnosis.predictions_off else ""
+    return f"Predictions: {held} of {len(checked)} checked by an experiment held within 2x{off}."
