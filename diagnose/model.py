@@ -593,8 +593,10 @@ class PredictionCheck:
     experiment: str  # optimization(setting) that measured it; "" when none of the finding's fixes reached a verdict
     measured_speedup: Optional[float] = None
     measured_ci: Optional[tuple[float, float]] = None
-    verdict: str = "unmeasured"  # agrees | over-predicted | under-predicted (off by more than 2x) | unmeasured
+    # agrees | over-predicted | under-predicted (the measurement's whole interval more than 2x off) | unmeasured
+    verdict: str = "unmeasured"
     ratio: Optional[float] = None  # predicted / measured
+    basis: str = ""  # what the prediction at that change rests on, where it is not the finding's own cost
 
 
 @dataclass(frozen=True)
@@ -732,9 +734,12 @@ class StepChange:
     ci: tuple[float, float]
     verdict: str  # faster | slower | no-change (B against A)
     basis: str  # unprofiled | profiled (both sides measured alike)
-    run_noise_sd: float  # run-to-run spread assumed per run (log scale)
-    run_noise_source: str  # measured (repeated baseline runs) | blocks (the timed windows' blocks) | assumed | stated
+    run_noise_sd: float  # run-to-run spread per run (log scale; the two runs' root mean square)
+    # the larger run's source: measured (repeated baseline runs) | blocks (the timed window's blocks) | floor (blocks
+    # under the least assumed between runs) | stated (--run-noise) | assumed (the documented default)
+    run_noise_source: str
     confidence: float = 0.99
+    t: float = 2.58  # the quantile the interval used (Student's t at its degrees of freedom)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,11 @@ and backward, data wait stays well under 5% of the step (1.6% measured; with
 1024 hidden units it was 5.8%, on the rule's edge), and there is no blocking
 host work in the loop. The profiler should find no bottleneck beyond "the
 model's own compute".
+
+The optimizer is built with fused=True: AdamW's default loop over its
+parameters (9.5M of them) took 42-45% of this step on a 2-core CPU, and
+fused=True cut that to 12-15%, 1.6-1.9x the step. Without it diagnose says
+so (utilization.dispatch-bound, the optimizer's update).
 """
 import argparse
 
@@ -52,7 +57,7 @@ def main():
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
 
     model = MLP()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)
     loss_fn = nn.CrossEntropyLoss()
 
     step = 0

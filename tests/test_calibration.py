@@ -1,6 +1,6 @@
 """Calibration: each finding's predicted speedup against what its experiment measured, on real runs of the bundled
 samples and test scripts (benchmarks/calibration.py makes the same table for benchmarks/README.md). No finding may
-predict more than twice what its fix measured, nor under half of it."""
+predict more than twice what its fix measured, nor under half of it, beyond the measurement's 99% interval."""
 from __future__ import annotations
 
 import sys
@@ -26,7 +26,8 @@ def test_every_prediction_is_within_2x_of_what_its_experiment_measured(tmp_path)
     print(markdown(rows))
     measured = [r for r in rows if r.measured is not None]
     assert len(measured) >= 3, markdown(rows)  # the samples' main findings all reach a verdict
-    off = [r for r in measured if not 0.5 <= r.ratio <= 2.0]
+    # off: the measurement's whole 99% interval more than 2x from the prediction, either way
+    off = [r for r in measured if r.verdict in ("over-predicted", "under-predicted")]
     assert not off, markdown(rows)
     mlp = [r for r in rows if r.script.endswith("calibration_mlp.py")]
     assert not [r for r in mlp if r.severity == "high"], markdown(rows)  # a compute-bound step is no emergency

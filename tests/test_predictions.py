@@ -127,18 +127,24 @@ def _side(step_s: float, block_sd=None, blocks: int = 0) -> CompareSide:
                        step_cv=0.05, profiled_step_s=step_s, block_noise_sd=block_sd, blocks=blocks)
 
 
-def test_the_run_to_run_spread_is_the_largest_measured_or_stated_else_the_documented_default():
+def test_each_runs_spread_is_what_it_measured_or_stated_else_the_documented_default():
     assumed = step_change(_side(0.020), _side(0.020))
     assert assumed.run_noise_source == "assumed" and assumed.run_noise_sd == RUN_NOISE_DEFAULT_SD
     blocks = step_change(_side(0.020, 0.08, 4), _side(0.020, 0.04, 4))
-    assert blocks.run_noise_source == "blocks" and blocks.run_noise_sd == pytest.approx(0.08)
-    stated = step_change(_side(0.020, 0.08, 4), _side(0.020, 0.04, 4), stated_noise_sd=0.01)
-    assert stated.run_noise_source == "blocks" and stated.run_noise_sd == pytest.approx(0.08)  # the runs moved more
+    assert blocks.run_noise_source == "blocks"
+    assert blocks.run_noise_sd == pytest.approx(math.sqrt((0.08 ** 2 + 0.04 ** 2) / 2))
+    # a stated spread counts for each run unless that run measured more
+    stated = step_change(_side(0.020, 0.08, 4), _side(0.020, 0.001, 4), stated_noise_sd=0.01)
+    assert stated.run_noise_sd == pytest.approx(math.sqrt((0.08 ** 2 + 0.01 ** 2) / 2))
     quiet = step_change(_side(0.020, 0.001, 4), _side(0.020, 0.002, 4))
-    assert quiet.run_noise_sd == RUN_NOISE_FLOOR_SD
+    assert quiet.run_noise_source == "floor" and quiet.run_noise_sd == pytest.approx(RUN_NOISE_FLOOR_SD)
+    # an old run folder (no blocks) against a new one: the old run's spread is the default, not the new run's
+    mixed = step_change(_side(0.020), _side(0.020, 0.04, 4))
+    assert mixed.run_noise_sd == pytest.approx(math.sqrt((RUN_NOISE_DEFAULT_SD ** 2 + 0.04 ** 2) / 2))
     # what a gate at 5% needs: a run twice as slow as allowed must fail it
-    result = gate(step_change(_side(0.020, 0.08, 4), _side(0.022, 0.08, 4)), 5)
-    assert result.needs_run_noise_sd == pytest.approx(math.log(1.05) / (2.58 * math.sqrt(2)))
+    step = step_change(_side(0.020, 0.08, 4), _side(0.022, 0.08, 4))
+    result = gate(step, 5)
+    assert step.t > 2.58 and result.needs_run_noise_sd == pytest.approx(math.log(1.05) / (step.t * math.sqrt(2)))
     assert result.run_noise_sd == pytest.approx(0.08) and not result.failed
 
 

@@ -119,7 +119,10 @@ def block_noise(window: UnprofiledWindow) -> Optional[tuple[float, int]]:
     """The timed window cut into up to MAX_BLOCKS blocks of whole bursts: the spread (sample std) of the log of
     each block's seconds per step, and how many blocks. A block is a shorter window than the whole, so its spread
     is more than the window's mean has from step to step: it stands, conservatively, for how far the same script's
-    step time moves from one run to the next, which no single window can see."""
+    step time moves from one run to the next, which no single window can see. None on a GPU: the device is
+    synchronised at the window's edges only, so inside it the host's clock times how fast it queues work."""
+    if window.device_synced:
+        return None
     ends = window.step_ends_s
     bursts = len(ends) // max(window.burst, 1)
     count = min(MAX_BLOCKS, bursts)

@@ -13,10 +13,14 @@ AMORTISED_BY_BATCH = "batch_size"  # a larger batch spreads a finding's cost ove
 
 
 def check_predictions(findings: tuple[Finding, ...], experiments: tuple[Experiment, ...],
-                      batch_size: Optional[float], fixed_share: Optional[float] = None) -> tuple[PredictionCheck, ...]:
+                      batch_size: Optional[float], fixed_share: Optional[float] = None,
+                      mfu: Optional[float] = None) -> tuple[PredictionCheck, ...]:
     """`batch_size`: the training loader's batch, to predict a batch_size experiment at the factor it tried;
     `fixed_share`: the step's measured share that does not grow with the batch (fixed_step_frac), which a larger
-    batch spreads whichever finding recommended it (a loader's per-batch cost, the optimizer's update)."""
+    batch spreads whichever finding recommended it (a loader's per-batch cost, the optimizer's update), no more
+    than the speed of light leaves (1 - `mfu`)."""
+    if fixed_share is not None and mfu is not None and 0 < mfu < 1:
+        fixed_share = min(fixed_share, 1 - mfu)
     return tuple(_check(f, experiments, batch_size, fixed_share) for f in findings if f.predicted_speedup is not None)
 
 
@@ -28,10 +32,23 @@ def _check(finding: Finding, experiments: tuple[Experiment, ...], batch_size: Op
         return PredictionCheck(rule=finding.rule, predicted_speedup=finding.predicted_speedup, experiment="")
     best = max(tried, key=lambda e: e.speedup)
     predicted = predicted_for(finding, best, batch_size, fixed_share)
-    ratio = predicted / best.speedup
-    verdict = "over-predicted" if ratio > OFF_BY else "under-predicted" if ratio < 1 / OFF_BY else "agrees"
+    basis = ""
+    if batch_factor(best, batch_size) is not None and fixed_share is not None:
+        basis = (f"the step's fixed share, {fixed_share:.0%}, over {batch_factor(best, batch_size):g}x the samples")
     return PredictionCheck(rule=finding.rule, predicted_speedup=predicted, experiment=_label(best),
-                           measured_speedup=best.speedup, measured_ci=best.ci, verdict=verdict, ratio=ratio)
+                           measured_speedup=best.speedup, measured_ci=best.ci, verdict=judge(predicted, best),
+                           ratio=predicted / best.speedup, basis=basis)
+
+
+def judge(predicted: float, measured: Experiment) -> str:
+    """Off by more than OFF_BY only where the measurement's interval says so: its whole interval under half the
+    prediction, or over twice it (the point alone where it has no interval)."""
+    low, high = measured.ci if measured.ci else (measured.speedup, measured.speedup)
+    if predicted / OFF_BY > high:
+        return "over-predicted"
+    if predicted * OFF_BY < low:
+        return "under-predicted"
+    return "agrees"
 
 
 def predicted_for(finding: Finding, experiment: Experiment, batch_size: Optional[float],

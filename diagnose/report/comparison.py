@@ -10,6 +10,7 @@ from typing import Optional
 from rich.console import Console
 
 from diagnose import __version__
+from diagnose.compare.interval import RUN_NOISE_FLOOR_SD
 from diagnose.formatting import fmt_ms
 from diagnose.model import AmountChange, Comparison, GateResult, Verdict
 from diagnose.report.charts import LABELS, breakdown_pair_chart
@@ -45,6 +46,8 @@ def basis_sentence(c: Comparison) -> str:
             else "profiled step times (the profiler slows steps; both sides alike)")
     noise = {"measured": f"measured {step.run_noise_sd:.1%} by the runs' repeated baseline runs",
              "blocks": f"measured {step.run_noise_sd:.1%} between blocks of the runs' timed windows",
+             "floor": f"{step.run_noise_sd:.1%}: the blocks of the runs' timed windows measured less, and what moves "
+                      f"a whole run does not all show inside one, so never under 3%",
              "stated": f"{step.run_noise_sd:.1%} as stated by --run-noise",
              "assumed": f"{step.run_noise_sd:.0%}, the default measured on real runs (benchmarks/run_noise.py): "
                         f"neither run measured its own"}[step.run_noise_source]
@@ -57,10 +60,12 @@ def gate_sentence(gate: Optional[GateResult]) -> str:
         return ""
     low = gate.slowdown_low_pct
     beyond = f"at least {low:.1f}% slower" if low > 0 else "not slower beyond the noise"
+    how = ("only --run-noise, measured on a quiet runner, goes under the 3% diagnose assumes at least"
+           if gate.needs_run_noise_sd < RUN_NOISE_FLOOR_SD else
+           "more steps timed (--steps), repeated runs (the experiments), or --run-noise measured on a quiet runner")
     reach = (f"With this noise ({gate.run_noise_sd:.1%} per run), B fails once it measures more than "
              f"{gate.fails_above_pct:.0f}% slower; to fail a run at twice the {gate.allowed_slowdown_pct:g}% allowed, "
-             f"the runs must vary by under {gate.needs_run_noise_sd:.1%} per run (more steps timed: --steps; repeated "
-             f"runs: the experiments; or --run-noise measured on a quiet runner).")
+             f"the runs must vary by under {gate.needs_run_noise_sd:.1%} per run: {how}.")
     if gate.failed:
         return f"Gate failed: B is {beyond}, more than the {gate.allowed_slowdown_pct:g}% allowed. {reach}"
     return f"Gate passed: B is {beyond} (allowed: {gate.allowed_slowdown_pct:g}% slower). {reach}"

@@ -334,8 +334,8 @@ def fed_data_sentence(experiments) -> str:
             "is flagged, not counted as a speedup.")
 
 
-PREDICTION_WORDS = {"over-predicted": "the finding over-predicted it by more than 2x",
-                    "under-predicted": "the finding under-predicted it by more than 2x"}
+PREDICTION_WORDS = {"over-predicted": "the finding over-predicted it: more than 2x off, beyond the interval",
+                    "under-predicted": "the finding under-predicted it: more than 2x off, beyond the interval"}
 
 
 def prediction_text(finding, check) -> str:
@@ -347,7 +347,8 @@ def prediction_text(finding, check) -> str:
         return f"predicted: up to {speedup_text(finding.predicted_speedup, None)} if its fix removed the cost"
     measured = speedup_text(check.measured_speedup, check.measured_ci)
     off = f": {PREDICTION_WORDS[check.verdict]}" if check.verdict in PREDICTION_WORDS else ""
-    return (f"predicted {speedup_text(check.predicted_speedup, None)} at {check.experiment}, "
+    basis = f" ({check.basis})" if check.basis else ""
+    return (f"predicted {speedup_text(check.predicted_speedup, None)} at {check.experiment}{basis}, "
             f"measured {measured}{off}")
 
 
