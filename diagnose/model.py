@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Optional
 
 BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
-CATEGORIES = ("data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
+CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
 SEVERITIES = ("high", "medium", "low")
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 
@@ -284,6 +284,17 @@ class UnprofiledWindow:
 
 
 @dataclass(frozen=True)
+class LossCheck:
+    """The losses passed to backward() in the diagnosed run, read back once at its end (no sync per step): whether
+    training was training. A NaN or inf loss makes every speed figure a figure of a run that learns nothing."""
+    checked: int  # losses read (every step's, warm-up included, up to a cap)
+    first_nonfinite_step: Optional[int] = None  # the step (from 0) whose loss was first NaN or inf
+    nonfinite_value: str = ""  # nan | inf | -inf
+    last_finite: Optional[float] = None  # the last finite loss before it
+    nonfinite_count: int = 0
+
+
+@dataclass(frozen=True)
 class Startup:
     """The time from the script's start to its first step, split by what the main thread was doing (sampled):
     compiling, loading weights, preparing data, importing, distributed start-up, your code, the first step."""
@@ -348,6 +359,7 @@ class Capture:
     fitted_steps: int = 0
     startup: Optional[Startup] = None  # before the first step (the profiled capture only)
     startup_limit_s: Optional[float] = None  # --startup-seconds; None: --max-seconds counted from the start
+    loss: Optional[LossCheck] = None  # the losses passed to backward(): finite or not (None: none seen)
 
 
 @dataclass(frozen=True)

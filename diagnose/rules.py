@@ -229,7 +229,18 @@ def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
     context = _context(analysis)
     fired = [(rule, _finding(rule, metrics, context, analysis.framework)) for rule in rules if rule.fires(metrics)]
     fired.sort(key=lambda pair: (pair[1].cost_fraction, pair[0].priority), reverse=True)
-    return [finding for _, finding in fired]
+    return _not_training(metrics, [finding for _, finding in fired])
+
+
+def _not_training(metrics: dict, findings: list[Finding]) -> list[Finding]:
+    """A run whose loss is NaN or inf learns nothing: its speed findings stay, saying so."""
+    if metrics.get("loss_nonfinite") != 1:
+        return findings
+    step = metrics.get("loss_nonfinite_step")
+    since = f" from step {int(step)}" if step is not None else ""
+    return [f if f.category == "training" else
+            replace(f, message=f"(The run was not training: its loss was not finite{since}.) {f.message}")
+            for f in findings]
 
 
 def _context(analysis: Analysis) -> dict:

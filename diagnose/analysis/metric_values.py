@@ -124,7 +124,17 @@ def capture_metrics(capture: Optional[Capture], samples: Optional[Samples], n: i
         "dataset_item_s": probe.item_s if probe else None,
         "dataset_item_cpu_frac": probe.item_cpu_frac if probe else None,
         **sample_metrics(samples),
+        **loss_metrics(capture.loss),
     }
+
+
+def loss_metrics(loss) -> dict:
+    """Whether the losses passed to backward() were finite (run mode; unknown without a loss)."""
+    if loss is None:
+        return {"loss_nonfinite": None, "loss_nonfinite_step": None, "loss_last_finite": None}
+    bad = loss.first_nonfinite_step is not None
+    return {"loss_nonfinite": float(bad), "loss_nonfinite_step": _num(loss.first_nonfinite_step),
+            "loss_last_finite": loss.last_finite}
 
 
 def allocator_metrics(stats: dict[str, int]) -> dict:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 METRICS: dict[str, str] = {
+    # training itself
+    "loss_nonfinite": "1 when a loss passed to backward() was NaN or inf, 0 when all were finite (run mode: every "
+                      "step's loss, read back once at the end)",
+    "loss_nonfinite_step": "the step (from 0, warm-up included) whose loss was first NaN or inf",
+    "loss_last_finite": "the last finite loss before it (None when none was)",
     # step time and breakdown
     "steps_profiled": "number of complete steps in the profiled window",
     "step_time_mean_s": "mean step wall time, seconds",

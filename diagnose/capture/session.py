@@ -29,6 +29,7 @@ from diagnose.model import (
     Environment,
     FlopCount,
     LoaderInfo,
+    LossCheck,
     MemorySizes,
     RunConfig,
     ScriptError,
@@ -52,6 +53,7 @@ INSTRUMENTED_STEPS = 2  # the first steps, slowed by measuring memory (the first
 # compare's verdicts rest on this window; cut in blocks it also measures how far the run's own step time moves.
 # A script that ends inside it runs again with the steps that fit.
 TIMED_SHARE = 1
+MAX_LOSSES = 4096  # losses kept for the finite check: a long warm-up does not grow memory without end
 
 
 def typical_step_s(boundaries_s: list[float]) -> float:
@@ -70,7 +72,8 @@ class Session(ScriptHost):
     """The diagnosis run: warm up, profile the chosen steps, stop, write capture.json and the trace."""
 
     def __init__(self, config: RunConfig, run_dir: Path, progress, trace_dir: Path, worker_name: str = "rank0"):
-        super().__init__(config, run_dir, progress, Instrumentation(self.boundary, on_epoch=self._on_epoch))
+        super().__init__(config, run_dir, progress,
+                         Instrumentation(self.boundary, on_epoch=self._on_epoch, on_loss=self._on_loss))
         self.trace_dir, self.worker_name = trace_dir, worker_name
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
@@ -97,6 +100,11 @@ class Session(ScriptHost):
         self.timed = timed_steps(self.steps)
         self.fit_note = ""
         self.fitted_steps = 0
+        self.losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) kept on its device: read back at the end
+
+    def _on_loss(self, loss: torch.Tensor) -> None:
+        if len(self.losses) < MAX_LOSSES:
+            self.losses.append((max(len(self.boundaries_s) - 1, 0), loss.detach().reshape(())))
 
     def own_dirs(self) -> list[Path]:
         return [self.run_dir, self.trace_dir]
@@ -396,6 +404,7 @@ class Session(ScriptHost):
             fitted_steps=self.fitted_steps,
             startup=self.startup,
             startup_limit_s=self.config.startup_seconds,
+            loss=loss_check(self.losses),
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.warmup,
@@ -431,6 +440,24 @@ class Session(ScriptHost):
             flops_note=self.flops_note if self.flops is None else "",
             tf32_matmuls=_tf32_matmuls(),
         )
+
+
+def loss_check(losses: list[tuple[int, torch.Tensor]]) -> Optional[LossCheck]:
+    """Whether the losses passed to backward() were finite: one read of them all at the run's end (one sync on a
+    GPU, none per step)."""
+    if not losses:
+        return None
+    try:
+        values = torch.stack([loss.float() for _, loss in losses]).cpu().tolist()
+    except Exception:  # losses on different devices, or a device gone after an error: unknown, not a failure
+        return None
+    bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
+    if not bad:
+        return LossCheck(checked=len(values))
+    first = bad[0]
+    finite = [v for v in values[:first] if math.isfinite(v)]
+    return LossCheck(checked=len(values), first_nonfinite_step=losses[first][0], nonfinite_value=str(values[first]),
+                     last_finite=finite[-1] if finite else None, nonfinite_count=len(bad))
 
 
 def _tf32_matmuls() -> bool:

@@ -2,6 +2,7 @@
 speedups. Input: the capture, analysis and findings; output: Experiment records and the Headline."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -215,7 +216,7 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     drift = _drift(baseline, arm)
     data = _data_check(baseline, arm, ctx)
     common["fidelity"] = _checked_fidelity(fidelity, data)
-    verdict, reason = comparison.verdict, _reason(comparison.verdict, arm)
+    verdict, reason = comparison.verdict, _reason(comparison.verdict, arm) + _losses_unchecked(baseline)
     # the same samples in another order give another loss per step: the data check stands in for the loss's
     warning = _fidelity_warning(fidelity, drift if data.verdict != SAME_SAMPLES else None)
     if data.verdict == DIFFERENT:
@@ -300,6 +301,14 @@ def _too_few_windows(arm: Arm, metric: str) -> str:
         return (f"the script finished its epochs after {steps} steps, before two timed windows: "
                 "give it more epochs or data to measure this setting")
     return f"too few timed windows to compare ({metric} unknown for this script?)"
+
+
+def _losses_unchecked(baseline: Arm) -> str:
+    """A baseline whose loss is NaN or inf trains nothing: its losses cannot say whether a change kept training."""
+    runs = baseline.ok_runs()
+    if runs and any(not math.isfinite(x) for x in runs[0].losses):
+        return "; losses not compared: the baseline's loss is not finite (the run is not training)"
+    return ""
 
 
 def _reason(verdict: str, arm: Arm) -> str:

@@ -116,9 +116,10 @@ def _verdict(lo: float, hi: float) -> str:
 
 def loss_drift(baseline: Sequence[float], variant: Sequence[float]) -> float | None:
     """Mean absolute difference of the per-step losses over the steps both runs made, relative to the
-    baseline's mean absolute loss (0 = identical)."""
+    baseline's mean absolute loss (0 = identical); None where the baseline's losses are not all finite (a run that
+    is not training: nothing to compare against)."""
     n = min(len(baseline), len(variant))
-    if n == 0:
+    if n == 0 or not all(math.isfinite(x) for x in baseline[:n]):
         return None
     scale = sum(abs(x) for x in baseline[:n]) / n
     diff = sum(abs(a - b) for a, b in zip(baseline[:n], variant[:n])) / n

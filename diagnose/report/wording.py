@@ -17,6 +17,7 @@ from diagnose.formatting import (
 from diagnose.model import Analysis, Capture, Diagnosis, Headline, OutOfMemory, Startup, Status, Verdict, stated_step_s
 
 CATEGORY_NAMES = {
+    "training": "training",
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
     "memory": "memory", "host-overhead": "host overhead", "communication": "communication",
 }
@@ -35,6 +36,8 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
         return f"No bottleneck found: {compute:.0%} of each step is compute in torch ops ({step})."
     top = ranked[0]
     where = f" ({top.location})" if top.location else ""
+    if top.category == "training":
+        return f"Not training{where}: {top.message}"
     rank = f" on rank {int(analysis.metrics['rank'])}" if len(analysis.ranks) > 1 else ""
     return (f"Bottleneck{rank}: {CATEGORY_NAMES[top.category]}, {top.cost_fraction:.0%} of step time. "
             f"{top.title}{where}.")

@@ -1,0 +1,34 @@
+"""A run that is not training: its loss passed to backward() goes NaN. Real `diagnose run` processes."""
+from __future__ import annotations
+
+import json
+
+from conftest import SCRIPTS, run_script
+
+FAST = ("--warmup", "3", "--steps", "6", "--experiments", "none")
+
+
+def test_a_loss_that_goes_nan_is_the_first_finding_and_the_speed_findings_say_so(tmp_path):
+    run = run_script(SCRIPTS / "diverges.py", out=tmp_path / "run", options=FAST)
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    first = d["findings"][0]
+    assert first["rule"] == "training.nonfinite-loss" and first["severity"] == "high"
+    assert first["predicted_speedup"] is None  # not a speed finding
+    step = d["metrics"]["loss_nonfinite_step"]
+    assert d["metrics"]["loss_nonfinite"] == 1 and 0 <= step < 5  # SGD at lr 10 overflows within a few steps
+    assert f"not finite from step {int(step)} on" in first["message"]
+    assert all(f["message"].startswith("(The run was not training") for f in d["findings"][1:])
+    assert "Not training: The loss passed to backward() was not finite" in " ".join(run.stderr.split())
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    assert capture["loss"]["first_nonfinite_step"] == step and capture["loss"]["checked"] >= 3 + 6 + 6
+    assert "set_detect_anomaly" in (run.run_dir / "report.html").read_text()
+
+
+def test_a_run_that_trains_has_finite_losses_and_no_such_finding(tmp_path):
+    run = run_script(SCRIPTS / "diverges.py", "--lr", "1e-5", out=tmp_path / "run", options=FAST)
+    assert run.returncode == 0, run.stderr
+    d = run.diagnosis
+    assert d["metrics"]["loss_nonfinite"] == 0 and d["metrics"]["loss_nonfinite_step"] is None
+    assert not [f for f in d["findings"] if f["category"] == "training"]
+    assert "Not training" not in run.stderr
