@@ -311,8 +311,8 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
     `diagnose rules` or the README.
 
     Exit codes: 0 done, 1 the script raised, 2 bad input, 3 no training step found, 4 slower than the baseline
-    by more than --fail-if-slower allows, 5 the script ran out of memory (diagnosed), 130 Ctrl-C, 143 stopped by
-    SIGTERM.
+    by more than --fail-if-slower allows, 5 the script ran out of memory (diagnosed), 6 a step never ended (hung:
+    where it waited is said), 130 Ctrl-C, 143 stopped by SIGTERM.
     """
     _check_script_is_not_an_option(script)
     _check_templates(templates_dir)

@@ -33,6 +33,7 @@ class Status(Word):
     COMPLETED = "completed", 0, True
     SCRIPT_FINISHED = "script_finished", 0, True  # the script ended by itself before diagnose stopped it
     TIMEOUT = "timeout", 0, True  # --max-seconds ran out before diagnose stopped the script
+    HUNG = "hung", 6, False  # a step never ended: --max-seconds found it waiting (where: capture.json's hang)
     SCRIPT_ERROR = "script_error", 1, False
     OUT_OF_MEMORY = "out_of_memory", 5, False  # the script's own out-of-memory error: diagnosed, not a crash
     NO_STEPS = "no_steps", 3, False
@@ -284,6 +285,20 @@ class UnprofiledWindow:
 
 
 @dataclass(frozen=True)
+class Hang:
+    """A step that never ended: where the main thread waited when the deadline came (capture.json `hang`)."""
+    step: int  # the step (from 0) that was open
+    open_s: float  # how long it had been open
+    typical_step_s: Optional[float]  # the steps before it (None: none had ended)
+    location: Optional[str]  # the innermost line of the user's code on the main thread's stack
+    function: str
+    code: str
+    waiting_on: str  # a lock, a queue, a collective, a DataLoader worker's batch, a sleep, I/O...
+    stack: tuple[str, ...] = ()  # the main thread's frames, outermost first: "file:line in function: code"
+    threads: tuple[str, ...] = ()  # each other thread's innermost frame
+
+
+@dataclass(frozen=True)
 class LossCheck:
     """The losses passed to backward() in the diagnosed run, read back once at its end (no sync per step): whether
     training was training. A NaN or inf loss makes every speed figure a figure of a run that learns nothing."""
@@ -360,6 +375,7 @@ class Capture:
     startup: Optional[Startup] = None  # before the first step (the profiled capture only)
     startup_limit_s: Optional[float] = None  # --startup-seconds; None: --max-seconds counted from the start
     loss: Optional[LossCheck] = None  # the losses passed to backward(): finite or not (None: none seen)
+    hang: Optional[Hang] = None  # status hung: where the step that never ended waited
 
 
 @dataclass(frozen=True)
@@ -837,3 +853,4 @@ class Diagnosis:
     # each finding's predicted speedup beside what its best experiment measured; how many were off by over 2x
     predictions: tuple[PredictionCheck, ...] = ()
     predictions_off: int = 0
+    hang: Optional[Hang] = None  # status hung: where the step that never ended waited

@@ -32,3 +32,20 @@ def test_a_run_that_trains_has_finite_losses_and_no_such_finding(tmp_path):
     assert d["metrics"]["loss_nonfinite"] == 0 and d["metrics"]["loss_nonfinite_step"] is None
     assert not [f for f in d["findings"] if f["category"] == "training"]
     assert "Not training" not in run.stderr
+
+
+def test_a_step_that_never_ends_is_diagnosed_as_hung_where_it_waits(tmp_path):
+    run = run_script(SCRIPTS / "deadlocks.py", out=tmp_path / "run",
+                     options=("--experiments", "none", "--max-seconds", "8"))
+    assert run.returncode == 6, run.stderr
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    hang = capture["hang"]
+    assert capture["status"] == "hung" and run.diagnosis["status"] == "hung"
+    assert hang["location"].endswith("deadlocks.py:11") and hang["function"] == "wait_for_the_others"
+    assert hang["waiting_on"].startswith("a lock") and hang["open_s"] >= 5
+    assert hang["stack"][-1].split(" in ")[0].endswith("deadlocks.py:11")
+    said = " ".join(run.stderr.split())
+    assert f"Hung: after {capture['steps_seen']} steps" in said and "waiting on a lock" in said
+    assert "--max-seconds" not in said  # no longer limit can help a step that waits for ever
+    assert "deadlocks.py:26 in <module>: wait_for_the_others(lock)" in run.stderr  # its stack, printed
+    assert run.diagnosis["hang"] == hang

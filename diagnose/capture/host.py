@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from diagnose.capture import hang
 from diagnose.capture.instrument import Instrumentation, StopCapture
 from diagnose.capture.memory import MemoryLimit, apply_memory_limit, is_out_of_memory, out_of_memory
 from diagnose.capture.sandbox import WriteSandbox, exempt_folders
@@ -44,6 +45,9 @@ class ScriptHost:
         self.memory = MemoryLimit(None, "cpu")
         self.oom: Optional[OutOfMemory] = None  # set when the script ran out of memory
         self.first_step_at: Optional[float] = None  # time.monotonic() of the first step boundary
+        # the stacks when the deadline came (main thread, then the others' innermost lines), and when it came
+        self.deadline_stacks: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None
+        self.deadline_at: Optional[float] = None
 
     def boundary(self, count: int) -> None:
         """Called by the hooks at each step boundary (main thread only)."""
@@ -117,6 +121,9 @@ class ScriptHost:
 
     def _arm_deadline(self) -> None:
         def on_deadline(signum, frame):
+            if self.script_running and self.deadline_stacks is None:
+                self.deadline_at = time.monotonic()
+                self.deadline_stacks = hang.snapshot(frame)  # where the script was: a step that never ends waits here
             self.on_stop_signal(Status.TIMEOUT)
 
         def on_terminate(signum, frame):  # e.g. torchrun stopping the other ranks after one failed
@@ -132,6 +139,7 @@ class ScriptHost:
         if previous is not None:
             previous.cancel()
         self.timer = threading.Timer(seconds, os.kill, (os.getpid(), DEADLINE_SIGNAL))
+        self.timer.name = "diagnose-deadline"
         self.timer.daemon = True
         self.timer.start()
 

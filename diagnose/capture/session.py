@@ -16,7 +16,7 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import probe
+from diagnose.capture import hang, probe
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
@@ -28,6 +28,7 @@ from diagnose.model import (
     Capture,
     Environment,
     FlopCount,
+    Hang,
     LoaderInfo,
     LossCheck,
     MemorySizes,
@@ -101,6 +102,18 @@ class Session(ScriptHost):
         self.fit_note = ""
         self.fitted_steps = 0
         self.losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) kept on its device: read back at the end
+        self.hang: Optional[Hang] = None  # a step that never ended: where it waited
+
+    def _hang(self) -> Optional[Hang]:
+        """The deadline found a step open for HANG_FACTOR typical steps (HANG_MIN_S at least): where it waited."""
+        if self.deadline_stacks is None or not self.boundaries_s or self.deadline_at is None:
+            return None
+        open_s = self.deadline_at - (self.t0 + self.boundaries_s[-1])
+        typical = typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
+        if not hang.is_hang(open_s, typical):
+            return None
+        stack, threads = self.deadline_stacks
+        return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads)
 
     def _on_loss(self, loss: torch.Tensor) -> None:
         if len(self.losses) < MAX_LOSSES:
@@ -365,6 +378,9 @@ class Session(ScriptHost):
     # -- finishing ----------------------------------------------------------------------------------
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
         last_complete = self.profiler is None
+        self.hang = self._hang() if status == Status.TIMEOUT else None
+        if self.hang is not None:
+            status = Status.HUNG
         if self.profiler is not None:
             self._stop_profiler()
         if self.step_memory is not None and self.memory_sizes is None:  # the first step did not end (out of memory?)
@@ -405,6 +421,7 @@ class Session(ScriptHost):
             startup=self.startup,
             startup_limit_s=self.config.startup_seconds,
             loss=loss_check(self.losses),
+            hang=self.hang,
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.warmup,

@@ -58,6 +58,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         startup=capture.startup if capture else None,
         predictions=predictions,
         predictions_off=count_off(predictions),
+        hang=capture.hang if capture else None,
     )
 
 

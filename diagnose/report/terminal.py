@@ -27,12 +27,18 @@ from diagnose.report.wording import (
 from diagnose.runfolder import RunFolder
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+HANG_FRAMES_SHOWN = 4  # the innermost frames of a hung main thread, in the terminal (all of them in the report)
 
 
 def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: str, run_dir: Path,
                   report: Optional[Path], redirected: int = 0, unrestored: tuple[str, ...] = ()) -> None:
     console.print()
     console.print(status, style="dim", soft_wrap=True, markup=False, highlight=False)  # errors hold [brackets]
+    if diagnosis.hang is not None:
+        for line in diagnosis.hang.stack[-HANG_FRAMES_SHOWN:]:
+            console.print(f"    {line}", style="yellow", soft_wrap=True, markup=False, highlight=False)
+        for line in diagnosis.hang.threads:
+            console.print(f"    thread {line}", style="dim", soft_wrap=True, markup=False, highlight=False)
     startup = startup_sentence(diagnosis.startup)
     if startup:
         console.print(startup, style="dim", soft_wrap=True, markup=False, highlight=False)

@@ -126,6 +126,8 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         return f"Interrupted (Ctrl-C). Results cover the {steps} step(s) measured before that."
     if capture.status == Status.STOPPED:
         return f"Stopped by a signal (SIGTERM) after {capture.steps_seen} steps; {steps} were profiled."
+    if capture.status == Status.HUNG and capture.hang is not None:
+        return hang_sentence(capture)
     if capture.status == Status.TIMEOUT:
         return (f"Stopped at the time limit after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
@@ -135,6 +137,18 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         return (f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
     return f"Capture ended with status {capture.status}."
+
+
+def hang_sentence(capture: Capture) -> str:
+    """'Hung: after 8 steps of about 0.6 ms, the next waited 11.9 s at train.py:11 in wait_for_the_others
+    (lock.acquire()), waiting on a lock. Stopped at --max-seconds 12.'"""
+    hang = capture.hang
+    typical = f" of about {fmt_ms(hang.typical_step_s)}" if hang.typical_step_s else ""
+    where = (f" at {hang.location} in {hang.function} ({hang.code.split('  #')[0].strip()})" if hang.location
+             else "")
+    return (f"Hung: after {capture.steps_seen} steps{typical}, the next waited {hang.open_s:.1f} s{where}, waiting on "
+            f"{hang.waiting_on}. Stopped at the time limit; a longer one would not help: the stack below (and in "
+            f"capture.json's hang) shows what it waits for.")
 
 
 def _no_step_sentence(capture: Capture, name: str) -> str:

@@ -1,0 +1,104 @@
+"""A step that never ends: where the script waits when the deadline comes.
+
+The deadline's signal interrupts the main thread where it waits (a lock, a queue, a sleep, a socket read: Python's
+waits return to the interpreter for signal handlers), and the handler sees its frame. Every other thread's stack
+comes from sys._current_frames() at the same moment. Whether it hung, not merely ran slow steps, is decided by the
+open step's age against the steps before it (`is_hang`)."""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+from types import FrameType
+from typing import Optional
+
+import diagnose
+from diagnose.capture.sites import is_user_file
+from diagnose.model import Hang
+
+HANG_FACTOR = 20  # an open step this many times the typical step...
+HANG_MIN_S = 5.0  # ...and at least this long has hung, not run slow
+STACK_DEPTH = 12  # frames kept of each stack, innermost last
+INNER_FRAMES = 6  # the innermost frames that say what the wait is
+DIAGNOSE_DIR = os.path.dirname(os.path.realpath(diagnose.__file__)) + os.sep
+OWN_THREADS = ("diagnose-",)  # diagnose's samplers and its deadline's timer
+
+# what a wait is, from the innermost frames' files, functions and code: (what, a test on (file, function, code))
+WAITS = (
+    ("a collective (torch.distributed): another rank has not joined it",
+     lambda f, fn, code: "torch/distributed" in f),
+    ("a DataLoader worker's batch", lambda f, fn, code: "torch/utils/data" in f and "_get_data" in fn),
+    ("a queue (queue.Queue.get/put)",
+     lambda f, fn, code: f.endswith("queue.py") or ".get(" in code and "queue" in code),
+    ("a lock (threading.Lock.acquire or `with lock:`)",
+     lambda f, fn, code: "acquire(" in code or code.startswith("with ") and "lock" in code.lower()),
+    ("a thread or event (threading wait or join)",
+     lambda f, fn, code: f.endswith("threading.py") and fn in ("wait", "join", "_wait_for_tstate_lock")),
+    ("a sleep", lambda f, fn, code: "sleep(" in code),
+    ("I/O (a socket, a pipe, a subprocess)",
+     lambda f, fn, code: f.endswith(("socket.py", "selectors.py", "subprocess.py", "ssl.py"))),
+)
+
+
+def is_hang(open_s: float, typical_step_s: Optional[float]) -> bool:
+    """The step open when the deadline came has lasted HANG_FACTOR typical steps, and HANG_MIN_S at least."""
+    if open_s < HANG_MIN_S:
+        return False
+    return typical_step_s is None or open_s >= HANG_FACTOR * typical_step_s
+
+
+def snapshot(frame: Optional[FrameType]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The main thread's stack from `frame` (the signal handler's), and each other thread's innermost lines
+    (the script's threads: not diagnose's samplers and timers)."""
+    main = threading.main_thread().ident
+    names = {t.ident: t.name for t in threading.enumerate()}
+    others = []
+    for ident, top in sys._current_frames().items():
+        if ident in (main, threading.get_ident()) or str(names.get(ident, "")).startswith(OWN_THREADS):
+            continue
+        stack = stack_lines(top)
+        others.append(f"{names.get(ident, ident)}: {stack[-1] if stack else '?'}")
+    return stack_lines(frame), tuple(others)
+
+
+def stack_lines(frame: Optional[FrameType]) -> tuple[str, ...]:
+    """'file:line in function: code' for each frame, outermost first, the last STACK_DEPTH; diagnose's own frames
+    and runpy's, which run the script, are left out."""
+    lines = []
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith((DIAGNOSE_DIR, "<frozen runpy>")):
+            frame = frame.f_back
+            continue
+        text = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}: {text}")
+        frame = frame.f_back
+    return tuple(reversed(lines[:STACK_DEPTH]))
+
+
+def describe(stack: tuple[str, ...], step: int, open_s: float, typical_step_s: Optional[float],
+             threads: tuple[str, ...]) -> Hang:
+    """The hang as capture.json keeps it: the user's innermost line, its function, and what it waits on."""
+    frames = [_parse(line) for line in stack]
+    user = next((f for f in reversed(frames) if is_user_file(f[0])), None)
+    return Hang(step=step, open_s=open_s, typical_step_s=typical_step_s,
+                location=f"{user[0]}:{user[1]}" if user else None, function=user[2] if user else "",
+                code=user[3] if user else "", waiting_on=waiting_on(frames), stack=stack, threads=threads)
+
+
+def waiting_on(frames: list[tuple[str, int, str, str]]) -> str:
+    """What the innermost frames (outside diagnose) wait on: the first of WAITS, in its order, that one of them
+    fits (a DataLoader's wait is a socket's select deeper down: the DataLoader names it)."""
+    inner = [f for f in frames if not f[0].startswith(DIAGNOSE_DIR)][-INNER_FRAMES:]
+    for what, test in WAITS:
+        if any(test(file, function, code) for file, _, function, code in inner):
+            return what
+    return "something the stack below shows"
+
+
+def _parse(line: str) -> tuple[str, int, str, str]:
+    where, _, rest = line.partition(" in ")
+    file, _, number = where.rpartition(":")
+    function, _, code = rest.partition(": ")
+    return file, int(number) if number.isdigit() else 0, function, code
