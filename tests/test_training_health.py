@@ -49,3 +49,18 @@ def test_a_step_that_never_ends_is_diagnosed_as_hung_where_it_waits(tmp_path):
     assert "--max-seconds" not in said  # no longer limit can help a step that waits for ever
     assert "deadlocks.py:26 in <module>: wait_for_the_others(lock)" in run.stderr  # its stack, printed
     assert run.diagnosis["hang"] == hang
+
+
+def test_a_killed_dataloader_worker_ends_the_run_with_its_error_and_the_steps_it_ran(tmp_path):
+    # torch's SIGCHLD handler raises 'worker is killed' in the main thread wherever it is: once inside diagnose's
+    # own handling of the script's error, it lost the capture ("the script did not start under the profiler")
+    for attempt in range(3):
+        run = run_script(SCRIPTS / "worker_killed.py", out=tmp_path / f"run{attempt}",
+                         options=("--experiments", "none"))
+        assert run.returncode == 1, run.stderr
+        capture = json.loads((run.run_dir / "capture.json").read_text())
+        assert capture["status"] == "script_error" and capture["steps_seen"] >= 20
+        # torch says so, or, the worker killed mid-batch, the reset connection its batch was coming through
+        message = capture["error"]["message"]
+        assert "is killed by signal: Killed" in message or "Connection reset by peer" in message, message
+        assert "did not start under the profiler" not in run.stderr

@@ -113,6 +113,7 @@ class ScriptHost:
         self.timer.cancel()
         for sig in (DEADLINE_SIGNAL, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # a late deadline or Ctrl-C must not cut the files short
+        quiet_worker_deaths()
         self.instr.uninstall()
         self.sandbox.uninstall()
         if self.instr.clock.boundaries == 0 and Status.is_ok(status):
@@ -174,6 +175,7 @@ class ScriptHost:
             return Status.SCRIPT_ERROR, self._script_error(exc)
         except BaseException as exc:  # the user's own error: report it as theirs
             self.script_running = False
+            quiet_worker_deaths()
             if is_out_of_memory(exc):  # the most common way training fails: a diagnosis, not a crash
                 phase, started = self.instr.current_phase(), self.instr.clock.boundaries
                 # the first step has no boundary yet while it runs (the training loader is known after its backward)
@@ -190,6 +192,15 @@ class ScriptHost:
         message = str(exc.code) if isinstance(exc, SystemExit) else str(exc)
         step = self.instr.clock.boundaries - 1 if self.instr.clock.boundaries else None
         return ScriptError(type(exc).__name__, message, text, step)
+
+
+def quiet_worker_deaths() -> None:
+    """The script is over: its DataLoader's SIGCHLD handler (which raises 'worker is killed' in the main thread at
+    whatever line runs) must not fire inside diagnose's own handling of its error, or the run loses its capture."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    except (ValueError, OSError, AttributeError):  # not the main thread, or no SIGCHLD here
+        pass
 
 
 def user_traceback(exc: BaseException) -> str:
