@@ -239,6 +239,26 @@ class ScriptError:
     message: str
     traceback: str
     step: Optional[int]
+    # the exit codes of the DataLoader workers the error came through (negative: the signal that killed one)
+    worker_exit_codes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A DataLoader worker that died (capture.json `worker_failure`): how, and what says why."""
+    signal: str  # Killed | Bus error | Segmentation fault | Aborted | "" (an exit code, or not known)
+    exit_code: Optional[int]
+    step: Optional[int]
+    cause: str  # memory | killed (with memory to spare) | shared-memory | native-crash | unknown
+    why: str
+    fix: str
+    workers: int
+    prefetch_factor: int
+    batch_bytes: Optional[int]  # one batch's tensors, measured on the first
+    in_flight_bytes: Optional[int]  # batch_bytes x workers x prefetch_factor: what /dev/shm holds at most
+    shm_bytes: Optional[int]  # /dev/shm's size, and what was free, when it happened
+    shm_free_bytes: Optional[int]
+    available_memory_bytes: Optional[int]  # the machine's available memory when it happened
 
 
 @dataclass(frozen=True)
@@ -376,6 +396,7 @@ class Capture:
     startup_limit_s: Optional[float] = None  # --startup-seconds; None: --max-seconds counted from the start
     loss: Optional[LossCheck] = None  # the losses passed to backward(): finite or not (None: none seen)
     hang: Optional[Hang] = None  # status hung: where the step that never ended waited
+    worker_failure: Optional[WorkerFailure] = None  # the script's error was a DataLoader worker's death
 
 
 @dataclass(frozen=True)
@@ -854,3 +875,4 @@ class Diagnosis:
     predictions: tuple[PredictionCheck, ...] = ()
     predictions_off: int = 0
     hang: Optional[Hang] = None  # status hung: where the step that never ended waited
+    worker_failure: Optional[WorkerFailure] = None  # the script's error was a DataLoader worker's death

@@ -64,3 +64,25 @@ def test_a_killed_dataloader_worker_ends_the_run_with_its_error_and_the_steps_it
         message = capture["error"]["message"]
         assert "is killed by signal: Killed" in message or "Connection reset by peer" in message, message
         assert "did not start under the profiler" not in run.stderr
+
+
+def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix(tmp_path):
+    killed = run_script(SCRIPTS / "worker_killed.py", out=tmp_path / "killed", options=("--experiments", "none"))
+    failure = json.loads((killed.run_dir / "capture.json").read_text())["worker_failure"]
+    # the machine had memory to spare: a cgroup's limit or a kill from outside, not the machine's OOM killer
+    assert failure["signal"] == "Killed" and failure["cause"] in ("killed", "memory")
+    assert failure["workers"] == 2 and failure["batch_bytes"] == 16 * (16 + 1) * 4
+    assert failure["in_flight_bytes"] == failure["batch_bytes"] * 2 * 2
+    said = " ".join(killed.stderr.split())
+    assert "A DataLoader worker died (Killed). Likely cause: killed with SIGKILL" in said
+    bus = run_script(SCRIPTS / "worker_signal.py", out=tmp_path / "bus", options=("--experiments", "none"))
+    assert bus.returncode == 1, bus.stderr
+    failure = json.loads((bus.run_dir / "capture.json").read_text())["worker_failure"]
+    assert failure["signal"] == "Bus error" and failure["cause"] == "shared-memory"
+    assert failure["shm_bytes"] > 0 and "--shm-size" in failure["fix"]
+    assert "A DataLoader worker died (Bus error). Likely cause: a /dev/shm too small" in " ".join(bus.stderr.split())
+    segv = run_script(SCRIPTS / "worker_signal.py", "--signal", "SEGV", out=tmp_path / "segv",
+                      options=("--experiments", "none"))
+    failure = json.loads((segv.run_dir / "capture.json").read_text())["worker_failure"]
+    assert failure["signal"] == "Segmentation fault" and failure["cause"] == "native-crash"
+    assert "num_workers=0" in failure["fix"] and "faulthandler" in failure["fix"]

@@ -191,7 +191,24 @@ class ScriptHost:
             sys.stderr.flush()
         message = str(exc.code) if isinstance(exc, SystemExit) else str(exc)
         step = self.instr.clock.boundaries - 1 if self.instr.clock.boundaries else None
-        return ScriptError(type(exc).__name__, message, text, step)
+        return ScriptError(type(exc).__name__, message, text, step, worker_exit_codes(exc))
+
+
+def worker_exit_codes(exc: BaseException) -> tuple[int, ...]:
+    """The exit codes of the DataLoader workers whose iterator the error came through (its frames still hold it):
+    a worker killed mid-batch shows in the main process only as a reset connection, its signal only here."""
+    tb = exc.__traceback__
+    while tb is not None:
+        workers = getattr(tb.tb_frame.f_locals.get("self"), "_workers", None)
+        if isinstance(workers, list) and workers:
+            codes = []
+            for worker in workers:
+                worker.join(timeout=0.5)  # a worker killed a moment ago may not have been reaped yet
+                if worker.exitcode is not None and worker.exitcode != 0:
+                    codes.append(worker.exitcode)
+            return tuple(codes)
+        tb = tb.tb_next
+    return ()
 
 
 def quiet_worker_deaths() -> None:

@@ -16,7 +16,7 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import hang, probe
+from diagnose.capture import hang, probe, worker_failure
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
@@ -74,7 +74,8 @@ class Session(ScriptHost):
 
     def __init__(self, config: RunConfig, run_dir: Path, progress, trace_dir: Path, worker_name: str = "rank0"):
         super().__init__(config, run_dir, progress,
-                         Instrumentation(self.boundary, on_epoch=self._on_epoch, on_loss=self._on_loss))
+                         Instrumentation(self.boundary, on_epoch=self._on_epoch, on_loss=self._on_loss,
+                                         on_batch=self._on_batch))
         self.trace_dir, self.worker_name = trace_dir, worker_name
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
@@ -103,6 +104,7 @@ class Session(ScriptHost):
         self.fitted_steps = 0
         self.losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) kept on its device: read back at the end
         self.hang: Optional[Hang] = None  # a step that never ended: where it waited
+        self.batch_bytes: Optional[int] = None  # the first training batch's tensors: what a worker passes back
 
     def _hang(self) -> Optional[Hang]:
         """The deadline found a step open for HANG_FACTOR typical steps (HANG_MIN_S at least): where it waited."""
@@ -114,6 +116,10 @@ class Session(ScriptHost):
             return None
         stack, threads = self.deadline_stacks
         return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads)
+
+    def _on_batch(self, batch) -> None:
+        if self.batch_bytes is None:
+            self.batch_bytes = worker_failure.batch_bytes(batch)
 
     def _on_loss(self, loss: torch.Tensor) -> None:
         if len(self.losses) < MAX_LOSSES:
@@ -422,6 +428,7 @@ class Session(ScriptHost):
             startup_limit_s=self.config.startup_seconds,
             loss=loss_check(self.losses),
             hang=self.hang,
+            worker_failure=worker_failure.worker_failure(error, self._train_loader(), self.batch_bytes),
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.warmup,

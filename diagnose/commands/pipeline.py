@@ -59,6 +59,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         predictions=predictions,
         predictions_off=count_off(predictions),
         hang=capture.hang if capture else None,
+        worker_failure=capture.worker_failure if capture else None,
     )
 
 

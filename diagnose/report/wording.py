@@ -120,8 +120,8 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         return f"{name} ran out of memory ({capture.error.type if capture.error else 'no message'}). {covered}"
     if capture.status == Status.SCRIPT_ERROR and capture.error:
         at = f" at step {capture.error.step}" if capture.error.step is not None else ""
-        return (f"{name} raised {capture.error.type}{at}: {capture.error.message}. "
-                f"Results cover the {steps} step(s) measured before that.")
+        return (f"{name} raised {capture.error.type}{at}: {capture.error.message.strip().rstrip('.')}. "
+                f"Results cover the {steps} step(s) measured before that." + worker_sentence(capture.worker_failure))
     if capture.status == Status.INTERRUPTED:
         return f"Interrupted (Ctrl-C). Results cover the {steps} step(s) measured before that."
     if capture.status == Status.STOPPED:
@@ -137,6 +137,35 @@ def status_sentence(capture: Optional[Capture], analysis: Optional[Analysis]) ->
         return (f"{name} finished on its own after {capture.steps_seen} steps; {steps} were profiled."
                 + _long_step_hint(capture))
     return f"Capture ended with status {capture.status}."
+
+
+def worker_sentence(failure) -> str:
+    """' A DataLoader worker died (Killed): likely killed with SIGKILL: ... Batches in flight: ... Fix: ...'"""
+    if failure is None:
+        return ""
+    how = failure.signal or (f"exit code {failure.exit_code}" if failure.exit_code is not None else "no signal seen")
+    facts = []
+    if failure.in_flight_bytes is not None:
+        one = fmt_bytes(failure.batch_bytes)
+        facts.append(f"batches in flight {fmt_bytes(failure.in_flight_bytes)} (one batch {one} x {failure.workers} "
+                     f"workers x prefetch {failure.prefetch_factor})")
+    if failure.shm_bytes is not None:
+        facts.append(f"/dev/shm {fmt_bytes(failure.shm_bytes)} ({fmt_bytes(failure.shm_free_bytes)} free)")
+    if failure.available_memory_bytes is not None:
+        facts.append(f"{fmt_gib(failure.available_memory_bytes)} of memory available")
+    seen = f" Seen then: {'; '.join(facts)}." if facts else ""
+    return f" A DataLoader worker died ({how}). Likely cause: {failure.why}.{seen} Fix: {failure.fix}."
+
+
+BYTE_UNITS = (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
+
+
+def fmt_bytes(value) -> str:
+    """'4.2 KiB', '23.5 GiB', '512 B'."""
+    if value is None:
+        return "?"
+    unit, size = next(((u, s) for u, s in BYTE_UNITS if value >= s), ("B", 1))
+    return f"{value} B" if size == 1 else f"{value / size:.1f} {unit}"
 
 
 def hang_sentence(capture: Capture) -> str:

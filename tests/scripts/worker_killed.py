@@ -18,6 +18,8 @@ class Items(Dataset):
             os.kill(os.getpid(), signal.SIGKILL)
         return torch.randn(16), torch.randn(1)
 
+
+
 loader = DataLoader(Items(), batch_size=16, num_workers=2)
 model = nn.Linear(16, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -1,0 +1,122 @@
+"""A DataLoader worker that died: which way it died, and what was around it, so the cause can be named.
+
+torch reports a dead worker as "DataLoader worker (pid N) is killed by signal: <name>" (or "exited unexpectedly
+with exit code N"); killed mid-batch, the main process may only see the reset connection its batch came through.
+The signal says most: SIGKILL is the out-of-memory killer or a container's memory limit; SIGBUS a /dev/shm too
+small for the batches in flight (Docker's default is 64 MB); SIGSEGV or SIGABRT a crash in native code. Beside it,
+what decides between them: the batches in flight (one batch's bytes x workers x prefetch_factor) against
+/dev/shm, and the machine's available memory when it happened."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+import psutil
+import torch
+
+from diagnose.model import LoaderInfo, ScriptError, WorkerFailure
+
+SHM = "/dev/shm"
+SPARE_MEMORY = 0.10  # a SIGKILL with more of the machine's memory available than this was not the machine's OOM
+SIGNAL = re.compile(r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) is killed by signal: ([\w ]+)")
+EXIT = re.compile(r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) exited unexpectedly(?: with exit code (-?\d+))?")
+SIGNAL_NAMES = {9: "Killed", 7: "Bus error", 11: "Segmentation fault", 6: "Aborted"}  # as torch names them
+MID_BATCH = ("Connection reset by peer", "ConnectionResetError", "EOFError", "Broken pipe")
+BUS = ("Bus error", "bus error", "shared memory", "shm")
+
+CAUSES = {
+    "memory": ("killed with SIGKILL: the kernel's out-of-memory killer or a container's memory limit (cgroup)",
+               "fewer workers or a smaller prefetch_factor, less memory per item (decode lazily, no per-worker copies "
+               "of big tables), or a larger memory limit for the container or job"),
+    "killed": ("killed with SIGKILL while the machine still had memory to spare: a container's or job's memory "
+               "limit (cgroup: its memory.events counts oom_kill), or a scheduler or person killing it",
+               "check the container's or job's memory limit and its OOM kills (dmesg, memory.events); fewer workers or "
+               "a smaller prefetch_factor lower what the workers hold"),
+    "shared-memory": ("a /dev/shm too small for the batches in flight (SIGBUS): workers pass batches through it",
+                      "a larger /dev/shm (Docker: --shm-size=8g or --ipc=host; Kubernetes: an emptyDir with medium "
+                      "Memory at /dev/shm), fewer workers or a smaller prefetch_factor, or "
+                      "torch.multiprocessing.set_sharing_strategy('file_system')"),
+    "native-crash": ("a crash in native code in the worker (SIGSEGV or SIGABRT): an image or audio library, or a "
+                     "library not safe to use after fork",
+                     "run with num_workers=0 to see the error in the main process, with faulthandler on "
+                     "(python -X faulthandler); set the library's own threads to 1 (cv2.setNumThreads(0)) or use "
+                     "multiprocessing_context='spawn'"),
+    "unknown": ("the worker died without a signal torch could name (killed mid-batch: its connection reset)",
+                "run with num_workers=0 to see whether an item fails, and watch the workers' memory"),
+}
+
+
+def batch_bytes(batch: Any) -> int:
+    """Bytes of the tensors in a batch (nested tuples, lists and dicts)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, dict):
+        return sum(batch_bytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_bytes(v) for v in batch)
+    return 0
+
+
+def worker_failure(error: Optional[ScriptError], loader: Optional[LoaderInfo],
+                   one_batch_bytes: Optional[int]) -> Optional[WorkerFailure]:
+    """The failure when the script's error is a DataLoader worker's death (None otherwise)."""
+    if error is None or loader is None or not loader.num_workers:
+        return None
+    text = f"{error.message}\n{error.traceback}"
+    signal_name, exit_code = _signal(text), _exit_code(text)
+    killed = [c for c in error.worker_exit_codes if c < 0]
+    if signal_name is None and killed:
+        signal_name = SIGNAL_NAMES.get(-killed[0], f"signal {-killed[0]}")
+    elif exit_code is None and error.worker_exit_codes and not killed:
+        exit_code = error.worker_exit_codes[0]
+    if signal_name is None and exit_code is None and not _mid_batch(error, text):
+        return None
+    in_flight = (one_batch_bytes * loader.num_workers * (loader.prefetch_factor or 2)) if one_batch_bytes else None
+    shm_total, shm_free = _shm()
+    memory = psutil.virtual_memory()
+    cause = _cause(signal_name, text, in_flight, shm_total)
+    if cause == "memory" and memory.available > SPARE_MEMORY * memory.total:
+        cause = "killed"
+    why, fix = CAUSES[cause]
+    return WorkerFailure(signal=signal_name or "", exit_code=exit_code, step=error.step, cause=cause, why=why,
+                         fix=fix, workers=loader.num_workers, prefetch_factor=loader.prefetch_factor or 2,
+                         batch_bytes=one_batch_bytes, in_flight_bytes=in_flight, shm_bytes=shm_total,
+                         shm_free_bytes=shm_free, available_memory_bytes=int(memory.available))
+
+
+def _signal(text: str) -> Optional[str]:
+    found = SIGNAL.search(text)
+    if found:
+        return found.group(1).strip()
+    return "Bus error" if "unexpected bus error" in text.lower() else None
+
+
+def _exit_code(text: str) -> Optional[int]:
+    found = EXIT.search(text)
+    return int(found.group(1)) if found and found.group(1) else None
+
+
+def _mid_batch(error: ScriptError, text: str) -> bool:
+    """A reset connection raised from inside the DataLoader: the worker that was sending its batch is gone."""
+    return any(m in text for m in MID_BATCH) and "torch/utils/data" in error.traceback
+
+
+def _cause(signal_name: Optional[str], text: str, in_flight: Optional[int], shm_total: Optional[int]) -> str:
+    if signal_name == "Killed":
+        return "memory"
+    if signal_name == "Bus error" or any(b in text for b in BUS):
+        return "shared-memory"
+    if signal_name in ("Segmentation fault", "Aborted"):
+        return "native-crash"
+    if in_flight and shm_total and in_flight >= shm_total:
+        return "shared-memory"
+    return "unknown"
+
+
+def _shm() -> tuple[Optional[int], Optional[int]]:
+    try:
+        stats = os.statvfs(SHM)
+    except OSError:
+        return None, None
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
