@@ -33,8 +33,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
 
     empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0, "unprofiled": None}
     metrics = analysis.metrics if analysis else {}
-    predictions = check_predictions(tuple(findings), experiments.experiments, metrics.get("loader_batch_size"),
-                                    metrics.get("fixed_step_frac"), metrics.get("mfu"))
+    predictions = check_predictions(tuple(findings), experiments.experiments, metrics)
     return Diagnosis(
         schema=1,
         script=script,

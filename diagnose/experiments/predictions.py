@@ -10,34 +10,72 @@ from diagnose.model import Experiment, Finding, PredictionCheck, Verdict
 OFF_BY = 2.0  # predicted / measured beyond this (or under its inverse): the prediction is called wrong
 DECIDED = (Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE)
 AMORTISED_BY_BATCH = "batch_size"  # a larger batch spreads a finding's cost over more samples, it does not remove it
+PARALLEL_LOADING = "dataloader.num_workers"  # more workers share a loader's wait among them
+IO_BOUND_BELOW = 0.5  # an item's CPU share under this waits on I/O: workers past the cores still help
 
 
 def check_predictions(findings: tuple[Finding, ...], experiments: tuple[Experiment, ...],
-                      batch_size: Optional[float], fixed_share: Optional[float] = None,
-                      mfu: Optional[float] = None) -> tuple[PredictionCheck, ...]:
-    """`batch_size`: the training loader's batch, to predict a batch_size experiment at the factor it tried;
-    `fixed_share`: the step's measured share that does not grow with the batch (fixed_step_frac), which a larger
-    batch spreads whichever finding recommended it (a loader's per-batch cost, the optimizer's update), no more
-    than the speed of light leaves (1 - `mfu`)."""
-    if fixed_share is not None and mfu is not None and 0 < mfu < 1:
-        fixed_share = min(fixed_share, 1 - mfu)
-    return tuple(_check(f, experiments, batch_size, fixed_share) for f in findings if f.predicted_speedup is not None)
+                      metrics: dict) -> tuple[PredictionCheck, ...]:
+    """Each finding that predicts a speedup, against its best experiment. `metrics`: the run's, for the changes
+    whose prediction depends on how far they went (the batch, the loader's workers)."""
+    return tuple(_check(f, experiments, metrics) for f in findings if f.predicted_speedup is not None)
 
 
-def _check(finding: Finding, experiments: tuple[Experiment, ...], batch_size: Optional[float],
-           fixed_share: Optional[float]) -> PredictionCheck:
+def _check(finding: Finding, experiments: tuple[Experiment, ...], metrics: dict) -> PredictionCheck:
     tried = [e for e in experiments if e.optimization in finding.optimizations and e.verdict in DECIDED
              and e.speedup is not None and not e.fidelity_warning]
     if not tried:
         return PredictionCheck(rule=finding.rule, predicted_speedup=finding.predicted_speedup, experiment="")
     best = max(tried, key=lambda e: e.speedup)
-    predicted = predicted_for(finding, best, batch_size, fixed_share)
-    basis = ""
-    if batch_factor(best, batch_size) is not None and fixed_share is not None:
-        basis = (f"the step's fixed share, {fixed_share:.0%}, over {batch_factor(best, batch_size):g}x the samples")
+    predicted, basis = predicted_for(finding, best, metrics)
     return PredictionCheck(rule=finding.rule, predicted_speedup=predicted, experiment=_label(best),
                            measured_speedup=best.speedup, measured_ci=best.ci, verdict=judge(predicted, best),
                            ratio=predicted / best.speedup, basis=basis)
+
+
+def predicted_for(finding: Finding, experiment: Experiment, metrics: dict) -> tuple[float, str]:
+    """The finding's prediction at the change the experiment made, and what it rests on where that is not the
+    finding's own cost. k times the batch spreads the step's fixed share c (measured, no more than the speed of
+    light leaves; else the finding's cost) over k times the samples: 1 / (c / k + 1 - c). k times the loader's
+    workers (no more than the cores for items that compute; all of them for items that wait on I/O) divides the
+    finding's wait c by k: 1 / (1 - c + c / k). Any other fix removes the cost: 1 / (1 - c)."""
+    factor = batch_factor(experiment, metrics.get("loader_batch_size"))
+    if factor is not None:
+        fixed = _fixed_share(metrics)
+        share = fixed if fixed is not None else finding.cost_fraction
+        basis = f"the step's fixed share, {share:.0%}, over {factor:g}x the samples" if fixed is not None else ""
+        return 1 / (share / factor + 1 - share), basis
+    workers = worker_factor(experiment, metrics)
+    if workers is not None:
+        cost = finding.cost_fraction
+        return 1 / (1 - cost + cost / workers), f"its {cost:.0%} wait shared by {workers:g}x the loading processes"
+    return finding.predicted_speedup, ""
+
+
+def _fixed_share(metrics: dict) -> Optional[float]:
+    fixed, mfu = metrics.get("fixed_step_frac"), metrics.get("mfu")
+    if fixed is not None and mfu is not None and 0 < mfu < 1:
+        return min(fixed, 1 - mfu)
+    return fixed
+
+
+def batch_factor(experiment: Experiment, batch_size: Optional[float]) -> Optional[float]:
+    tried = experiment.setting.get("batch_size") if experiment.optimization == AMORTISED_BY_BATCH else None
+    if not tried or not batch_size:
+        return None
+    return max(1.0, tried / batch_size)
+
+
+def worker_factor(experiment: Experiment, metrics: dict) -> Optional[float]:
+    """How many times the loading processes the experiment ran: its workers over the script's (its main process
+    when it had none), no more than the cores when the items compute rather than wait."""
+    tried = experiment.setting.get("num_workers") if experiment.optimization == PARALLEL_LOADING else None
+    if not tried:
+        return None
+    item_cpu, cores = metrics.get("dataset_item_cpu_frac"), metrics.get("cpu_count")
+    computing = item_cpu is None or item_cpu >= IO_BOUND_BELOW
+    usable = min(tried, cores) if computing and cores else tried
+    return max(1.0, usable / max(metrics.get("loader_num_workers") or 0, 1))
 
 
 def judge(predicted: float, measured: Experiment) -> str:
@@ -49,25 +87,6 @@ def judge(predicted: float, measured: Experiment) -> str:
     if predicted * OFF_BY < low:
         return "under-predicted"
     return "agrees"
-
-
-def predicted_for(finding: Finding, experiment: Experiment, batch_size: Optional[float],
-                  fixed_share: Optional[float] = None) -> float:
-    """The finding's bound at the change the experiment made: k times the batch spreads the step's fixed share c
-    (measured, else the finding's cost) over k times the samples, 1 / (c / k + 1 - c) the samples/s; any other fix
-    removes the finding's cost c, 1 / (1 - c)."""
-    factor = batch_factor(experiment, batch_size)
-    if factor is None:
-        return finding.predicted_speedup
-    cost = fixed_share if fixed_share is not None else finding.cost_fraction
-    return 1 / (cost / factor + 1 - cost)
-
-
-def batch_factor(experiment: Experiment, batch_size: Optional[float]) -> Optional[float]:
-    tried = experiment.setting.get("batch_size") if experiment.optimization == AMORTISED_BY_BATCH else None
-    if not tried or not batch_size:
-        return None
-    return max(1.0, tried / batch_size)
 
 
 def _label(experiment: Experiment) -> str:
