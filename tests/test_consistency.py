@@ -69,6 +69,8 @@ NOT_COMPUTED_HERE = {
     "gpu_util_mean_frac": "NVML samples of a GPU run (test_report_commands checks it on made-up samples)",
     "memory_outside_torch_frac": "NVML's used memory on a GPU (test_memory checks it on an H200 trace with made-up "
                                  "NVML samples)",
+    "loss_nonfinite_step": "a loss that goes NaN (test_training_health's diverging run checks it)",
+    "loss_last_finite": "a loss that goes NaN (test_training_health's diverging run checks it)",
 }
 
 
