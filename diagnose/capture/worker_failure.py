@@ -70,7 +70,7 @@ def worker_failure(error: Optional[ScriptError], loader: Optional[LoaderInfo],
         signal_name = SIGNAL_NAMES.get(-killed[0], f"signal {-killed[0]}")
     elif exit_code is None and error.worker_exit_codes and not killed:
         exit_code = error.worker_exit_codes[0]
-    if signal_name is None and exit_code is None and not _mid_batch(error, text):
+    if signal_name is None and not EXIT.search(text) and not _mid_batch(error, text):
         return None
     in_flight = (one_batch_bytes * loader.num_workers * (loader.prefetch_factor or 2)) if one_batch_bytes else None
     shm_total, shm_free = _shm()
