@@ -93,7 +93,7 @@ def _events(pids: tuple, tids: tuple, ts: tuple, values: dict[str, tuple]) -> Me
     """The events read, as columns of their texts; those without "Total Allocated" left out."""
     allocator = np.flatnonzero(np.array(values["allocated"]) != b"")
     return MemoryEvents(ts=_numbers(ts)[allocator], tids=_threads(pids, tids, allocator),
-                        **{column: _numbers(values[column])[allocator].astype(np.int64) for column, _ in ARG_KEYS})
+                        **{column: _integers(values[column])[allocator] for column, _ in ARG_KEYS})
 
 
 class _Layout(NamedTuple):
@@ -126,9 +126,18 @@ def _numbers(texts: tuple) -> np.ndarray:
     return np.where(text == b"", b"0", text).astype(np.float64)
 
 
+def _integers(texts: tuple) -> np.ndarray:
+    """Integers' texts (byte counts, device types), as int() reads them, the object parser too; through a float
+    where one is not an integer's (b"": 0)."""
+    try:
+        return np.fromiter(map(int, texts), dtype=np.int64, count=len(texts))
+    except (ValueError, OverflowError):
+        return _numbers(texts).astype(np.int64)
+
+
 def _threads(pids: tuple, tids: tuple, keep: np.ndarray) -> tuple:
     """The (pid, tid) of the events at `keep`, each distinct pair's text decoded once."""
-    pairs = [(pids[i], tids[i]) for i in keep.tolist()]
+    pairs = list(zip(pids, tids)) if len(keep) == len(pids) else [(pids[i], tids[i]) for i in keep.tolist()]
     decoded = {pair: (thread_of_text(pair[0]), thread_of_text(pair[1])) for pair in set(pairs)}
     return tuple(map(decoded.__getitem__, pairs))
 
