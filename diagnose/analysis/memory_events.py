@@ -74,14 +74,18 @@ def memory_events_between(raw: bytes, start: int, end: int) -> MemoryEvents:
     at = raw.find(MARK, start, end)
     if at < 0:
         return MemoryEvents()
-    count = raw.count(MARK, at, end)
+    # Kineto writes a thread's instant events together: the expressions search only from the first memory event
+    # to the event after the last (bytes.find's search is several times faster than the expressions' scan)
+    after = raw.find(b'"ph"', raw.rfind(MARK, at, end), end)
+    stop = end if after < 0 else after
+    count = raw.count(MARK, at, stop)
     first = MEMORY_EVENT.match(raw, at)
     layout = _layout(_arg_names(first.group(4))) if first else None
-    found = layout.expression.findall(raw, start, end) if layout else []
+    found = layout.expression.findall(raw, at, stop) if layout else []
     if len(found) == count:  # one pass: every event's args in the first one's order, as one build of torch writes
         pids, tids, ts, *values = zip(*found)
         return _events(pids, tids, ts, dict(zip(layout.columns, values)))
-    found = MEMORY_EVENT.findall(raw, start, end)
+    found = MEMORY_EVENT.findall(raw, at, stop)
     if len(found) != count:  # some laid out otherwise: each event's object parsed
         return _from_objects(raw, start, end)
     pids, tids, ts, args = zip(*found)  # the args in several orders: each key read apart
