@@ -296,7 +296,12 @@ def test_frames_cut_by_array_operations_as_the_stack_walk_cuts_them():
     from diagnose.analysis.trace import load_trace
 
     trace = load_trace(TRACES / "torch213_cpu" / "mlp_stack_memory.pt.trace.json.gz")
-    _assert_same_segments(innermost_segments(trace.python, trace.main_thread), _walked(trace.python, trace.main_thread))
+    cut, walked = innermost_segments(trace.python, trace.main_thread), _walked(trace.python, trace.main_thread)
+    _assert_same_segments(cut, walked)
+    assert cut.location_codes is not None and walked.location_codes is None  # by arrays; by the walk
+    halves = np.column_stack([cut.intervals[::2, 0], cut.intervals[::2].mean(axis=1)])  # busy with holes
+    by_arrays, by_loop = cut.time_by_location(halves), walked.time_by_location(halves)
+    assert by_arrays == by_loop and list(by_arrays) == list(by_loop) and by_arrays  # sums, and their order
     tid = (1, 1)
     python = Spans.of([(0, 100, "train.py(10): train", tid), (0, 50, "torch/nn/module.py(1): __call__", tid),
                        (5, 0, "<built-in method add>", tid), (5, 10, "model.py(7): forward", tid),

@@ -14,12 +14,13 @@ import sysconfig
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
 import diagnose.analysis.intervals as iv
 from diagnose.analysis.ops import nesting_parents
-from diagnose.analysis.spans import Spans
+from diagnose.analysis.spans import Spans, present_in_order
 
 FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): (?P<function>.*)$")
 LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/")
@@ -71,20 +72,35 @@ class FrameSegments:
     intervals: np.ndarray  # (N, 2) us, disjoint, sorted
     locations: tuple[str, ...]  # path:line of the innermost user frame ("" when none)
     in_library: np.ndarray  # bool
+    # the locations as codes into a table, where the pieces were cut by array operations (None: walked)
+    location_codes: Optional[np.ndarray] = None
+    location_table: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.locations)
 
     def time_by_location(self, busy: np.ndarray) -> dict[tuple[str, bool], float]:
-        """Microseconds of `busy` (disjoint intervals) spent under each (user location, in library)."""
+        """Microseconds of `busy` (disjoint intervals) spent under each (user location, in library), in order of
+        first appearance."""
         if not len(self) or not len(busy):
             return {}
         covered = iv.measure_within(busy, self.intervals)
-        totals: dict[tuple[str, bool], float] = defaultdict(float)
-        for location, lib, us in zip(self.locations, self.in_library.tolist(), covered.tolist()):
-            if location and us > 0:
-                totals[(location, bool(lib))] += us
-        return dict(totals)
+        if self.location_codes is None:
+            return _summed_by_location(self.locations, self.in_library, covered)
+        named = np.asarray([bool(location) for location in self.location_table], dtype=bool)
+        keep = np.flatnonzero(named[self.location_codes] & (covered > 0))
+        keys = self.location_codes[keep] * 2 + self.in_library[keep]  # (location, in library) as one code
+        sums = np.bincount(keys, weights=covered[keep])  # added in the pieces' order, as the loop adds them
+        return {(self.location_table[key // 2], bool(key % 2)): float(sums[key])
+                for key in present_in_order(keys).tolist()}
+
+
+def _summed_by_location(locations: tuple[str, ...], in_library: np.ndarray, covered: np.ndarray) -> dict:
+    totals: dict[tuple[str, bool], float] = defaultdict(float)
+    for location, lib, us in zip(locations, in_library.tolist(), covered.tolist()):
+        if location and us > 0:
+            totals[(location, bool(lib))] += us
+    return dict(totals)
 
 
 def innermost_segments(python: Spans, tid) -> FrameSegments:
@@ -177,9 +193,11 @@ def _pieces_on_top(starts, ends, depth, parent, location, library, name_location
     if not len(keep):
         return FrameSegments(iv.EMPTY, (), np.zeros(0, dtype=bool))
     on_top = top[keep]
-    texts = np.asarray(name_locations + [""], dtype=object)  # (index -1: the "" at its end)
-    return FrameSegments(np.column_stack([times[keep], times[keep + 1]]), tuple(texts[location[on_top]].tolist()),
-                         library[on_top])
+    table = (*name_locations, "")
+    codes = np.where(location[on_top] < 0, len(name_locations), location[on_top])  # (-1: the "" at the end)
+    texts = np.asarray(table, dtype=object)
+    return FrameSegments(np.column_stack([times[keep], times[keep + 1]]), tuple(texts[codes].tolist()),
+                         library[on_top], codes, table)
 
 
 def _walked_segments(frames: Spans) -> FrameSegments:
