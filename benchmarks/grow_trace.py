@@ -6,9 +6,11 @@ holds before its first step (the profiler's start) lies between one copy's last 
 whose device time begins where the last step's ended, so the first step of each later copy is that much longer
 (transformer_bf16: 31.8 ms, not 19.9 ms).
 
-Usage: python benchmarks/grow_trace.py SRC OUT.json.gz [--times 88]
+Usage: python benchmarks/grow_trace.py SRC OUT.json.gz [--times 88] [--layout line|torch2.13]
 e.g. tests/data/traces/h200/transformer_bf16.pt.trace.json.gz grown 88 times: 4.48M events, 1.4 GB of JSON.
-The events keep their keys and order, written with Kineto's separators, so the copies read as the original does.
+The events keep their keys and order, written with Kineto's separators, so the copies read as the original does:
+one event a line, or (--layout torch2.13) as torch 2.13 writes them, each key on a line of its own and the comma
+before "args" on a line of its own.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ def main() -> None:
     parser.add_argument("src", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--times", type=int, default=88)
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="line")
     args = parser.parse_args()
     raw = args.src.read_bytes()
     data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
@@ -37,11 +40,22 @@ def main() -> None:
         head = json.dumps({k: v for k, v in data.items() if k != "traceName"})
         out.write(head[:-1] + ', "traceEvents": [\n')
         for copy in range(args.times):
-            lines = [json.dumps(_shifted(e, copy, shifts)) for e in events if copy == 0 or e.get("ph") != "M"]
+            lines = [LAYOUTS[args.layout](_shifted(e, copy, shifts)) for e in events
+                     if copy == 0 or e.get("ph") != "M"]
             out.write((",\n" if copy else "") + ",\n".join(lines))
             count += len(lines)
         out.write('\n], "traceName": ' + json.dumps(data.get("traceName", "")) + "}\n")
     print(json.dumps({"out": str(args.out), "events": count, "times": args.times}))
+
+
+def _key_per_line(event: dict) -> str:
+    """An event as torch 2.13 writes it: a key a line, "args" after a comma on a line of its own."""
+    members = ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in event.items() if k != "args")
+    args = ('\n    ,\n    "args": {\n      ' + json.dumps(event["args"])[1:-1] + "\n    }") if "args" in event else ""
+    return "  {\n" + members + args + "\n  }"
+
+
+LAYOUTS = {"line": json.dumps, "torch2.13": _key_per_line}
 
 
 def _shifts(events: list) -> dict:

@@ -275,6 +275,43 @@ def test_time_in_other_libraries_belongs_to_the_users_function_not_to_torch():
     assert by_place[("train.py:10", False)] == pytest.approx(30)
 
 
+def _walked(python, tid):
+    from diagnose.analysis import frames
+
+    idx = np.flatnonzero(python.thread_mask(lambda t: t == tid))
+    return frames._walked_segments(python.take(idx[np.lexsort((-python.end[idx], python.start[idx]))]))
+
+
+def _assert_same_segments(a, b) -> None:
+    assert np.array_equal(a.intervals, b.intervals) and a.locations == b.locations
+    assert np.array_equal(a.in_library, b.in_library)
+
+
+def test_frames_cut_by_array_operations_as_the_stack_walk_cuts_them():
+    # a with_stack trace's frames (torch 2.13, 1,816 of them, two outliving their parent by a rounding's
+    # nanosecond), and written cases: empty frames, a built-in at a frame's very end, a child that outlives its
+    # parent, equal starts
+    from diagnose.analysis.frames import innermost_segments
+    from diagnose.analysis.spans import Spans
+    from diagnose.analysis.trace import load_trace
+
+    trace = load_trace(TRACES / "torch213_cpu" / "mlp_stack_memory.pt.trace.json.gz")
+    cut, walked = innermost_segments(trace.python, trace.main_thread), _walked(trace.python, trace.main_thread)
+    _assert_same_segments(cut, walked)
+    assert cut.location_codes is not None and walked.location_codes is None  # by arrays; by the walk
+    halves = np.column_stack([cut.intervals[::2, 0], cut.intervals[::2].mean(axis=1)])  # busy with holes
+    by_arrays, by_loop = cut.time_by_location(halves), walked.time_by_location(halves)
+    assert by_arrays == by_loop and list(by_arrays) == list(by_loop) and by_arrays  # sums, and their order
+    tid = (1, 1)
+    python = Spans.of([(0, 100, "train.py(10): train", tid), (0, 50, "torch/nn/module.py(1): __call__", tid),
+                       (5, 0, "<built-in method add>", tid), (5, 10, "model.py(7): forward", tid),
+                       (15, 0, "train.py(20): empty", tid), (40, 70, "train.py(30): log", tid),
+                       (45, 80, "wandb/sdk/run.py(1): log", tid), (100, 0, "<built-in function len>", tid),
+                       (120, 10, "train.py(40): later", tid), (125, 5, "json/encoder.py(1): encode", tid)])
+    assert len(innermost_segments(python, tid)) > 5
+    _assert_same_segments(innermost_segments(python, tid), _walked(python, tid))
+
+
 def test_analyze_help_and_a_small_trace_import_only_what_they_use(tmp_path):
     # issue 20: start-up counts; --help loads no numpy, and a small trace no numba nor torch
     def imported(*args: str) -> str:

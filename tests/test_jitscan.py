@@ -76,6 +76,12 @@ CASES = {
                                        '"args": {"correlation": 6}',
     "a host category as a prefix of another": '"cat": "cpu_op_x", "name": "k", "pid": 1, "tid": 1, "ts": 1, '
                                               '"dur": 1, "args": {"correlation": 6}',
+    "torch 2.13's comma on a line of its own": '"cat": "kernel",\n    "name": "k",\n    "pid": 1,\n    "tid": 7,\n'
+                                                '    "ts": 1.5,\n    "dur": 2.25\n    ,\n    "args": {\n'
+                                                '      "External id": 3,"device": 0 , "stream": "7"\n ,'
+                                                ' "correlation": 12\n    }',
+    "space before every comma": '"cat": "kernel" , "name": "k" ,"pid": 1 ,"tid": 1 ,"ts": 1 ,"dur": 1 ,'
+                                '"args": {"correlation": 4}',
 }
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -41,6 +42,9 @@ def test_run_folder_holds_report_traces_and_diagnosis(sample_run):
     for loads_something in ("<script", "<link", "<img", "<iframe", "@import", "url(http", "src="):
         assert loads_something not in html  # self-contained: styles and SVG charts are inline
     assert f"Report:  {run.run_dir / 'report.html'}" in run.stderr.splitlines()  # the summary names it, whole
+    said = re.search(r"Traces analysed in (\d+\.\d+) s \((\d+)% of the (\d+\.\d) s the run has taken so far\)",
+                     run.stderr)
+    assert said and 0 < float(said.group(1)) < float(said.group(3))  # the analysis says its own time
 
 
 @pytest.mark.slow  # timing: a loaded machine runs the step below the peak measured when it was quiet

@@ -7,6 +7,7 @@ import logging
 import pathlib
 import time
 
+import orjson
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -133,3 +134,26 @@ def test_gz_nested_and_catless_events(tmp_path):
     assert _without_cat(_load(path)) == _without_cat({"traceEvents": events})
     assert adapt_trace_for_tensorboard(path) == 0
     assert [p.name for p in tb.iterdir()] == [path.name]  # no temp file left behind
+
+
+@pytest.mark.parametrize("layout", ["kineto", "compact", "name_first"])
+def test_the_text_is_relabelled_as_its_parsed_events_are(tmp_path, layout):
+    # Kineto's order ("ph", "cat", "name") is relabelled in the text, with no object per event; any other order
+    # is parsed and walked: both give the same events
+    from diagnose import tbcompat
+
+    events = [_x(LOADER_PREFIX + "_SingleProcessDataLoaderIter.__next__", "user_annotation", 10, 5),
+              _x("enumerate(DataPipe)#MapperIterDataPipe", "User_Annotation", 11, 1),
+              _x(LOADER_PREFIX + "_SingleProcessDataLoaderIter.__next__", "cpu_op", 20, 5),
+              {**_x(LOADER_PREFIX + "_SingleProcessDataLoaderIter.__next__", "user_annotation", 30, 0), "ph": "i"},
+              _x("ProfilerStep#1", "user_annotation", 0, 40)]
+    if layout == "name_first":
+        events = [{"name": e["name"], **e} for e in events]
+    text = {"kineto": lambda d: json.dumps(d, indent=1).encode(), "compact": orjson.dumps,
+            "name_first": lambda d: json.dumps(d).encode()}[layout]({"traceEvents": events})
+    path, objects = tmp_path / "w0.1.pt.trace.json", tmp_path / "objects.json"
+    path.write_bytes(text)
+    objects.write_bytes(text)
+    parsed = json.loads(text)
+    assert adapt_trace_for_tensorboard(path) == tbcompat._adapt_objects(objects, parsed) == 2
+    assert _load(path) == parsed

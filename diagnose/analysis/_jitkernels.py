@@ -6,6 +6,7 @@ Python of nesting.py, interval_sweeps.py and key_join.py.
     \\s*"ts":\\s*(NUMBER),\\s*"dur":\\s*(NUMBER)
     (?:,\\s*"args":\\s*\\{\\s*(?:"[^"\\\\]*":\\s*(?:SCALAR|"[^"\\\\]*"),\\s*)*?"correlation":\\s*(\\d+))?
 
+with \\s* before every comma too (torch 2.13 writes "dur": 1.5 and the comma after it on lines of their own).
 ID is -?\\d+ or a string without escapes; NUMBER is -?\\d+(\\.\\d*)?([eE][-+]?\\d+)?; SCALAR is a run of bytes
 without , { } " [ ] that does not begin with whitespace. As re.findall does, the scan tries a match at each
 '"ph":' and goes on after the end of each match."""
@@ -59,7 +60,8 @@ def _literal(t, i, end, keys, word):
 
 @njit(cache=True, nogil=True)
 def _key(t, i, end, keys, word):
-    """After `,\\s*"word":\\s*` from i, or -1 (word is the key with its quotes and colon)."""
+    """After `\\s*,\\s*"word":\\s*` from i, or -1 (word is the key with its quotes and colon)."""
+    i = _skip_space(t, i, end)
     if i >= end or t[i] != COMMA:
         return -1
     i = _literal(t, _skip_space(t, i + 1, end), end, keys, word)
@@ -171,6 +173,7 @@ def _correlation(t, i, end, keys):
             return -1, -1
         j = _skip_space(t, j + 1, end)
         k = _plain_string(t, j, end) if j < end and t[j] == QUOTE else _scalar(t, j, end)
+        k = _skip_space(t, k, end) if k >= 0 else k
         if k < 0 or k >= end or t[k] != COMMA:
             return -1, -1
         i = _skip_space(t, k + 1, end)

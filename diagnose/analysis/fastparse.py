@@ -21,11 +21,11 @@ import orjson
 
 from diagnose.analysis import jitscan
 from diagnose.analysis.classify import KINDS, event_kind, thread_of_text
-from diagnose.analysis.patterns import ID, ID_TEXT, NUMBER, STRING, STRING_TEXT, compiled
+from diagnose.analysis.patterns import ID, ID_TEXT, NUMBER, SEP, STRING, STRING_TEXT, compiled
 from diagnose.analysis.spans import CODE, Spans, codes_of
 
-_LABEL = rb'"cat":\s*"([^"\\]*)",\s*"name":\s*' + STRING
-_THREAD = rb'"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
+_LABEL = rb'"cat":\s*"([^"\\]*)"' + SEP + rb'"name":\s*' + STRING
+_THREAD = rb'"pid":\s*' + ID + SEP + rb'"tid":\s*' + ID
 # host categories: their events link nothing (no launch), so their args are not searched for a correlation id
 # (about a third of the expression's time on a trace of host ops); the spans of host kinds drop any id read
 HOST_CATEGORIES = rb"cpu_op|operator|Operator|python_function|user_annotation|gpu_user_annotation"
@@ -34,13 +34,15 @@ LINKED_KINDS = ("kernel", "memcpy", "memset", "rt")  # a launch and its device w
 # written: a chunk has few distinct ones, each read into its parts once, not every event's.
 # Every complete event matches, whatever its spacing: read whole (a label), the profiler's own span (its keys in
 # another order, not needed: "Trace"), or neither (another layout: the full parser reads the trace).
-FAST_EVENT = compiled(rb'"ph":\s*"X"(?:,\s*(?:("cat":\s*"(?:(' + HOST_CATEGORIES + rb')"|[^"\\]*"),\s*"name":\s*"'
-                        + STRING_TEXT + rb'"),\s*("pid":\s*(?:' + ID_TEXT + rb'),\s*"tid":\s*(?:' + ID_TEXT
-                        + rb')),\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER
+FAST_EVENT = compiled(rb'"ph":\s*"X"(?:' + SEP + rb'(?:("cat":\s*"(?:(' + HOST_CATEGORIES + rb')"|[^"\\]*")' + SEP
+                        + rb'"name":\s*"' + STRING_TEXT + rb'")' + SEP + rb'("pid":\s*(?:' + ID_TEXT + rb')' + SEP
+                        + rb'"tid":\s*(?:' + ID_TEXT + rb'))' + SEP + rb'"ts":\s*' + NUMBER + SEP
+                        + rb'"dur":\s*' + NUMBER
                         # the correlation id that links a launch to its device work: after the args' leading scalar
                         # members (Kineto writes it before any list); never read from another event's args
-                        + rb'(?(2)|(?:,\s*"args":\s*\{\s*(?:"[^"\\]*":\s*(?:[^,{}"\[\]\s][^,{}"\[\]]*|"[^"\\]*"),\s*)*?'
-                        + rb'"correlation":\s*(\d+))?)|"cat":\s*"(Trace)"))?')
+                        + rb'(?(2)|(?:' + SEP + rb'"args":\s*\{\s*(?:"[^"\\]*":\s*'
+                        + rb'(?:[^,{}"\[\]\s][^,{}"\[\]]*|"[^"\\]*")' + SEP + rb')*?"correlation":\s*(\d+))?)'
+                        + rb'|"cat":\s*"(Trace)"))?')
 LABEL, THREAD = compiled(_LABEL), compiled(_THREAD)
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 CHUNK_BYTES = 4 << 20  # the most text a process reads at once

@@ -13,7 +13,7 @@ import orjson
 
 from diagnose.analysis.classify import complete_events, thread_value
 from diagnose.analysis.fastparse import _thread_into
-from diagnose.analysis.patterns import ID, NUMBER, compiled
+from diagnose.analysis.patterns import ID, NUMBER, SEP, compiled
 from diagnose.analysis.spans import CODE, merged_table, recoded
 
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
@@ -30,10 +30,9 @@ ATTENTION = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_pro
 COUNTED = GEMM + CONVOLUTION + ATTENTION
 
 _NAMES = b"|".join(re.escape(n.encode()) for n in sorted(COUNTED, key=len, reverse=True))
-_SEP = rb'\s*,\s*'  # the pretty-printed layout puts the comma after "dur" on a line of its own
-FLOP_EVENT = compiled(rb'"name":\s*"(' + _NAMES + rb')"' + _SEP + rb'"pid":\s*' + ID + _SEP + rb'"tid":\s*' + ID
-                        + _SEP + rb'"ts":\s*' + NUMBER + _SEP + rb'"dur":\s*' + NUMBER
-                        + rb'(?:' + _SEP + rb'"args":\s*(\{[^{}]*\}))?')
+FLOP_EVENT = compiled(rb'"name":\s*"(' + _NAMES + rb')"' + SEP + rb'"pid":\s*' + ID + SEP + rb'"tid":\s*' + ID
+                        + SEP + rb'"ts":\s*' + NUMBER + SEP + rb'"dur":\s*' + NUMBER
+                        + rb'(?:' + SEP + rb'"args":\s*(\{[^{}]*\}))?')
 
 
 @dataclass

@@ -72,9 +72,26 @@ def nested_self_times(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, 
                       counted: np.ndarray):
     """walk_nesting's self times and top-level flags by array operations, where each thread's ops nest or are
     apart (as a profiler's ops do); None where some do not (two that overlap, neither inside the other: the walk
-    then runs). The walk's parent of an op is the last op before it still open at its start; with nesting, the
-    ops open there are its ancestors, so its depth is their count and its parent the last op before it one level
-    up. Each parent's children are subtracted in the walk's order: the same sums to the last bit."""
+    then runs). Each parent's children are subtracted in the walk's order: the same sums to the last bit."""
+    nested = nesting_parents(order, codes, starts, ends)
+    if nested is None:
+        return None
+    depth, inner, parent = nested
+    thread, start, end = codes[order], starts[order], ends[order]
+    self_t = ends - starts
+    np.subtract.at(self_t, order[parent], (end - start)[inner])
+    top = np.zeros(len(starts), dtype=bool)
+    top[order[depth == 0]] = counted[thread[depth == 0]]
+    return np.maximum(self_t, 0.0), top
+
+
+def nesting_parents(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                    outliving: bool = False):
+    """(depth, the positions in `order` that have a parent, their parents' positions) of spans in walk_nesting's
+    `order` (by thread, start, the longest first), where each thread's spans nest or are apart; None where some do
+    not (`outliving`: a span that ends after its parent is let pass). The walk's parent of a span is the last one
+    before it still open at its start; with nesting, the spans open there are its ancestors, so its depth is their
+    count and its parent the last span before it one level up."""
     if np.any(ends < starts):  # (a negative duration: closed before it opened, which the counts below miss)
         return None
     thread, start, end = codes[order], starts[order], ends[order]
@@ -82,27 +99,23 @@ def nested_self_times(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, 
     position = np.arange(n)
     first_of_thread = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1]])
     thread_first = np.repeat(first_of_thread, np.diff(np.r_[first_of_thread, n]))
-    closed = np.empty(n, dtype=np.int64)  # ops of the thread that end by each op's start (some after it)
+    closed = np.empty(n, dtype=np.int64)  # spans of the thread that end by each span's start (some after it)
     for low, high in zip(first_of_thread.tolist(), [*first_of_thread[1:].tolist(), n]):
         closed[low:high] = np.searchsorted(np.sort(end[low:high]), start[low:high], side="right")
-    # of those, the ones not before it: empty ops at its very start, which the order puts last among that start's
+    # of those, the ones not before it: empty spans at its very start, which the order puts last among that start's
     instant = end == start
     group = np.cumsum(np.r_[True, (thread[1:] != thread[:-1]) | (start[1:] != start[:-1])]) - 1
     group_end = np.r_[np.flatnonzero(group[1:] != group[:-1]) + 1, n]
     later_instants = np.where(instant, group_end[group] - position, np.bincount(group, weights=instant)[group])
     depth = (position - thread_first) - (closed - later_instants.astype(np.int64))
     inner = np.flatnonzero(depth > 0)
-    levels = depth * n + position  # the parent: the last op before, one level up
+    levels = depth * n + position  # the parent: the last span before, one level up
     by_level = np.sort(levels)
     parent = by_level[np.searchsorted(by_level, (depth[inner] - 1) * n + inner) - 1] % n
     if not (np.all(thread[parent] == thread[inner]) and np.all(end[parent] > start[inner])
-            and np.all(end[inner] <= end[parent]) and np.all(depth[parent] == depth[inner] - 1)):
+            and (outliving or np.all(end[inner] <= end[parent])) and np.all(depth[parent] == depth[inner] - 1)):
         return None
-    self_t = ends - starts
-    np.subtract.at(self_t, order[parent], (end - start)[inner])
-    top = np.zeros(len(starts), dtype=bool)
-    top[order[depth == 0]] = counted[thread[depth == 0]]
-    return np.maximum(self_t, 0.0), top
+    return depth, inner, parent
 
 
 def _nesting_order(ops: Spans, codes: np.ndarray) -> np.ndarray:

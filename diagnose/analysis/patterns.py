@@ -12,6 +12,8 @@ STRING_TEXT = rb'[^"\\]*(?:\\.[^"\\]*)*'  # unrolled: much faster than (?:[^"\\]
 NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 ID = rb"(" + ID_TEXT + rb")"
 STRING = rb'"(' + STRING_TEXT + rb')"'
+# between two members: torch 2.13's pretty-printed layout puts a line break before some commas ("dur": 1.5\n    ,)
+SEP = rb"\s*,\s*"
 
 # a greedy repeat of \s, \d or a negated class (not a lazy one, not one already possessive)
 _GREEDY_REPEAT = re.compile(rb"(\\[sd]|\[\^(?:\\.|[^\]\\])*\])([*+])(?![?+])")

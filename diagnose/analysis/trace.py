@@ -12,7 +12,7 @@ import numpy as np
 
 from diagnose.analysis.fastparse import begin_rows, fast_rows
 from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
-from diagnose.analysis.memory_events import MemoryEvents, memory_events_between, read_memory_events
+from diagnose.analysis.memory_events import MemoryEvents, memory_events_between
 from diagnose.analysis.prefetch import text_is_big
 from diagnose.analysis.spans import Spans, present_in_order
 from diagnose.analysis.stream import may_hold, stream_rows
@@ -74,8 +74,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     if fast is None:
         return _parsed_trace(path, parsed_whole(path, raw))
     trace = _assemble(str(path), fast.metadata, fast.spans)
-    memory = [chunk[0] for chunk in fast.per_chunk]
-    trace.memory = read_memory_events(raw) if any(m is None for m in memory) else MemoryEvents.concat(memory)
+    trace.memory = MemoryEvents.concat([chunk[0] for chunk in fast.per_chunk])
     trace.flop_ops = FlopOps.concat([chunk[1] for chunk in fast.per_chunk])
     return trace
 
@@ -106,7 +105,7 @@ def _parsed_trace(path: Path, parsed: Parsed, window: Optional[StepWindow] = Non
     return trace
 
 
-def _events_between(raw: bytes, start: int, end: int) -> tuple[Optional[MemoryEvents], FlopOps]:
+def _events_between(raw: bytes, start: int, end: int) -> tuple[MemoryEvents, FlopOps]:
     return memory_events_between(raw, start, end), read_flop_ops(raw, start, end)
 
 

@@ -22,7 +22,7 @@ from diagnose.analysis.classify import complete_events, correlation_id, thread_o
 from diagnose.analysis.fastparse import FAST_EVENT
 from diagnose.analysis.flop_ops import FlopOps
 from diagnose.analysis.memory_events import MemoryEvents
-from diagnose.analysis.patterns import ID, NUMBER, STRING, compiled
+from diagnose.analysis.patterns import ID, NUMBER, SEP, STRING, compiled
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.spans import Spans
 
@@ -31,20 +31,20 @@ __all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "ObjectCounter", "choose_w
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
 STEP_NAME = b'"ProfilerStep#'
 # read where the marker's name is found (every event has a "name" key: no use searching for that)
-STEP_MARK = compiled(rb'"ProfilerStep#(\d*)[^"\\]*",\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
-                       + rb',\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER)
+STEP_MARK = compiled(rb'"ProfilerStep#(\d*)[^"\\]*"' + SEP + rb'"pid":\s*' + ID + SEP + rb'"tid":\s*' + ID
+                       + SEP + rb'"ts":\s*' + NUMBER + SEP + rb'"dur":\s*' + NUMBER)
 # a runtime call (cuda_runtime, hip_runtime) with its correlation id, the first of its args' ids
-LAUNCH_MARK = compiled(rb'_(?:runtime|driver)",\s*"name":\s*"[^"\\]*",\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
-                         + rb',\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER
-                         + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
+LAUNCH_MARK = compiled(rb'_(?:runtime|driver)"' + SEP + rb'"name":\s*"[^"\\]*"' + SEP + rb'"pid":\s*' + ID
+                         + SEP + rb'"tid":\s*' + ID + SEP + rb'"ts":\s*' + NUMBER + SEP + rb'"dur":\s*' + NUMBER
+                         + SEP + rb'"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
 # a complete event's start: where the trace's events lie in time, for a trace with no steps to cut it at
 START_MARK = compiled(rb'"ph":\s*"X",[^{}]*?"ts":\s*' + NUMBER)
 START_LABELS = (b'"ph": "X"', b'"ph":"X"')
 MIN_STEPS = 3  # fewer steps than a window and its lead-in and lead-out: the trace is cut in time
 # a kernel with its correlation id: where the device ran work launched at a known time
-KERNEL_MARK = compiled(rb'"kernel",\s*"name":\s*' + STRING + rb',\s*"pid":\s*' + ID + rb',\s*"tid":\s*' + ID
-                         + rb',\s*"ts":\s*' + NUMBER + rb',\s*"dur":\s*' + NUMBER
-                         + rb',\s*"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
+KERNEL_MARK = compiled(rb'"kernel"' + SEP + rb'"name":\s*' + STRING + SEP + rb'"pid":\s*' + ID
+                         + SEP + rb'"tid":\s*' + ID + SEP + rb'"ts":\s*' + NUMBER + SEP + rb'"dur":\s*' + NUMBER
+                         + SEP + rb'"args":\s*\{[^{}]*?"correlation":\s*(\d+)')
 
 
 @dataclass(frozen=True)

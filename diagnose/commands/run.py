@@ -3,6 +3,7 @@ compare this run with an earlier one."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -28,6 +29,7 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
 
     from diagnose import __version__
 
+    started = time.monotonic()
     script, rules_dirs, templates_dir = config.script, output.rules_dirs, output.templates_dir
     check_script(script)
     check_out_dir(config.out_dir or None)
@@ -60,7 +62,10 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
         if not outcome.interrupted:
             _measure_peaks(run_dir, outcome.capture)
         progress.update(task, note="analysing")
+        analysing = time.monotonic()
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
+        console.print(_analysis_sentence(time.monotonic() - analysing, time.monotonic() - started), style="dim",
+                      highlight=False)
         progress.update(task, note="done")
         results = ExperimentResults()
         if experiments != "none" and not outcome.interrupted and can_experiment(outcome.capture, analysis):
@@ -76,6 +81,13 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
                                       (gate.fail_if_slower, gate.run_noise))
         return code or gate_code
     return code
+
+
+def _analysis_sentence(analysis_s: float, run_s: float) -> str:
+    """How long reading the traces and applying the rules took, against the run until then (start-up,
+    profiling, the peaks, the analysis): the analysis is meant to stay a small part of it."""
+    return (f"Traces analysed in {analysis_s:.2f} s ({analysis_s / max(run_s, 1e-9):.0%} of the {run_s:.1f} s "
+            f"the run has taken so far).")
 
 
 def _fitted_to_a_short_script(config: RunConfig, outcome) -> Optional[RunConfig]:
