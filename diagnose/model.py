@@ -241,6 +241,24 @@ class ScriptError:
 
 
 @dataclass(frozen=True)
+class LimitCandidate:
+    """One memory limit that applies to the script: where it comes from, and its size."""
+    source: str  # "--memory-limit", "RLIMIT_AS, ulimit -v", "cgroup memory.max (/sys/fs/cgroup/...)", ...
+    limit_bytes: int
+    kind: str  # flag | rlimit | cgroup | machine | gpu (capture/limits.py)
+
+
+@dataclass(frozen=True)
+class MemoryLimitReading:
+    """The limit that applies (the one that leaves the least room), and every one read (capture.json
+    `memory_limit`): the report names it instead of the machine's memory when a ulimit or a cgroup is lower."""
+    limit_bytes: int
+    source: str
+    kind: str
+    candidates: tuple[LimitCandidate, ...] = ()
+
+
+@dataclass(frozen=True)
 class OutOfMemory:
     """Where and how the script ran out of memory (capture.json and diagnosis.json `out_of_memory`)."""
     step: Optional[int]  # the step that failed (0-based), None before the first
@@ -329,6 +347,7 @@ class Capture:
     framework: Optional[FrameworkSite] = None  # the training framework the script runs under, if any
     out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: where and how
     memory_limit_bytes: Optional[int] = None  # the --memory-limit it ran under
+    memory_limit: Optional[MemoryLimitReading] = None  # the limit that applied, as read when the script started
     memory_sizes: Optional[MemorySizes] = None  # measured over the first training step
     # the highest of what counts against --memory-limit (CUDA: reserved; host: address space grown, else resident)
     memory_limit_peak_bytes: Optional[int] = None

@@ -315,9 +315,9 @@ class MeasureSession(ScriptHost):
         return 0 if Status.is_ok(status) else 1
 
     def _peak_memory(self) -> Optional[int]:
-        """Under a memory limit, what counts against it (it decides whether a variant fits); else the CUDA
-        allocator's reserved peak, or the process's resident peak on the host."""
-        if self.memory.limit_bytes:
+        """Under a memory limit, what counts against it (it decides whether a variant fits; an rlimit counts the
+        whole address space); else the CUDA allocator's reserved peak, or the process's resident peak on the host."""
+        if self.memory.limit_bytes or self.memory.counts() == "address":
             return self.memory.peak_in_use_bytes()
         peak, _ = peak_memory()
         return peak if peak is not None else peak_rss_bytes()

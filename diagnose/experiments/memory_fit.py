@@ -38,7 +38,11 @@ class FitOutcome:
 
 
 def search_limit(ctx: Context, scheduler: Scheduler) -> tuple[int, str]:
-    """The memory a batch must fit in: --memory-limit, else the GPU's, else what the machine has available."""
+    """The memory a batch must fit in: the limit that applied to the script (--memory-limit, a ulimit, a cgroup, the
+    GPU's), else the GPU's, else what the machine has available."""
+    reading = ctx.capture.memory_limit
+    if reading is not None and reading.kind != "machine":
+        return reading.limit_bytes, reading.source
     if scheduler.memory_limit_bytes:
         return scheduler.memory_limit_bytes, "--memory-limit"
     if ctx.cuda and ctx.capture.memory_capacity_bytes:
@@ -119,7 +123,7 @@ def fit_out_of_memory(scheduler: Scheduler, ctx: Context, wanted: Optional[list[
                     scheduler.run(arm)
     except (ExperimentsInterrupted, KeyboardInterrupt):
         interrupted = True
-    results = _results(arms, sized, scheduler.memory_limit_bytes or (search.limit_bytes if search else None))
+    results = _results(arms, sized, search_limit(ctx, scheduler)[0])
     skipped = [skipped_experiment(i, reason, "samples/s") for i, reason in reasons.items() if reason]
     return FitOutcome(tuple(results + skipped), _headline(results), search, interrupted)
 
