@@ -122,8 +122,9 @@ def _unique_names(roots: list[Path]) -> list[str]:
 
 def _walk(roots: list[str], exempt: list[str]):
     """(path, stat) of each file and (path, None) of each folder under the roots, not following symlinks;
-    exempt folders, SKIPPED_FOLDERS and virtual environments (a .venv beside the script: tens of thousands of
-    files the script does not write) are left out, their paths added to `exempt`."""
+    exempt paths, SKIPPED_FOLDERS, virtual environments (a .venv beside the script: tens of thousands of files the
+    script does not write) and other diagnose runs' folders (`--out` in the project: another run writes there
+    meanwhile) are left out, their paths added to `exempt`."""
     skip = set(exempt)
     stack = [r for r in roots if os.path.isdir(r)]
     while stack:
@@ -138,15 +139,39 @@ def _walk(roots: list[str], exempt: list[str]):
                 if entry.is_dir(follow_symlinks=False):
                     if path in skip or entry.name in SKIPPED_FOLDERS:
                         continue
-                    if os.path.exists(os.path.join(path, "pyvenv.cfg")):
+                    if os.path.exists(os.path.join(path, "pyvenv.cfg")) or _is_run_folder(path):
                         exempt.append(path)
                         continue
                     yield path, None
                     stack.append(path)
-                else:
+                elif path not in skip:
                     yield path, entry.stat(follow_symlinks=False)
             except OSError:
                 continue
+
+
+def _is_run_folder(path: str) -> bool:
+    """A folder diagnose wrote a run in: its config.json is a RunConfig, beside the run's sandbox or script.log."""
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return False
+    if not (os.path.isdir(os.path.join(path, "sandbox")) or os.path.isfile(os.path.join(path, "script.log"))):
+        return False
+    from diagnose.runfolder import has_own_config
+
+    return has_own_config(Path(path))
+
+
+def own_output_files() -> list[Path]:
+    """The files this process's stdout and stderr write to (`diagnose run train.py > run.log` in the project):
+    diagnose's own output, which grows during the run, not a change of the user's."""
+    found = []
+    for fd in (1, 2):
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                found.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        except OSError:  # closed, or no /proc: nothing to leave out
+            continue
+    return found
 
 
 def exempt_folders(run_dir: Path) -> list[Path]:
@@ -182,7 +207,7 @@ def prepare(sandbox_dir: Path, roots: list[Path], exempt: list[Path], listed: bo
     files.owner_fd = os.open(files.owner, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     fcntl.flock(files.owner_fd, fcntl.LOCK_EX)
     os.write(files.owner_fd, json.dumps({"pid": os.getpid()}).encode())
-    Snapshot.take(roots, [*exempt, files.dir], listed).save(files.snapshot)
+    Snapshot.take(roots, [*exempt, files.dir, *own_output_files()], listed).save(files.snapshot)
     return files
 
 
