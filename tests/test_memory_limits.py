@@ -165,3 +165,71 @@ def test_a_ulimit_set_outside_diagnose_is_the_limit_it_names(tmp_path):
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
     assert capture["memory_limit"]["kind"] == "rlimit"
     assert {c["kind"] for c in capture["memory_limit"]["candidates"]} >= {"rlimit", "machine"}
+
+
+def _fake_cgroup(tmp_path: Path) -> Path:
+    """A cgroup v2 folder with a 4 GiB memory.max and no OOM kill yet; the scripts below count one in it before
+    they SIGKILL themselves, as the kernel's OOM killer would (no real cgroup is made or limited here)."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    (root / "memory.max").write_text(f"{4 * GIB}\n")
+    (root / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    return root
+
+
+KILLED_BY_THE_OOM_KILLER = (
+    "import os, signal\n"
+    "def oom_kill():\n"
+    "    open(os.path.join(os.environ['DIAGNOSE_CGROUP_ROOT'], 'memory.events'), 'w').write('oom 1\\noom_kill 1\\n')\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n")
+
+
+def _run_under_fake_cgroup(tmp_path: Path, source: str):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "train.py").write_text(KILLED_BY_THE_OOM_KILLER + source)
+    env = {**os.environ, "DIAGNOSE_CGROUP_ROOT": str(_fake_cgroup(tmp_path)), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--out", str(tmp_path / "run"), "--warmup", "2",
+                           "--steps", "3", "--experiments", "none", "train.py"], cwd=work, capture_output=True,
+                          text=True, timeout=240, env=env)
+    return proc, json.loads((tmp_path / "run" / "diagnosis.json").read_text())
+
+
+def test_a_script_the_oom_killer_takes_is_diagnosed_as_out_of_memory_against_the_cgroup(tmp_path):
+    proc, diagnosis = _run_under_fake_cgroup(tmp_path, (
+        "import torch\nmodel = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(40):\n"
+        "    if step == 6:\n        oom_kill()\n"
+        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"))
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    assert diagnosis["status"] == "out_of_memory"
+    oom = diagnosis["out_of_memory"]
+    assert oom["limit_bytes"] == 4 * GIB and oom["limit_source"].startswith("cgroup memory.max")
+    assert "OOM killer" in proc.stderr
+
+
+def test_a_dataloader_worker_the_oom_killer_takes_is_out_of_memory_too(tmp_path):
+    proc, diagnosis = _run_under_fake_cgroup(tmp_path, (
+        "import torch\n"
+        "class Items(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n        return 4096\n"
+        "    def __getitem__(self, i):\n"
+        "        if i == 30:\n            oom_kill()\n"
+        "        return torch.randn(8)\n"
+        "if __name__ == '__main__':\n"
+        "    loader = torch.utils.data.DataLoader(Items(), batch_size=4, num_workers=1)\n"
+        "    model = torch.nn.Linear(8, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x in loader:\n"
+        "        opt.zero_grad(); model(x).sum().backward(); opt.step()\n"))
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    oom = diagnosis["out_of_memory"]
+    assert diagnosis["status"] == "out_of_memory" and oom["limit_source"].startswith("cgroup memory.max")
+    assert oom["limit_bytes"] == 4 * GIB

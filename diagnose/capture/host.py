@@ -8,10 +8,15 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+import psutil
+
 from diagnose.capture.instrument import Instrumentation, StopCapture
+from diagnose.capture.killed import cgroup_reading, worker_was_oom_killed
+from diagnose.capture.limits import oom_kill_count
 from diagnose.capture.memory import MemoryLimit, apply_memory_limit, is_out_of_memory, out_of_memory
 from diagnose.capture.sandbox import WriteSandbox, exempt_folders
 from diagnose.model import OutOfMemory, RunConfig, ScriptError, Status
@@ -102,6 +107,7 @@ class ScriptHost:
                                     [*self.own_dirs(), *exempt_folders(self.run_dir)], listed=False)
         self.sandbox.install()
         self.start_samplers()
+        self.oom_kills_at_start = oom_kill_count()  # a worker the OOM killer takes raises no MemoryError
         self.memory = apply_memory_limit(self.config.memory_limit_bytes)  # last: our own set-up is outside it
         self._arm_deadline()
         status, error = self._run_script(self.config.script)
@@ -166,11 +172,16 @@ class ScriptHost:
             return Status.SCRIPT_ERROR, self._script_error(exc)
         except BaseException as exc:  # the user's own error: report it as theirs
             self.script_running = False
-            if is_out_of_memory(exc):  # the most common way training fails: a diagnosis, not a crash
+            worker_killed = worker_was_oom_killed(exc, getattr(self, "oom_kills_at_start", None))
+            if is_out_of_memory(exc) or worker_killed:  # the most common way training fails: a diagnosis
                 phase, started = self.instr.current_phase(), self.instr.clock.boundaries
                 # the first step has no boundary yet while it runs (the training loader is known after its backward)
                 step = started - 1 if started else (0 if phase != "other" else None)
                 self.oom = out_of_memory(exc, step, phase, self.memory)
+                if worker_killed:  # the cgroup's limit killed it, whatever limit the main process had
+                    reading = cgroup_reading(psutil.virtual_memory().total)
+                    self.oom = replace(self.oom, phase="data", limit_bytes=reading.limit_bytes,
+                                       limit_source=reading.source)
                 return Status.OUT_OF_MEMORY, self._script_error(exc)
             return Status.SCRIPT_ERROR, self._script_error(exc)
 

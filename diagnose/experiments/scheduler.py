@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments import cost
 from diagnose.experiments.records import setting_label
-from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Status, Window, stated_step_s
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, ScriptError, Status, Window, stated_step_s
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.runfolder import RunFolder
@@ -148,6 +148,9 @@ class Scheduler:
             raise ExperimentsInterrupted()  # its partial windows are not a fair sample: dropped, not compared
         (self.probe_durations if probe else self.durations).append(time.monotonic() - start)
         measurement = _read_measurement(folder)
+        if outcome.oom_killed and measurement.status == Status.CRASHED:  # a cgroup's limit: out of memory too
+            measurement = replace(measurement, status=Status.OUT_OF_MEMORY, error=ScriptError(
+                "Killed", "killed by the kernel's OOM killer (the cgroup's oom_kill count rose)", "", None))
         arm.runs.append(measurement)
         arm.run_dirs.append(folder)
         return measurement
