@@ -69,6 +69,7 @@ class Verdict(Word):
     FLAGGED = "flagged"  # measured, but it fed other data than the baseline: never a verified speedup
     FITS = "fits"  # a memory lever on a run that ran out of memory: it fitted under the limit
     OUT_OF_MEMORY = "out-of-memory"  # it ran out of memory again
+    NOT_VERIFIED = "not-verified"  # computed from what was measured, not run (no DataLoader to change)
 
 
 MEASURED = frozenset({Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE})  # a timed comparison was made
@@ -99,6 +100,9 @@ class MeasurePlan:
     min_windows: int = 2  # a run stops timing once this many windows agree within agree_frac
     agree_frac: float = 0.03
     seed: int = 0
+    # steps of unknown length (a run out of memory measured none): once the first step shows they take seconds,
+    # fewer warm-up and window steps (experiments/cost.py long_step_plan), so the run ends in its time limit
+    adapt_to_long_steps: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,7 @@ class ModelInfo:
     dtype: str
     parameters: int
     conv_layers: int = 0
+    input_batch: Optional[int] = None  # the first forward's first input's leading dimension: the batch it got
 
 
 @dataclass(frozen=True)
@@ -268,6 +273,8 @@ class OutOfMemory:
     limit_bytes: Optional[int]  # --memory-limit, else the device's or the machine's memory
     limit_source: str
     device: str  # cuda | cpu
+    # what counted against the limit when the script started (the interpreter, torch: no sample of the batch)
+    start_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class MemoryLimit:
     # user's; a --memory-limit only ever lowers it)
     outer_soft_bytes: Optional[int] = None
     known: Optional[MemoryLimitReading] = None  # read once (on CUDA when first asked: reading it starts NVML)
+    start_in_use_bytes: Optional[int] = None  # what counted against it when the script started
 
     def reading(self) -> Optional[MemoryLimitReading]:
         if self.known is None and self.device == "cuda":
@@ -147,6 +148,7 @@ def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
         limit = MemoryLimit(limit_bytes, "cpu", start, start + limit_bytes if limit_bytes else None,
                             outer_soft_bytes=outer)
         limit.known = host_limit(limit_bytes, start, int(psutil.virtual_memory().total))
+        limit.start_in_use_bytes = limit.in_use_bytes()
     limit.restore()  # sets it, when there is one (capped by the hard limit as every later restore is)
     return limit
 
@@ -183,7 +185,8 @@ def out_of_memory(exc: BaseException, step: Optional[int], phase: str, limit: Me
         in_use = None
     return OutOfMemory(step=step, phase=phase, requested_bytes=requested_bytes(str(exc)), in_use_bytes=in_use,
                        limit_bytes=reading.limit_bytes if reading else None,
-                       limit_source=reading.source if reading else "", device=device)
+                       limit_source=reading.source if reading else "", device=device,
+                       start_bytes=limit.start_in_use_bytes if limit.device == device else None)
 
 
 class StepMemory:

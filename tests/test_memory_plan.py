@@ -1,0 +1,118 @@
+"""The plan after a run out of memory (issue 40), as logic on a simulated scheduler: what keeps the effective batch
+runs first, each to a verdict, and the largest-batch search after it with what is left; runs sized from the
+steps measured (steps of seconds get fewer, and the time they need, or a --budget-seconds to ask for); and the
+accumulation a loop with no DataLoader should use, computed and marked not verified. Real runs: the slow tests of
+test_memory.py and the closing note's held-out cases."""
+from __future__ import annotations
+
+from diagnose.experiments import cost
+from diagnose.experiments.inline_fit import estimate, inline_accumulation
+from diagnose.experiments.memory_fit import _budget_note, _effective_batch_first, _expected_step_s
+from diagnose.experiments.scheduler import Arm
+from diagnose.model import (
+    Capture,
+    Environment,
+    LoaderInfo,
+    Measurement,
+    MemorySizes,
+    ModelInfo,
+    OptimizerInfo,
+    OutOfMemory,
+    Window,
+)
+from diagnose.optimizations.base import Context
+
+GIB, MIB = 2 ** 30, 2 ** 20
+
+
+def _oom_capture(loader: bool = False, batch: int = 131072, **oom) -> Capture:
+    environment = Environment("3.11", "2.13.0", "linux", 2, 24 * GIB, False)
+    fields = dict(step=0, phase="forward", requested_bytes=256 * MIB, in_use_bytes=int(1.9 * GIB),
+                  limit_bytes=2 * GIB, limit_source="RLIMIT_AS, ulimit -v", device="cpu", start_bytes=GIB)
+    fields.update(oom)
+    loaders = (LoaderInfo("train.py:15", batch, 0, False, False, None, "TensorDataset", 524288),) if loader else ()
+    return Capture("out_of_memory", "train.py", (), "backward", 0, 0, 3, 5.0, environment,
+                   loaders=loaders, train_loader=0 if loader else None,
+                   optimizers=(OptimizerInfo("train.py:20", "AdamW", 1e-3, None, None),),
+                   model=ModelInfo("Sequential", None, "cpu", "float32", 300_000, input_batch=batch),
+                   out_of_memory=OutOfMemory(**fields),
+                   memory_sizes=MemorySizes("cpu", 1_200_000, 0, 0, 200 * MIB, 0, None))
+
+
+def test_a_loop_without_a_loader_gets_the_micro_batch_and_count_that_fit():
+    found = estimate(_oom_capture())
+    # 1 GiB when the script began, 1.2 MB of parameters (+ gradients + AdamW's two moments, not made yet):
+    # 1.9 GiB + 256 MiB needed at 131072 leaves about 8.6 KB a sample; 95% of 2 GiB fits about 111k of them
+    assert found.fixed_bytes == GIB + 4 * 1_200_000
+    assert 8_000 < found.per_sample_bytes < 9_500
+    assert found.micro_batches == 2 and found.micro_batch == 65536
+    experiment = inline_accumulation(_oom_capture())
+    assert experiment.verdict == "not-verified" and experiment.setting == {"micro_batches": 2, "batch_size": 65536}
+    assert "batch_size = 65536\ngradient_accumulation_steps = 2" in experiment.change
+    assert "not verified" in experiment.reason and "no DataLoader" in experiment.reason
+
+
+def test_a_tighter_limit_asks_for_more_micro_batches_of_the_same_effective_batch():
+    found = estimate(_oom_capture(limit_bytes=int(1.2 * GIB), in_use_bytes=int(1.15 * GIB)))
+    assert found.micro_batches >= 4 and found.micro_batch * found.micro_batches == 131072
+
+
+def test_no_estimate_without_the_figures_it_needs():
+    assert estimate(_oom_capture(in_use_bytes=None)) is None
+    assert estimate(_oom_capture(batch=1)) is None
+    # the model's own tensors leave no room for samples
+    assert estimate(_oom_capture(start_bytes=int(1.99 * GIB))) is None
+
+
+def _arm(optimization: str, **setting) -> Arm:
+    return Arm(optimization, setting, ())
+
+
+def test_what_keeps_the_effective_batch_runs_first_and_more_micro_batches_last():
+    arms = [_arm("grad_accumulation", micro_batches=2, batch_size=65536),
+            _arm("grad_accumulation", micro_batches=4, batch_size=32768),
+            _arm("activation_checkpointing"), _arm("amp", device="cpu", dtype="bfloat16")]
+    order = [(a.optimization, a.setting.get("micro_batches")) for a in _effective_batch_first(arms)]
+    assert order == [("grad_accumulation", 2), ("activation_checkpointing", None), ("amp", None),
+                     ("grad_accumulation", 4)]
+
+
+class _Clock:
+    """The scheduler's figures the plan reads, without running anything."""
+
+    def __init__(self, elapsed_s: float = 0.0):
+        self.sample_s, self.seen_step_s, self.startup_s, self.elapsed = None, None, 2.0, elapsed_s
+
+    def elapsed_s(self) -> float:
+        return self.elapsed
+
+    def estimate_s(self, arm: Arm) -> float:
+        return cost.long_step_run_s(self.startup_s, arm.step_s)
+
+    learn = __import__("diagnose.experiments.scheduler", fromlist=["Scheduler"]).Scheduler.learn
+
+
+def test_step_time_follows_the_measured_runs_a_sample_at_a_time():
+    clock = _Clock()
+    ctx = Context(_oom_capture(loader=True), None)
+    accumulate = _arm("grad_accumulation", micro_batches=2, batch_size=65536)
+    assert _expected_step_s(clock, accumulate, ctx) is None  # nothing measured yet: the run shortens itself
+    # a short run at half the batch: 3.8 s a step of 65536 samples
+    clock.learn(Measurement("completed", (Window(1, 3.8, 65536),), (), 2.0, 4.0, (), None, 3))
+    assert abs(_expected_step_s(clock, accumulate, ctx) - 7.6) < 1e-6  # an optimizer step: the whole batch
+    assert _expected_step_s(clock, _arm("activation_checkpointing"), ctx) > 7.6
+
+
+def test_steps_of_seconds_get_fewer_steps_and_a_budget_to_ask_for():
+    assert cost.long_step_plan(0.05) == (cost.WARMUP_STEPS, cost.WINDOW_STEPS)
+    warmup, window = cost.long_step_plan(7.6)
+    assert warmup == 2 and window == 2
+    run_s = cost.long_step_run_s(2.0, 7.6)
+    assert 60 < run_s < 70  # not the 20 steps (150 s) of a short-step run
+    clock = _Clock(elapsed_s=200.0)
+    slow = _arm("activation_checkpointing")
+    slow.step_s = 10.6
+    note = _budget_note(clock, [slow])
+    needed = 200 + cost.RUNS_FOR_INTERVAL * cost.long_step_run_s(2.0, 10.6)
+    assert f"--budget-seconds {cost.budget_to_ask_s(needed)}" in note and "steps take about 10.6 s" in note
+    assert cost.budget_to_ask_s(needed) % 60 == 0 and cost.budget_to_ask_s(needed) >= needed * 1.2
