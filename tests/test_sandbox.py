@@ -199,3 +199,26 @@ def test_diagnoses_own_output_redirected_into_the_project_is_not_the_users_chang
     assert "changed during the run" not in output and "run.log" not in output
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
     assert capture["unrestored_files"] == []
+
+
+def test_another_diagnose_runs_redirected_output_is_not_the_users_change(tmp_path):
+    """Two runs in one folder, each `> its.log`: the other run's log grows during this one (issue 40). A stand-in
+    `diagnose` command writes its log in the project while this run's sandbox lists and restores it."""
+    work = tmp_path / "project"
+    work.mkdir()
+    fake = tmp_path / "bin" / "diagnose"
+    fake.parent.mkdir()
+    fake.write_text("import sys, time\nfor i in range(200):\n    print('step', i, flush=True)\n    time.sleep(0.05)\n")
+    (work / "other.log").write_text("")
+    with open(work / "other.log", "w") as log:
+        other = subprocess.Popen([sys.executable, str(fake), "run", "train.py"], stdout=log, cwd=work)
+    try:
+        time.sleep(0.5)
+        folder = tmp_path / "run" / "sandbox"
+        sandbox.prepare(folder, [work], [tmp_path / "run"])
+        time.sleep(0.5)
+        result = sandbox.restore(folder)
+    finally:
+        other.kill()
+        other.wait()
+    assert result.unrestored == ()

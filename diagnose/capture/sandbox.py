@@ -162,15 +162,40 @@ def _is_run_folder(path: str) -> bool:
 
 
 def own_output_files() -> list[Path]:
-    """The files this process's stdout and stderr write to (`diagnose run train.py > run.log` in the project):
-    diagnose's own output, which grows during the run, not a change of the user's."""
+    """The files diagnose's stdout and stderr write to (`diagnose run train.py > run.log` in the project), this
+    process's and every other diagnose run's on the machine (two runs in one folder, each to its own log):
+    diagnose's output, which grows during the run, not a change of the user's."""
+    found = {path for fd in (1, 2) for path in [_output_file("self", fd)] if path}
+    for pid in _diagnose_processes():
+        found |= {path for fd in (1, 2) for path in [_output_file(pid, fd)] if path}
+    return sorted(found)
+
+
+def _output_file(pid: str, fd: int) -> Optional[Path]:
+    """The regular file a process's descriptor writes to; None for a terminal, a pipe, or one not readable."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        return Path(target) if target.startswith("/") and stat.S_ISREG(os.stat(target).st_mode) else None
+    except OSError:  # closed, gone, another user's, or no /proc: nothing to leave out
+        return None
+
+
+def _diagnose_processes() -> list[str]:
+    """Other live `diagnose` commands (`diagnose ...` or `python -m diagnose ...`), by their /proc entries."""
     found = []
-    for fd in (1, 2):
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    except OSError:
+        return []
+    for pid in pids:
         try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                found.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
-        except OSError:  # closed, or no /proc: nothing to leave out
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                argv = file.read().split(b"\0")
+        except OSError:
             continue
+        named = any(os.path.basename(a) == b"diagnose" for a in argv[:2])
+        if named or any(a == b"-m" and b == b"diagnose" for a, b in zip(argv, argv[1:])):
+            found.append(pid)
     return found
 
 
@@ -556,6 +581,8 @@ def restore(sandbox_dir: Path) -> Optional[RestoreResult]:
                 problems.append(f"{folder} (a folder that could not be re-made: {exc})")
     if snap.complete:  # files of the snapshot gone without a copy: removed by another process
         problems += [p for p in snap.files if p not in journal.originals and not os.path.lexists(p)]
+    outputs = {str(p) for p in own_output_files()}  # a diagnose run that started writing its log meanwhile
+    problems = [p for p in problems if p not in outputs]
     _remove_made_folders(now_dirs, snap, journal)
     _clean_up(files)
     return RestoreResult(kept, tuple(sorted(set(restored))), tuple(problems))
