@@ -40,16 +40,23 @@ def _oom_capture(loader: bool = False, batch: int = 131072, **oom) -> Capture:
 
 
 def test_a_loop_without_a_loader_gets_the_micro_batch_and_count_that_fit():
-    found = estimate(_oom_capture())
+    found = estimate(_oom_capture(phase="backward"))
     # 1 GiB when the script began, 1.2 MB of parameters (+ gradients + AdamW's two moments, not made yet):
     # 1.9 GiB + 256 MiB needed at 131072 leaves about 8.6 KB a sample; 95% of 2 GiB fits about 111k of them
     assert found.fixed_bytes == GIB + 4 * 1_200_000
-    assert 8_000 < found.per_sample_bytes < 9_500
+    assert 8_000 < found.per_sample_bytes < 9_500 and not found.doubled
     assert found.micro_batches == 2 and found.micro_batch == 65536
-    experiment = inline_accumulation(_oom_capture())
+    experiment = inline_accumulation(_oom_capture(phase="backward"))
     assert experiment.verdict == "not-verified" and experiment.setting == {"micro_batches": 2, "batch_size": 65536}
     assert "batch_size = 65536\ngradient_accumulation_steps = 2" in experiment.change
     assert "not verified" in experiment.reason and "no DataLoader" in experiment.reason
+
+
+def test_a_failure_in_forward_saw_half_a_step_so_its_bytes_a_sample_count_twice():
+    found = estimate(_oom_capture(phase="forward"))
+    assert found.doubled and 16_000 < found.per_sample_bytes < 19_000
+    assert found.micro_batches == 4 and found.micro_batch == 32768
+    assert "doubled: it failed before backward" in inline_accumulation(_oom_capture()).reason
 
 
 def test_a_tighter_limit_asks_for_more_micro_batches_of_the_same_effective_batch():
@@ -116,3 +123,38 @@ def test_steps_of_seconds_get_fewer_steps_and_a_budget_to_ask_for():
     needed = 200 + cost.RUNS_FOR_INTERVAL * cost.long_step_run_s(2.0, 10.6)
     assert f"--budget-seconds {cost.budget_to_ask_s(needed)}" in note and "steps take about 10.6 s" in note
     assert cost.budget_to_ask_s(needed) % 60 == 0 and cost.budget_to_ask_s(needed) >= needed * 1.2
+
+
+INLINE_MLP = """import argparse
+import torch
+from torch import nn
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=131072)
+args = parser.parse_args()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(20):
+    x, y = torch.randn(args.batch_size, 64), torch.randint(0, 10, (args.batch_size,))  # no DataLoader
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_real_loop_without_a_loader_says_what_to_change_and_that_it_was_not_run(tmp_path):
+    """Batches made inline under --memory-limit 700MB: out of memory at 131072 in forward; the recommendation
+    (measured here: 65536 runs out in backward under that limit, 32768 fits) is computed, not run."""
+    from conftest import run_script
+
+    (tmp_path / "inline.py").write_text(INLINE_MLP)
+    run = run_script(tmp_path / "inline.py", out=tmp_path / "run", cwd=tmp_path,
+                     options=("--warmup", "2", "--steps", "3", "--memory-limit", "700MB",
+                              "--experiments", "grad_accumulation"))
+    assert run.returncode == 5, run.stderr[-3000:]
+    estimated = [e for e in run.diagnosis["experiments"] if e["verdict"] == "not-verified"]
+    assert len(estimated) == 1 and estimated[0]["runs"] == 0
+    setting = estimated[0]["setting"]
+    assert setting["micro_batches"] * setting["batch_size"] == 131072 and setting["batch_size"] <= 32768
+    assert f"gradient_accumulation_steps = {setting['micro_batches']}" in run.stdout + run.stderr
+    assert "not verified" in (run.run_dir / "report.html").read_text()

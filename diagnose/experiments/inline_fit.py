@@ -5,8 +5,11 @@ marked not verified.
 
 The estimate: what was in use when it ran out plus what it asked for is a floor of the step's need at the
 script's batch; less what counted before the script began and the model's own tensors (parameters, their
-gradients, the optimizer's state), the rest grows with the batch. It is a floor, so the bytes a sample are too:
-the count is the fewest that fit with the margin, and the note says that it was not run."""
+gradients, the optimizer's state), the rest grows with the batch. It is a floor, so the bytes a sample are too;
+one that failed before backward saw at most the forward's half (backward holds the activations' gradients beside
+the activations: under --memory-limit 700MB an MLP that failed in forward at 131072 with 6.4 KiB a sample seen
+ran out in backward at 65536, and fits at 32768), so it counts twice. The count is the fewest that fit with the
+margin, and the note says that it was not run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +21,8 @@ from diagnose.model import Capture, Experiment, Verdict
 from diagnose.optimizations.base import APPROXIMATE
 from diagnose.optimizations.grad_accumulation import MICRO_BATCHES, micro_batches_to_fit
 
+# a failure before backward saw the forward's share of a step's memory: about half of it
+BEFORE_BACKWARD_FACTOR = 2.0
 # optimizer state a parameter gets at its first step, where the run ran out before any step made it
 STATE_PER_PARAMETER = {"adam": 2, "adamw": 2, "nadam": 2, "radam": 2, "adamax": 2, "sgd": 1, "rmsprop": 1,
                        "adagrad": 1}
@@ -31,6 +36,7 @@ class InlineEstimate:
     fixed_bytes: int
     per_sample_bytes: float
     limit_bytes: int
+    doubled: bool = False  # it failed before backward: the bytes a sample seen count twice
 
 
 def estimate(capture: Capture) -> Optional[InlineEstimate]:
@@ -41,13 +47,14 @@ def estimate(capture: Capture) -> Optional[InlineEstimate]:
         return None
     need = oom.in_use_bytes + (oom.requested_bytes or 0)
     fixed = (oom.start_bytes or 0) + _model_tensors_bytes(capture)
-    per_sample = (need - fixed) / batch
+    doubled = oom.phase not in ("backward", "optimizer")
+    per_sample = (need - fixed) / batch * (BEFORE_BACKWARD_FACTOR if doubled else 1.0)
     room = oom.limit_bytes * (1 - MARGIN) - fixed
     if per_sample <= 0 or room <= per_sample:
         return None
     micro = min(batch - 1, int(room // per_sample))
     count = micro_batches_to_fit(batch, micro)
-    return InlineEstimate(batch, batch // count, count, int(fixed), per_sample, oom.limit_bytes)
+    return InlineEstimate(batch, batch // count, count, int(fixed), per_sample, oom.limit_bytes, doubled)
 
 
 def _model_tensors_bytes(capture: Capture) -> int:
@@ -70,8 +77,9 @@ def inline_accumulation(capture: Capture) -> Optional[Experiment]:
         return None
     setting = {"micro_batches": found.micro_batches, "batch_size": found.micro_batch}
     reason = (f"not verified (no DataLoader to split, so not run): estimated from the run that ran out of memory, "
-              f"{fmt_gib(found.fixed_bytes)} fixed + {fmt_gib(int(found.per_sample_bytes))} a sample (a floor: "
-              f"what was in use when it failed) against {fmt_gib(found.limit_bytes)} less a {MARGIN:.0%} margin: "
+              f"{fmt_gib(found.fixed_bytes)} fixed + {fmt_gib(int(found.per_sample_bytes))} a sample (from what was "
+              f"in use when it failed, a floor{', doubled: it failed before backward' if found.doubled else ''}) "
+              f"against {fmt_gib(found.limit_bytes)} less a {MARGIN:.0%} margin: "
               f"make the batch {found.micro_batch} and accumulate {found.micro_batches} of them per optimizer step "
               f"(the same effective batch of {found.micro_batch * found.micro_batches})")
     return Experiment(optimization="grad_accumulation", setting=setting, metric="samples/s", speedup=None, ci=None,
