@@ -233,3 +233,23 @@ def test_a_dataloader_worker_the_oom_killer_takes_is_out_of_memory_too(tmp_path)
     oom = diagnosis["out_of_memory"]
     assert diagnosis["status"] == "out_of_memory" and oom["limit_source"].startswith("cgroup memory.max")
     assert oom["limit_bytes"] == 4 * GIB
+
+
+def test_a_worker_killed_mid_batch_shows_as_the_loaders_error_and_is_out_of_memory_too(tmp_path, monkeypatch):
+    """Killed while it handed a batch over, the worker leaves the main process a reset connection inside the
+    loader's next() (torch's "killed by signal" may come later, or not at all): the count decides."""
+    from diagnose.capture.killed import worker_was_oom_killed
+
+    root = _fake_cgroup(tmp_path)
+    monkeypatch.setenv("DIAGNOSE_CGROUP_ROOT", str(root))
+    loader_file = str(tmp_path / "site-packages" / "torch" / "utils" / "data" / "dataloader.py")
+    try:
+        exec(compile("raise ConnectionResetError(104, 'Connection reset by peer')", loader_file, "exec"))
+    except ConnectionResetError as exc:
+        reset = exc
+    assert not worker_was_oom_killed(reset, 0)  # no OOM kill counted: a reset connection is just that
+    (root / "memory.events").write_text("oom 1\noom_kill 1\n")
+    assert worker_was_oom_killed(reset, 0)
+    assert worker_was_oom_killed(RuntimeError("DataLoader worker (pid 7) is killed by signal: Killed. "), 0)
+    assert not worker_was_oom_killed(ValueError("bad value"), 0)  # not from a loader
+    assert not worker_was_oom_killed(reset, None)  # no count to read

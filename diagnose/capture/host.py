@@ -150,6 +150,13 @@ class ScriptHost:
         except KeyboardInterrupt:  # Ctrl-C while the script's own error was being read: keep what was measured
             self.script_running = False
             return Status.INTERRUPTED, None
+        except RuntimeError as late:
+            # a DataLoader worker's death, raised by torch's SIGCHLD handler while the error it caused (a reset
+            # connection mid-batch) was being read: that death is the script's error
+            if "DataLoader worker" not in str(late):
+                raise
+            self.script_running = False
+            return self._failed(late)
 
     def _outcome(self, script: str) -> tuple[str, Optional[ScriptError]]:
         import runpy
@@ -172,18 +179,23 @@ class ScriptHost:
             return Status.SCRIPT_ERROR, self._script_error(exc)
         except BaseException as exc:  # the user's own error: report it as theirs
             self.script_running = False
-            worker_killed = worker_was_oom_killed(exc, getattr(self, "oom_kills_at_start", None))
-            if is_out_of_memory(exc) or worker_killed:  # the most common way training fails: a diagnosis
-                phase, started = self.instr.current_phase(), self.instr.clock.boundaries
-                # the first step has no boundary yet while it runs (the training loader is known after its backward)
-                step = started - 1 if started else (0 if phase != "other" else None)
-                self.oom = out_of_memory(exc, step, phase, self.memory)
-                if worker_killed:  # the cgroup's limit killed it, whatever limit the main process had
-                    reading = cgroup_reading(psutil.virtual_memory().total)
-                    self.oom = replace(self.oom, phase="data", limit_bytes=reading.limit_bytes,
-                                       limit_source=reading.source)
-                return Status.OUT_OF_MEMORY, self._script_error(exc)
-            return Status.SCRIPT_ERROR, self._script_error(exc)
+            return self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> tuple[str, Optional[ScriptError]]:
+        """The script's own error, as its status: out of memory (an allocator's error, or a DataLoader worker the
+        OOM killer took) is a diagnosis, any other a script error."""
+        worker_killed = worker_was_oom_killed(exc, getattr(self, "oom_kills_at_start", None))
+        if is_out_of_memory(exc) or worker_killed:  # the most common way training fails: a diagnosis
+            phase, started = self.instr.current_phase(), self.instr.clock.boundaries
+            # the first step has no boundary yet while it runs (the training loader is known after its backward)
+            step = started - 1 if started else (0 if phase != "other" else None)
+            self.oom = out_of_memory(exc, step, phase, self.memory)
+            if worker_killed:  # the cgroup's limit killed it, whatever limit the main process had
+                reading = cgroup_reading(psutil.virtual_memory().total)
+                self.oom = replace(self.oom, phase="data", limit_bytes=reading.limit_bytes,
+                                   limit_source=reading.source)
+            return Status.OUT_OF_MEMORY, self._script_error(exc)
+        return Status.SCRIPT_ERROR, self._script_error(exc)
 
     def _script_error(self, exc: BaseException) -> ScriptError:
         text = user_traceback(exc)

@@ -3,6 +3,7 @@ cgroup's count of OOM kills rising over the run says that it was memory (a cgrou
 machine's); the run is then diagnosed as out of memory, against the cgroup's limit."""
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -28,14 +29,28 @@ class OomKillWatch:
 
 
 def worker_was_oom_killed(exc: BaseException, kills_before: Optional[int]) -> bool:
-    """A DataLoader worker that died (torch says "DataLoader worker (pid N) is killed by signal: Killed", or "...
-    exited unexpectedly") while the cgroup's OOM kill count rose since the script started: it ran out of memory."""
-    text = str(exc)
-    died = "Killed" in text or "exited unexpectedly" in text
-    if "DataLoader worker" not in text or not died or kills_before is None:
+    """A DataLoader worker that died while the cgroup's OOM kill count rose since the script started: it ran out
+    of memory. Its death shows as torch's "DataLoader worker (pid N) is killed by signal: Killed" (or "...
+    exited unexpectedly"), or, killed mid-batch, as whatever error the loader's next() met (a reset connection)."""
+    if kills_before is None or not (_says_worker_died(exc) or _raised_in_a_loader(exc)):
         return False
     after = oom_kill_count()
     return after is not None and after > kills_before
+
+
+def _says_worker_died(exc: BaseException) -> bool:
+    text = str(exc)
+    return "DataLoader worker" in text and ("Killed" in text or "exited unexpectedly" in text)
+
+
+def _raised_in_a_loader(exc: BaseException) -> bool:
+    """The error came out of a DataLoader's iterator (its frames are in torch/utils/data/dataloader.py)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(os.path.join("torch", "utils", "data", "dataloader.py")):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def cgroup_reading(machine_bytes: int) -> MemoryLimitReading:
