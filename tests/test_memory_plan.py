@@ -116,6 +116,8 @@ def test_steps_of_seconds_get_fewer_steps_and_a_budget_to_ask_for():
     assert warmup == 2 and window == 2
     run_s = cost.long_step_run_s(2.0, 7.6)
     assert 60 < run_s < 70  # not the 20 steps (150 s) of a short-step run
+    # epochs of four steps, two of each its start-up: twice the steps (15 were seen where 8 were planned)
+    assert cost.long_step_run_s(2.0, 7.6, epoch_steps=4, restart_steps=2) - 4.5 == 2 * (run_s - 4.5)
     clock = _Clock(elapsed_s=200.0)
     slow = _arm("activation_checkpointing")
     slow.step_s = 10.6

@@ -134,10 +134,17 @@ class Scheduler:
 
     def estimate_s(self, arm: Arm) -> float:
         if arm.step_s is not None:  # its own steps' length: a variant with steps of seconds needs its time
-            return cost.long_step_run_s(self.startup_s or cost.STARTUP_UNKNOWN_S, arm.step_s) + \
-                arm.extra_warmup * arm.step_s
+            return cost.long_step_run_s(self.startup_s or cost.STARTUP_UNKNOWN_S, arm.step_s, self._epoch_steps(),
+                                        self._burst(arm) + 1) + arm.extra_warmup * arm.step_s
         typical = sorted(self.durations)[len(self.durations) // 2] if self.durations else self.first_estimate_s
         return typical + arm.extra_warmup * self.step_s
+
+    def _epoch_steps(self) -> Optional[int]:
+        """Optimizer steps an epoch holds at the script's batch (the memory levers keep it), when the loader says."""
+        loader = self.ctx.loader
+        if loader is None or not loader.dataset_len or not loader.batch_size:
+            return None
+        return loader.dataset_len // loader.batch_size
 
     def can_run(self, arm: Arm, probe: bool = False) -> bool:
         return self.remaining_s() >= (self.probe_estimate_s() if probe else self.estimate_s(arm))
