@@ -160,3 +160,40 @@ def test_a_real_loop_without_a_loader_says_what_to_change_and_that_it_was_not_ru
     assert setting["micro_batches"] * setting["batch_size"] == 131072 and setting["batch_size"] <= 32768
     assert f"gradient_accumulation_steps = {setting['micro_batches']}" in run.stdout + run.stderr
     assert "not verified" in (run.run_dir / "report.html").read_text()
+
+
+class _Budgeted:
+    """A scheduler whose budget has room for short runs only: each records which kind it was asked for."""
+
+    def __init__(self, status: str):
+        self.asked, self.status = [], status
+        self.sample_s, self.seen_step_s, self.startup_s = 1e-4, None, 2.0
+
+    def run(self, arm: Arm, probe: bool = False, open_ended: bool = False):
+        self.asked.append((arm.optimization, probe))
+        if not probe:
+            return None
+        windows = (Window(1, 9.0, 131072),) if self.status == "completed" else ()
+        measurement = Measurement(self.status, windows, (), 2.0, 9.0, (), 2 * GIB, 3)
+        arm.runs.append(measurement)
+        return measurement
+
+    def learn(self, measurement) -> None:
+        pass
+
+
+def test_a_lever_the_budget_has_no_timed_run_for_still_gets_a_verdict_from_a_short_run():
+    """Checkpointing and autocast that run out of memory say so in seconds: a budget too small for their timed
+    runs (steps of seconds) still gives them a short one, and a verdict."""
+    from diagnose.experiments.memory_fit import _result, _run_levers
+
+    ctx = Context(_oom_capture(loader=True), None)
+    for status, verdict in (("out_of_memory", "out-of-memory"), ("completed", "fits")):
+        scheduler = _Budgeted(status)
+        arm = _arm("activation_checkpointing")
+        _run_levers(scheduler, [arm], ctx)
+        assert scheduler.asked[:2] == [("activation_checkpointing", False), ("activation_checkpointing", True)]
+        result = _result(arm, ctx, 2 * GIB, None)
+        assert result.verdict == verdict
+        if verdict == "fits":
+            assert "a short run (three steps) only" in result.reason

@@ -167,6 +167,9 @@ def _run_levers(scheduler: Scheduler, arms: list[Arm], ctx: Context) -> None:
                 continue
             arm.step_s = _expected_step_s(scheduler, arm, ctx)
             measurement = scheduler.run(arm, open_ended=arm.step_s is None)
+            if measurement is None and not arm.runs:  # no room for a timed run: a short one still says if it fits
+                measurement = scheduler.run(arm, probe=True)
+                arm.short_only = measurement is not None
             if measurement is not None:
                 scheduler.learn(measurement)
 
@@ -236,8 +239,9 @@ def _result(arm: Arm, ctx: Context, limit: Optional[int], noise, budget_note: st
     interval = throughput_interval(rates, noise)
     if interval is None:  # its speed, without an interval
         more = f" ({budget_note})" if budget_note else ""
+        what = "a short run (three steps) only, no timed run" if arm.short_only else "one run only"
         return Experiment(**common, verdict=Verdict.FITS, throughput=rates[0],
-                          reason=f"fits; one run only (the budget), so no interval on its speed{more}")
+                          reason=f"fits; {what} (the budget), so no interval on its speed{more}")
     rate, ci = interval
     return Experiment(**common, verdict=Verdict.FITS, throughput=rate, throughput_ci=ci,
                       reason=_fits_reason(peak, limit, len(arm.ok_runs())))

@@ -32,6 +32,7 @@ class Arm:
     unique_data: bool = False  # an IterableDataset feeds training: count samples new in their epoch, not steps
     dropped: str = ""  # why a sweep left it after its first run(s), when another setting did better
     step_s: Optional[float] = None  # its steps' expected length, when measured runs say (long steps: fewer of them)
+    short_only: bool = False  # its one run was a short one (three steps): the budget had no room for a timed run
     runs: list[Measurement] = field(default_factory=list)
     run_dirs: list[Path] = field(default_factory=list)
 
