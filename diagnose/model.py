@@ -70,6 +70,7 @@ class Verdict(Word):
     FLAGGED = "flagged"  # measured, but it fed other data than the baseline: never a verified speedup
     FITS = "fits"  # a memory lever on a run that ran out of memory: it fitted under the limit
     OUT_OF_MEMORY = "out-of-memory"  # it ran out of memory again
+    NOT_VERIFIED = "not-verified"  # computed from what was measured, not run (no DataLoader to change)
 
 
 MEASURED = frozenset({Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE})  # a timed comparison was made
@@ -100,6 +101,9 @@ class MeasurePlan:
     min_windows: int = 2  # a run stops timing once this many windows agree within agree_frac
     agree_frac: float = 0.03
     seed: int = 0
+    # steps of unknown length (a run out of memory measured none): once the first step shows they take seconds,
+    # fewer warm-up and window steps (experiments/cost.py long_step_plan), so the run ends in its time limit
+    adapt_to_long_steps: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,7 @@ class ModelInfo:
     dtype: str
     parameters: int
     conv_layers: int = 0
+    input_batch: Optional[int] = None  # the first forward's first input's leading dimension: the batch it got
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,24 @@ class WorkerFailure:
 
 
 @dataclass(frozen=True)
+class LimitCandidate:
+    """One memory limit that applies to the script: where it comes from, and its size."""
+    source: str  # "--memory-limit", "RLIMIT_AS, ulimit -v", "cgroup memory.max (/sys/fs/cgroup/...)", ...
+    limit_bytes: int
+    kind: str  # flag | rlimit | cgroup | machine | gpu (capture/limits.py)
+
+
+@dataclass(frozen=True)
+class MemoryLimitReading:
+    """The limit that applies (the one that leaves the least room), and every one read (capture.json
+    `memory_limit`): the report names it instead of the machine's memory when a ulimit or a cgroup is lower."""
+    limit_bytes: int
+    source: str
+    kind: str
+    candidates: tuple[LimitCandidate, ...] = ()
+
+
+@dataclass(frozen=True)
 class OutOfMemory:
     """Where and how the script ran out of memory (capture.json and diagnosis.json `out_of_memory`)."""
     step: Optional[int]  # the step that failed (0-based), None before the first
@@ -271,6 +294,8 @@ class OutOfMemory:
     limit_bytes: Optional[int]  # --memory-limit, else the device's or the machine's memory
     limit_source: str
     device: str  # cuda | cpu
+    # what counted against the limit when the script started (the interpreter, torch: no sample of the batch)
+    start_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -379,6 +404,7 @@ class Capture:
     framework: Optional[FrameworkSite] = None  # the training framework the script runs under, if any
     out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: where and how
     memory_limit_bytes: Optional[int] = None  # the --memory-limit it ran under
+    memory_limit: Optional[MemoryLimitReading] = None  # the limit that applied, as read when the script started
     memory_sizes: Optional[MemorySizes] = None  # measured over the first training step
     # the highest of what counts against --memory-limit (CUDA: reserved; host: address space grown, else resident)
     memory_limit_peak_bytes: Optional[int] = None

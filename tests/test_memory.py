@@ -154,7 +154,7 @@ def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_ba
     setting = accumulation["setting"]
     assert accumulation["verdict"] == "fits", accumulation["reason"]
     assert setting["micro_batches"] * setting["batch_size"] == 8192  # the same effective batch
-    search = d["batch_search"]  # the micro-batch comes from the largest batch measured to fit
+    search = d["batch_search"]  # the micro-batch comes from the first batch measured to fit (the search after)
     assert setting["batch_size"] <= search["largest_fitting"] < search["smallest_failing"] <= 8192
     assert accumulation["peak_memory_bytes"] <= 700 * 10**6 == accumulation["limit_bytes"]
     assert accumulation["throughput"] > 0 and accumulation["throughput_ci"][0] <= accumulation["throughput"]

@@ -160,3 +160,65 @@ def test_what_lands_in_a_folder_the_script_made_goes_aside_and_other_new_files_s
     assert result.kept == {str(work / "inductor-cache" / "ab" / "main.so"):
                            str(folder / "project" / "inductor-cache" / "ab" / "main.so")}
     assert result.unrestored == ()
+
+
+def test_another_diagnose_runs_folder_in_the_project_is_not_the_users_change(tmp_path):
+    """Two `diagnose run --out` in one folder at once: each writes in its own run folder meanwhile (issue 40)."""
+    from diagnose.model import RunConfig
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import write_json
+
+    work = tmp_path / "project"
+    other = work / "c1"
+    (other / "sandbox" / ".state").mkdir(parents=True)
+    write_json(RunFolder(other).config, RunConfig("train.py", (), str(other), 1, 2, 60.0))
+    (other / "script.log").write_text("step 1\n")
+    (other / "sandbox" / ".state" / "owner.json").write_text("{}")
+    (work / "edited.txt").write_text("before")
+    folder = tmp_path / "run" / "sandbox"
+    sandbox.prepare(folder, [work], [tmp_path / "run"])
+    with open(other / "script.log", "a") as log:  # the other run goes on writing
+        log.write("step 2\n" * 100)
+    (other / "sandbox" / ".state" / "owner.json").write_text('{"pid": 12345}')
+    result = sandbox.restore(folder)
+    assert result.unrestored == ()
+
+
+def test_diagnoses_own_output_redirected_into_the_project_is_not_the_users_change(tmp_path):
+    """`diagnose run train.py > run.log 2>&1` in the project folder: run.log grows during the run (issue 40)."""
+    from conftest import REPO
+
+    # the script prints more than a buffer's worth: the log grows while the run goes on
+    work = _project(tmp_path, "import torch\nprint('training ' * 4000, flush=True)\n" + TRAIN_STEPS)
+    with open(work / "run.log", "w") as log:
+        proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--out", str(tmp_path / "run"), *QUICK,
+                               "train.py"], cwd=work, stdout=log, stderr=subprocess.STDOUT, timeout=240,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    output = (work / "run.log").read_text()
+    assert proc.returncode == 0, output[-2000:]
+    assert "changed during the run" not in output and "run.log" not in output
+    capture = json.loads((tmp_path / "run" / "capture.json").read_text())
+    assert capture["unrestored_files"] == []
+
+
+def test_another_diagnose_runs_redirected_output_is_not_the_users_change(tmp_path):
+    """Two runs in one folder, each `> its.log`: the other run's log grows during this one (issue 40). A stand-in
+    `diagnose` command writes its log in the project while this run's sandbox lists and restores it."""
+    work = tmp_path / "project"
+    work.mkdir()
+    fake = tmp_path / "bin" / "diagnose"
+    fake.parent.mkdir()
+    fake.write_text("import sys, time\nfor i in range(200):\n    print('step', i, flush=True)\n    time.sleep(0.05)\n")
+    (work / "other.log").write_text("")
+    with open(work / "other.log", "w") as log:
+        other = subprocess.Popen([sys.executable, str(fake), "run", "train.py"], stdout=log, cwd=work)
+    try:
+        time.sleep(0.5)
+        folder = tmp_path / "run" / "sandbox"
+        sandbox.prepare(folder, [work], [tmp_path / "run"])
+        time.sleep(0.5)
+        result = sandbox.restore(folder)
+    finally:
+        other.kill()
+        other.wait()
+    assert result.unrestored == ()

@@ -124,6 +124,9 @@ def _limit(capture: Optional[Capture], device: str, samples: Optional[Samples]) 
     if capture is None:
         total = samples.gpu_mem_total_bytes if samples is not None and device == "cuda" else None
         return total, "the GPU's memory (NVML)" if total else ""
+    reading = capture.memory_limit
+    if reading is not None and (reading.kind != "gpu") == (device != "cuda"):  # the limit read where it applies
+        return reading.limit_bytes, reading.source
     if capture.memory_limit_bytes:
         return capture.memory_limit_bytes, "--memory-limit"
     if device == "cuda" and capture.memory_kind == "cuda":

@@ -8,11 +8,16 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+import psutil
+
 from diagnose.capture import hang
 from diagnose.capture.instrument import Instrumentation, StopCapture
+from diagnose.capture.killed import cgroup_reading, worker_was_oom_killed
+from diagnose.capture.limits import oom_kill_count
 from diagnose.capture.memory import MemoryLimit, apply_memory_limit, is_out_of_memory, out_of_memory
 from diagnose.capture.sandbox import WriteSandbox, exempt_folders
 from diagnose.model import OutOfMemory, RunConfig, ScriptError, Status
@@ -106,6 +111,7 @@ class ScriptHost:
                                     [*self.own_dirs(), *exempt_folders(self.run_dir)], listed=False)
         self.sandbox.install()
         self.start_samplers()
+        self.oom_kills_at_start = oom_kill_count()  # a worker the OOM killer takes raises no MemoryError
         self.memory = apply_memory_limit(self.config.memory_limit_bytes)  # last: our own set-up is outside it
         self._arm_deadline()
         status, error = self._run_script(self.config.script)
@@ -153,6 +159,13 @@ class ScriptHost:
         except KeyboardInterrupt:  # Ctrl-C while the script's own error was being read: keep what was measured
             self.script_running = False
             return Status.INTERRUPTED, None
+        except RuntimeError as late:
+            # a DataLoader worker's death, raised by torch's SIGCHLD handler while the error it caused (a reset
+            # connection mid-batch) was being read: that death is the script's error
+            if "DataLoader worker" not in str(late):
+                raise
+            self.script_running = False
+            return self._failed(late)
 
     def _outcome(self, script: str) -> tuple[str, Optional[ScriptError]]:
         import runpy
@@ -176,13 +189,23 @@ class ScriptHost:
         except BaseException as exc:  # the user's own error: report it as theirs
             self.script_running = False
             quiet_worker_deaths()
-            if is_out_of_memory(exc):  # the most common way training fails: a diagnosis, not a crash
-                phase, started = self.instr.current_phase(), self.instr.clock.boundaries
-                # the first step has no boundary yet while it runs (the training loader is known after its backward)
-                step = started - 1 if started else (0 if phase != "other" else None)
-                self.oom = out_of_memory(exc, step, phase, self.memory)
-                return Status.OUT_OF_MEMORY, self._script_error(exc)
-            return Status.SCRIPT_ERROR, self._script_error(exc)
+            return self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> tuple[str, Optional[ScriptError]]:
+        """The script's own error, as its status: out of memory (an allocator's error, or a DataLoader worker the
+        OOM killer took) is a diagnosis, any other a script error."""
+        worker_killed = worker_was_oom_killed(exc, getattr(self, "oom_kills_at_start", None))
+        if is_out_of_memory(exc) or worker_killed:  # the most common way training fails: a diagnosis
+            phase, started = self.instr.current_phase(), self.instr.clock.boundaries
+            # the first step has no boundary yet while it runs (the training loader is known after its backward)
+            step = started - 1 if started else (0 if phase != "other" else None)
+            self.oom = out_of_memory(exc, step, phase, self.memory)
+            if worker_killed:  # the cgroup's limit killed it, whatever limit the main process had
+                reading = cgroup_reading(psutil.virtual_memory().total)
+                self.oom = replace(self.oom, phase="data", limit_bytes=reading.limit_bytes,
+                                   limit_source=reading.source)
+            return Status.OUT_OF_MEMORY, self._script_error(exc)
+        return Status.SCRIPT_ERROR, self._script_error(exc)
 
     def _script_error(self, exc: BaseException) -> ScriptError:
         text = user_traceback(exc)

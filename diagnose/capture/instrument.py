@@ -410,12 +410,14 @@ class Instrumentation:
         return enter
 
     first_forward_at: Optional[float] = None  # time.monotonic() of the first model forward: training began
+    first_input_batch: Optional[int] = None  # its first tensor input's leading dimension (a loop with no loader)
     compiled = False  # torch.compile or module.compile ran: no FLOP counter over compiled code
 
     def _before_forward(self, module, inputs) -> None:
         if self._module_depth == 0 and self.seen.root_module is None and _has_parameters(module):
             self.seen.root_module = getattr(module, "_orig_mod", module)  # torch.compile's wrapper: the model
             self.first_forward_at = time.monotonic()
+            self.first_input_batch = _leading_dim(inputs)
             for hook in self.changes.model_hooks:
                 hook(module)
         if self._module_depth == 0 and self._global_module_hooks and type(module).__name__ == "OptimizedModule":
@@ -503,7 +505,14 @@ class Instrumentation:
             dtype=str(first.dtype).replace("torch.", ""),
             parameters=sum(p.numel() for p in params),
             conv_layers=sum(isinstance(m, torch.nn.Conv2d) for m in module.modules()),
+            input_batch=self.first_input_batch,
         )
+
+
+def _leading_dim(inputs) -> Optional[int]:
+    """The batch a forward got: its first tensor argument's first dimension (None for a scalar or no tensor)."""
+    first = next((x for x in inputs if isinstance(x, torch.Tensor)), None) if isinstance(inputs, tuple) else None
+    return int(first.shape[0]) if first is not None and first.dim() else None
 
 
 def _epoch_exhausted(iterator) -> bool:

@@ -9,7 +9,8 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.model import MemorySizes, OutOfMemory
+from diagnose.capture.limits import FLAG, MACHINE, RLIMIT, cuda_limit, host_limit
+from diagnose.model import MemoryLimitReading, MemorySizes, OutOfMemory
 
 # what allocators say when they run out: torch's CPU allocator, CUDA's caching allocator, the OS
 OOM_TEXT = ("can't allocate memory", "out of memory", "cannot allocate memory", "not enough memory")
@@ -18,8 +19,12 @@ _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 @dataclass
 class MemoryLimit:
-    """The limit the script runs under: CUDA's per-process fraction, or on the host the address space the
-    process may grow by from where it stood when the script started (an approximation: virtual, not resident)."""
+    """The limit the script runs under. --memory-limit (`limit_bytes`) is diagnose's to set: CUDA's per-process
+    fraction, or on the host the address space the process may grow by from where it stood when the script
+    started (an approximation: virtual, not resident). The limit that applies (`reading`) is the smallest of that
+    and those the system sets (capture/limits.py); what counts against it follows its kind: the address space
+    grown (--memory-limit), the whole address space (RLIMIT_AS / RLIMIT_DATA), resident memory (a cgroup, the
+    machine) or the caching allocator's bytes (CUDA)."""
     limit_bytes: Optional[int]
     device: str  # cuda | cpu
     start_vms_bytes: int = 0
@@ -29,13 +34,37 @@ class MemoryLimit:
     # profiled steps, the trace's export): diagnose's, not the script's, so it is added to the allowance
     excluded_bytes: int = 0
     lifted_at_vms: Optional[int] = None
+    # RLIMIT_AS's soft value before diagnose set one: lifting goes back to it, never above (a `ulimit -v` is the
+    # user's; a --memory-limit only ever lowers it)
+    outer_soft_bytes: Optional[int] = None
+    known: Optional[MemoryLimitReading] = None  # read once (on CUDA when first asked: reading it starts NVML)
+    start_in_use_bytes: Optional[int] = None  # what counted against it when the script started
+
+    def reading(self) -> Optional[MemoryLimitReading]:
+        if self.known is None and self.device == "cuda":
+            try:
+                self.known = cuda_limit(self.limit_bytes, _cuda_total_bytes())
+            except Exception:  # the device cannot be read (the process is failing): no reading, not a crash
+                return None
+        return self.known
+
+    def counts(self) -> str:
+        """What counts against the limit that applies: 'growth' (--memory-limit on the host), 'address' (an
+        rlimit), 'resident' (a cgroup, the machine), 'allocator' (CUDA)."""
+        if self.device == "cuda":
+            return "allocator"
+        reading = self.reading()
+        kind = reading.kind if reading is not None else (FLAG if self.limit_bytes else MACHINE)
+        return "growth" if kind == FLAG else ("address" if kind == RLIMIT else "resident")
 
     def peak_in_use_bytes(self) -> Optional[int]:
         """The highest of what counts against the limit since the script started: the allocator's reserved
-        bytes on CUDA; on the host the address space's growth (VmPeak) under a limit, else the resident peak."""
+        bytes on CUDA; on the host the address space's peak (VmPeak: grown since the start under --memory-limit,
+        whole under an rlimit), else the resident peak."""
         if self.device == "cuda":
             return int(torch.cuda.max_memory_reserved()) if torch.cuda.is_initialized() else None
-        if not self.limit_bytes:
+        counts = self.counts()
+        if counts == "resident":
             import resource
 
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -44,15 +73,20 @@ class MemoryLimit:
                 peak = re.search(r"VmPeak:\s+(\d+) kB", status.read())
         except OSError:
             return None
-        return int(peak.group(1)) * 1024 - self.start_vms_bytes - self.excluded_bytes if peak else None
+        if not peak:
+            return None
+        return int(peak.group(1)) * 1024 - (self.start_vms_bytes + self.excluded_bytes if counts == "growth" else 0)
 
     def in_use_bytes(self) -> Optional[int]:
-        """What counts against the limit now: allocated by torch on CUDA; on the host the address space grown
-        since the start under a limit, else the resident memory."""
+        """What counts against the limit now: allocated by torch on CUDA; on the host the address space (grown
+        since the start under --memory-limit, whole under an rlimit), else the resident memory."""
         if self.device == "cuda":
             return int(torch.cuda.memory_allocated())
         info = psutil.Process().memory_info()
-        return int(info.vms - self.start_vms_bytes - self.excluded_bytes) if self.limit_bytes else int(info.rss)
+        counts = self.counts()
+        if counts == "growth":
+            return int(info.vms - self.start_vms_bytes - self.excluded_bytes)
+        return int(info.vms) if counts == "address" else int(info.rss)
 
     def lift(self, host_only: bool = False) -> None:
         """diagnose's own work (starting and stopping the profiler, writing the trace and the results) is not the
@@ -84,7 +118,10 @@ class MemoryLimit:
         import resource
 
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = self.soft_bytes + self.excluded_bytes if limit_bytes and self.soft_bytes else hard
+        outer = self.outer_soft_bytes if self.outer_soft_bytes is not None else hard
+        soft = self.soft_bytes + self.excluded_bytes if limit_bytes and self.soft_bytes else outer
+        if outer != resource.RLIM_INFINITY:
+            soft = min(soft, outer)
         resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
@@ -94,13 +131,24 @@ def _cuda_fraction(limit_bytes: Optional[int]) -> None:
     torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total) if limit_bytes else 1.0)
 
 
+def _cuda_total_bytes() -> int:
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+
+
 def apply_memory_limit(limit_bytes: Optional[int]) -> MemoryLimit:
-    """The limit from now on: on the host, the address space may grow by limit_bytes from where it stands."""
+    """The limit from now on: on the host, the address space may grow by limit_bytes from where it stands; and
+    the limit that applies, read (on CUDA when first asked)."""
     if torch.cuda.is_available():
         limit = MemoryLimit(limit_bytes, "cuda")
     else:
+        import resource
+
         start = int(psutil.Process().memory_info().vms)
-        limit = MemoryLimit(limit_bytes, "cpu", start, start + limit_bytes if limit_bytes else None)
+        outer, _ = resource.getrlimit(resource.RLIMIT_AS)
+        limit = MemoryLimit(limit_bytes, "cpu", start, start + limit_bytes if limit_bytes else None,
+                            outer_soft_bytes=outer)
+        limit.known = host_limit(limit_bytes, start, int(psutil.virtual_memory().total))
+        limit.start_in_use_bytes = limit.in_use_bytes()
     limit.restore()  # sets it, when there is one (capped by the hard limit as every later restore is)
     return limit
 
@@ -127,18 +175,18 @@ def requested_bytes(message: str) -> Optional[int]:
 
 def out_of_memory(exc: BaseException, step: Optional[int], phase: str, limit: MemoryLimit) -> OutOfMemory:
     device = "cuda" if "CUDA" in str(exc) or type(exc).__name__ == "OutOfMemoryError" else "cpu"
-    limited = limit.limit_bytes if limit.device == device else None
+    reading = limit.reading() if limit.device == device else None
     try:
-        if device == "cuda":
-            capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        else:
-            capacity = psutil.virtual_memory().total
+        if reading is None:
+            reading = MemoryLimitReading(_cuda_total_bytes() if device == "cuda" else psutil.virtual_memory().total,
+                                         "the GPU's memory" if device == "cuda" else "the machine's memory", MACHINE)
         in_use = limit.in_use_bytes() if limit.device == device else int(psutil.Process().memory_info().rss)
     except Exception:  # the process is short of memory: a figure we cannot read is left out
-        capacity, in_use = None, None
-    source = "--memory-limit" if limited else ("the GPU's memory" if device == "cuda" else "the machine's memory")
+        in_use = None
     return OutOfMemory(step=step, phase=phase, requested_bytes=requested_bytes(str(exc)), in_use_bytes=in_use,
-                       limit_bytes=limited or capacity, limit_source=source, device=device)
+                       limit_bytes=reading.limit_bytes if reading else None,
+                       limit_source=reading.source if reading else "", device=device,
+                       start_bytes=limit.start_in_use_bytes if limit.device == device else None)
 
 
 class StepMemory:

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import diagnose
 from diagnose.capture import sandbox
+from diagnose.capture.killed import OomKillWatch, write_killed_capture
 from diagnose.capture.orphans import PARENT_ENV
 from diagnose.errors import UserError
 from diagnose.model import Capture, RunConfig, Status
@@ -28,6 +29,7 @@ class CaptureOutcome:
     capture: Optional[Capture]
     exit_code: int
     interrupted: bool
+    oom_killed: bool = False  # the kernel's OOM killer took the child (SIGKILL, the cgroup's oom_kill count rose)
 
 
 def check_script(path: str) -> None:
@@ -171,6 +173,7 @@ def _with_restore(outcome: CaptureOutcome, restored: sandbox.RestoreResult, capt
 def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,
              env: tuple[tuple[str, str], ...], keep_fds: tuple[int, ...] = ()) -> CaptureOutcome:
     read_fd, write_fd = os.pipe()
+    watch = OomKillWatch()
     cmd = [sys.executable, "-m", entry, str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
                             errors="replace", pass_fds=(write_fd, *keep_fds), env=child_env(write_fd, env))
@@ -181,8 +184,12 @@ def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: st
         t.join(timeout=5)
     capture_file = RunFolder(run_dir).capture
     capture = read_json(capture_file, Capture) if capture_file.exists() else None
+    killed = watch.killed(proc.returncode)
+    if killed and capture is None and entry == PROFILED_ENTRY:  # no Python error to read: the kill is the diagnosis
+        capture = write_killed_capture(config, run_dir, watch)
+        on_output(f"diagnose: {capture.error.message}", True)
     return CaptureOutcome(capture, proc.returncode,
-                          interrupted or (capture is not None and capture.status == Status.INTERRUPTED))
+                          interrupted or (capture is not None and capture.status == Status.INTERRUPTED), killed)
 
 
 def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: str,

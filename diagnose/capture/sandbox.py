@@ -122,8 +122,9 @@ def _unique_names(roots: list[Path]) -> list[str]:
 
 def _walk(roots: list[str], exempt: list[str]):
     """(path, stat) of each file and (path, None) of each folder under the roots, not following symlinks;
-    exempt folders, SKIPPED_FOLDERS and virtual environments (a .venv beside the script: tens of thousands of
-    files the script does not write) are left out, their paths added to `exempt`."""
+    exempt paths, SKIPPED_FOLDERS, virtual environments (a .venv beside the script: tens of thousands of files the
+    script does not write) and other diagnose runs' folders (`--out` in the project: another run writes there
+    meanwhile) are left out, their paths added to `exempt`."""
     skip = set(exempt)
     stack = [r for r in roots if os.path.isdir(r)]
     while stack:
@@ -138,15 +139,64 @@ def _walk(roots: list[str], exempt: list[str]):
                 if entry.is_dir(follow_symlinks=False):
                     if path in skip or entry.name in SKIPPED_FOLDERS:
                         continue
-                    if os.path.exists(os.path.join(path, "pyvenv.cfg")):
+                    if os.path.exists(os.path.join(path, "pyvenv.cfg")) or _is_run_folder(path):
                         exempt.append(path)
                         continue
                     yield path, None
                     stack.append(path)
-                else:
+                elif path not in skip:
                     yield path, entry.stat(follow_symlinks=False)
             except OSError:
                 continue
+
+
+def _is_run_folder(path: str) -> bool:
+    """A folder diagnose wrote a run in: its config.json is a RunConfig, beside the run's sandbox or script.log."""
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return False
+    if not (os.path.isdir(os.path.join(path, "sandbox")) or os.path.isfile(os.path.join(path, "script.log"))):
+        return False
+    from diagnose.runfolder import has_own_config
+
+    return has_own_config(Path(path))
+
+
+def own_output_files() -> list[Path]:
+    """The files diagnose's stdout and stderr write to (`diagnose run train.py > run.log` in the project), this
+    process's and every other diagnose run's on the machine (two runs in one folder, each to its own log):
+    diagnose's output, which grows during the run, not a change of the user's."""
+    found = {path for fd in (1, 2) for path in [_output_file("self", fd)] if path}
+    for pid in _diagnose_processes():
+        found |= {path for fd in (1, 2) for path in [_output_file(pid, fd)] if path}
+    return sorted(found)
+
+
+def _output_file(pid: str, fd: int) -> Optional[Path]:
+    """The regular file a process's descriptor writes to; None for a terminal, a pipe, or one not readable."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        return Path(target) if target.startswith("/") and stat.S_ISREG(os.stat(target).st_mode) else None
+    except OSError:  # closed, gone, another user's, or no /proc: nothing to leave out
+        return None
+
+
+def _diagnose_processes() -> list[str]:
+    """Other live `diagnose` commands (`diagnose ...` or `python -m diagnose ...`), by their /proc entries."""
+    found = []
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                argv = file.read().split(b"\0")
+        except OSError:
+            continue
+        named = any(os.path.basename(a) == b"diagnose" for a in argv[:2])
+        if named or any(a == b"-m" and b == b"diagnose" for a, b in zip(argv, argv[1:])):
+            found.append(pid)
+    return found
 
 
 def exempt_folders(run_dir: Path) -> list[Path]:
@@ -182,7 +232,7 @@ def prepare(sandbox_dir: Path, roots: list[Path], exempt: list[Path], listed: bo
     files.owner_fd = os.open(files.owner, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     fcntl.flock(files.owner_fd, fcntl.LOCK_EX)
     os.write(files.owner_fd, json.dumps({"pid": os.getpid()}).encode())
-    Snapshot.take(roots, [*exempt, files.dir], listed).save(files.snapshot)
+    Snapshot.take(roots, [*exempt, files.dir, *own_output_files()], listed).save(files.snapshot)
     return files
 
 
@@ -531,6 +581,8 @@ def restore(sandbox_dir: Path) -> Optional[RestoreResult]:
                 problems.append(f"{folder} (a folder that could not be re-made: {exc})")
     if snap.complete:  # files of the snapshot gone without a copy: removed by another process
         problems += [p for p in snap.files if p not in journal.originals and not os.path.lexists(p)]
+    outputs = {str(p) for p in own_output_files()}  # a diagnose run that started writing its log meanwhile
+    problems = [p for p in problems if p not in outputs]
     _remove_made_folders(now_dirs, snap, journal)
     _clean_up(files)
     return RestoreResult(kept, tuple(sorted(set(restored))), tuple(problems))

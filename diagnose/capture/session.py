@@ -458,6 +458,7 @@ class Session(ScriptHost):
             framework=instr.seen.framework,
             out_of_memory=self.oom,
             memory_limit_bytes=self.config.memory_limit_bytes,
+            memory_limit=_read_or_none(self.memory.reading),
             memory_sizes=self.memory_sizes,
             memory_limit_peak_bytes=_read_or_none(self.memory.peak_in_use_bytes),
             flops=self.flops,

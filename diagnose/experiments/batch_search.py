@@ -32,14 +32,28 @@ def search_largest_batch(probe: Prober, start: int, fits_at_start: bool, limit_b
                          max_batch: int) -> BatchSearch:
     """From the script's own batch `start` (which fitted or ran out of memory), find the largest batch up to
     `max_batch` that fits under `limit_bytes`."""
+    return finish_search(first_fit(probe, start, fits_at_start, limit_bytes, limit_source, max_batch))
+
+
+def first_fit(probe: Prober, start: int, fits_at_start: bool, limit_bytes: int, limit_source: str,
+              max_batch: int) -> "_Search":
+    """The search's first part: the script's batch when it fits, else halvings until one fits (`.lo`, 0 when
+    none did). After a run out of memory this is what accumulation needs, and the rest can wait (finish_search)."""
     search = _Search(probe, BatchSearch(limit_bytes, limit_source, MARGIN, max_batch=max_batch, start_batch=start))
-    if not search.two_fits(start, fits_at_start, max_batch):
+    search.fitted_first = search.first_fit(start, fits_at_start)
+    return search
+
+
+def finish_search(search: "_Search") -> BatchSearch:
+    """The rest: a second batch for the line, its prediction, the bisection; with the runs the budget allows."""
+    max_batch = search.result.max_batch
+    if not search.fitted_first or not search.second_fit(max_batch):
         return search.done()
     line = fitted_line(search.fitting())
     if line is not None:
         search.result = replace(search.result, fixed_bytes=int(line.fixed_bytes),
                                 per_sample_bytes=line.per_sample_bytes)
-        predicted = _round_down(min(max_batch, line.largest_under(limit_bytes * (1 - MARGIN))))
+        predicted = _round_down(min(max_batch, line.largest_under(search.result.limit_bytes * (1 - MARGIN))))
         search.result = replace(search.result, predicted_batch=predicted)
         if search.lo < predicted < search.hi:
             search.try_batch(predicted)
@@ -101,27 +115,33 @@ class _Search:
     def fitting(self) -> list[BatchProbe]:
         return [p for p in self.result.probes if p.fits]
 
-    def two_fits(self, start: int, fits_at_start: bool, max_batch: int) -> bool:
-        """Two batch sizes that fit, for the line: the script's own and double it when it fits (else halves
-        until one fits, and half that)."""
-        first = self.try_batch(start) if fits_at_start else False
-        if first is None:
-            return False
-        if first:
-            return start >= max_batch or self.try_batch(min(2 * start, max_batch)) is not None
+    fitted_first = False
+
+    def first_fit(self, start: int, fits_at_start: bool) -> bool:
+        """The script's batch when it fits; else halvings until one fits (after two that do not, a batch of one:
+        if even that does not fit nothing will, and if it does, the bisection finds the rest faster than halving
+        on). False when none fitted or the runs ran out."""
+        if fits_at_start:
+            return bool(self.try_batch(start))
         self.hi = min(self.hi, start)
         batch, failures = start, 0
         while batch > 1:
-            # after two halvings that did not fit, a batch of one: if even that does not fit nothing will, and if
-            # it does, the bisection finds the rest faster than halving on
             batch = 1 if failures == 2 else batch // 2
             fits = self.try_batch(batch)
             if fits is None:
                 return False
             if fits:
-                return batch == 1 or self.try_batch(max(1, batch // 2)) is not None
+                return True
             failures += 1
         return False
+
+    def second_fit(self, max_batch: int) -> bool:
+        """A second batch size for the line: double the first fit when it was the script's own, else half it."""
+        first = self.lo
+        if first >= max_batch or first == 1:
+            return True
+        grown = self.result.start_batch == first and self.hi == math.inf
+        return self.try_batch(min(2 * first, max_batch) if grown else max(1, first // 2)) is not None
 
     def bisect(self, max_batch: int) -> None:
         """Between the largest fit and the smallest failure (doubling while none failed) to RESOLUTION: at the

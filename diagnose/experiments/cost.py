@@ -45,6 +45,32 @@ def run_estimate_s(startup_s: float | None, step_s: float | None, window: float,
     return PROCESS_START_S + startup + warmup + WINDOWS * max(window, WINDOW_STEPS * step) + STOP_S
 
 
+def long_step_plan(step_s: float) -> tuple[int, int]:
+    """(warm-up steps, steps a window holds at least) of a timed run whose steps are as long as `step_s`: the
+    usual WARMUP_STEPS and WINDOW_STEPS, fewer when steps take seconds (a window of WINDOW_S[1] is long enough to
+    average timer noise; a step of seconds is past the allocator's growth after two), so a run takes a minute,
+    not five."""
+    if step_s * WINDOW_STEPS <= WINDOW_S[1]:
+        return WARMUP_STEPS, WINDOW_STEPS
+    return 2, max(2, math.ceil(WINDOW_S[1] / step_s))
+
+
+def long_step_run_s(startup_s: float, step_s: float, epoch_steps: int | None = None, restart_steps: int = 2) -> float:
+    """One timed run with long_step_plan's counts: process start, start-up, warm-up, WINDOWS windows. An epoch's
+    first `restart_steps` are its start-up, not timed: with epochs of `epoch_steps` the run takes that many more
+    (an MLP whose epoch held four steps of seven seconds saw 15 steps where 8 were planned)."""
+    warmup, window = long_step_plan(step_s)
+    steps = warmup + WINDOWS * window
+    if epoch_steps and epoch_steps > restart_steps:
+        steps = math.ceil(steps * epoch_steps / (epoch_steps - restart_steps))
+    return PROCESS_START_S + startup_s + steps * step_s + STOP_S
+
+
+def budget_to_ask_s(needed_s: float) -> int:
+    """A --budget-seconds to suggest for `needed_s` of runs: BUDGET_MARGIN to spare, in whole minutes."""
+    return int(math.ceil(needed_s * BUDGET_MARGIN / 60.0) * 60)
+
+
 def run_limit_s(expected_s: float, remaining_s: float) -> float:
     """How long a run may take before it is stopped: LIMIT_* above, and no longer than the budget has left."""
     return max(LIMIT_FLOOR_S, min(remaining_s, LIMIT_FACTOR * expected_s + LIMIT_SLACK_S))

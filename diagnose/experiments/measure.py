@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from typing import Any, Optional
 
 import torch
@@ -16,6 +17,7 @@ from diagnose.capture.fingerprint import sample_fingerprints
 from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
+from diagnose.experiments.cost import long_step_plan
 from diagnose.model import FedRecord, Measurement, ScriptError, Status, Window
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.runfolder import RunFolder
@@ -172,6 +174,8 @@ class MeasureSession(ScriptHost):
             sync_device()  # this boundary may open a window: the GPU work queued so far belongs before it
         self.closed_here = False
         self.boundaries.append(time.monotonic())
+        if self.plan.adapt_to_long_steps and len(self.boundaries) == 2:
+            self._adapt_to_step(self.boundaries[1] - self.boundaries[0])
         self.samples_at.append(self.samples)
         self.unique_at.append(self.fed.unique)
         kind = self._classify_last_step()
@@ -194,6 +198,13 @@ class MeasureSession(ScriptHost):
                 self.boundaries[end] = time.monotonic()
             self._close_window(end, partial=False)
             self.closed_here = True  # the next window opens here: synchronised already
+
+    def _adapt_to_step(self, step_s: float) -> None:
+        """The first step's length sets how many steps warm up and fill a window, when it takes seconds."""
+        warmup, window = long_step_plan(step_s)
+        plan = self.plan
+        self.plan = replace(plan, warmup_steps=min(plan.warmup_steps, warmup),
+                            min_window_steps=min(plan.min_window_steps, max(window, plan.burst_steps)))
 
     def _close_window(self, last: int, partial: bool) -> None:
         """Record the open window. A partial one (cut short by an epoch's start-up or the script's end) keeps
@@ -315,9 +326,9 @@ class MeasureSession(ScriptHost):
         return 0 if Status.is_ok(status) else 1
 
     def _peak_memory(self) -> Optional[int]:
-        """Under a memory limit, what counts against it (it decides whether a variant fits); else the CUDA
-        allocator's reserved peak, or the process's resident peak on the host."""
-        if self.memory.limit_bytes:
+        """Under a memory limit, what counts against it (it decides whether a variant fits; an rlimit counts the
+        whole address space); else the CUDA allocator's reserved peak, or the process's resident peak on the host."""
+        if self.memory.limit_bytes or self.memory.counts() == "address":
             return self.memory.peak_in_use_bytes()
         peak, _ = peak_memory()
         return peak if peak is not None else peak_rss_bytes()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments import cost
 from diagnose.experiments.records import setting_label
-from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, Status, Window, stated_step_s
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, ScriptError, Status, Window, stated_step_s
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.runfolder import RunFolder
@@ -31,6 +31,8 @@ class Arm:
     burst_steps: Optional[int] = None  # loader workers when this arm sets them (None: the script's own)
     unique_data: bool = False  # an IterableDataset feeds training: count samples new in their epoch, not steps
     dropped: str = ""  # why a sweep left it after its first run(s), when another setting did better
+    step_s: Optional[float] = None  # its steps' expected length, when measured runs say (long steps: fewer of them)
+    short_only: bool = False  # its one run was a short one (three steps): the budget had no room for a timed run
     runs: list[Measurement] = field(default_factory=list)
     run_dirs: list[Path] = field(default_factory=list)
 
@@ -112,9 +114,38 @@ class Scheduler:
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
+    startup_s: Optional[float] = None  # the script's start-up before its first step, as runs measured it
+    sample_s: Optional[float] = None  # seconds a sample takes in a step, as runs measured it (the slowest)
+
+    def learn(self, m: Measurement) -> None:
+        """Start-up and step lengths from a run that measured them, so later runs whose steps take seconds get the
+        time they need (a run out of memory has no profiled step to say it)."""
+        if m.startup_s is not None:
+            self.startup_s = max(self.startup_s or 0.0, m.startup_s)
+        timed = [w for w in m.windows if w.samples]
+        if timed:
+            rate = sum(w.seconds for w in timed) / sum(w.samples for w in timed)
+            self.sample_s = max(self.sample_s or 0.0, rate)
+        steps = sum(w.steps for w in m.windows)
+        step_s = sum(w.seconds for w in m.windows) / steps if steps else m.first_step_s
+        if step_s:
+            self.seen_step_s = max(self.seen_step_s or 0.0, step_s)
+
+    seen_step_s: Optional[float] = None  # the longest step the runs so far measured (no loader: no samples)
+
     def estimate_s(self, arm: Arm) -> float:
+        if arm.step_s is not None:  # its own steps' length: a variant with steps of seconds needs its time
+            return cost.long_step_run_s(self.startup_s or cost.STARTUP_UNKNOWN_S, arm.step_s, self._epoch_steps(),
+                                        self._burst(arm) + 1) + arm.extra_warmup * arm.step_s
         typical = sorted(self.durations)[len(self.durations) // 2] if self.durations else self.first_estimate_s
         return typical + arm.extra_warmup * self.step_s
+
+    def _epoch_steps(self) -> Optional[int]:
+        """Optimizer steps an epoch holds at the script's batch (the memory levers keep it), when the loader says."""
+        loader = self.ctx.loader
+        if loader is None or not loader.dataset_len or not loader.batch_size:
+            return None
+        return loader.dataset_len // loader.batch_size
 
     def can_run(self, arm: Arm, probe: bool = False) -> bool:
         return self.remaining_s() >= (self.probe_estimate_s() if probe else self.estimate_s(arm))
@@ -124,16 +155,19 @@ class Scheduler:
         runs = sorted(self.probe_durations)
         return runs[len(runs) // 2] if runs else 0.5 * self.estimate_s(Arm("baseline", {}, ()))
 
-    def run(self, arm: Arm, probe: bool = False) -> Optional[Measurement]:
-        """One timed run of the arm; with `probe`, a short one that only asks whether it fits (and its peak)."""
+    def run(self, arm: Arm, probe: bool = False, open_ended: bool = False) -> Optional[Measurement]:
+        """One timed run of the arm; with `probe`, a short one that only asks whether it fits (and its peak).
+        `open_ended`: its steps' length is unknown, so it may take what the budget has left, and shortens its own
+        warm-up and windows once its first step shows steps of seconds."""
         if not self.can_run(arm, probe):
             return None
         self.count += 1
         folder = self.root / f"{self.count:02d}-{re.sub(r'[^A-Za-z0-9._=-]+', '_', arm.label).strip('_')}"
         folder.mkdir(parents=True, exist_ok=True)
         plan = self._probe_plan(arm) if probe else self._timed_plan(arm)
+        plan = replace(plan, adapt_to_long_steps=True) if open_ended else plan
         expected = self.probe_estimate_s() if probe else self.estimate_s(arm)
-        limit = cost.run_limit_s(expected, self.remaining_s())
+        limit = self.remaining_s() if open_ended else cost.run_limit_s(expected, self.remaining_s())
         config = RunConfig(script=self.script, script_args=self.script_args, out_dir=str(folder), warmup_steps=0,
                            profile_steps=0, max_seconds=limit, measure=plan, launcher=self.launcher,
                            memory_limit_bytes=self.memory_limit_bytes or (self.probe_limit_bytes if probe else None),
@@ -148,6 +182,9 @@ class Scheduler:
             raise ExperimentsInterrupted()  # its partial windows are not a fair sample: dropped, not compared
         (self.probe_durations if probe else self.durations).append(time.monotonic() - start)
         measurement = _read_measurement(folder)
+        if outcome.oom_killed and measurement.status == Status.CRASHED:  # a cgroup's limit: out of memory too
+            measurement = replace(measurement, status=Status.OUT_OF_MEMORY, error=ScriptError(
+                "Killed", "killed by the kernel's OOM killer (the cgroup's oom_kill count rose)", "", None))
         arm.runs.append(measurement)
         arm.run_dirs.append(folder)
         return measurement
@@ -155,10 +192,13 @@ class Scheduler:
     def _timed_plan(self, arm: Arm) -> MeasurePlan:
         burst = self._burst(arm)
         in_step = bool(self.launcher)
+        warmup, window_steps = cost.long_step_plan(arm.step_s) if arm.step_s else (cost.WARMUP_STEPS,
+                                                                                    cost.WINDOW_STEPS)
+        window_s = cost.window_s(arm.step_s) if arm.step_s else self.window_s()
         return MeasurePlan(changes=arm.changes, train_loader_location=self.train_location, framework=self.framework,
-                           warmup_steps=cost.WARMUP_STEPS + arm.extra_warmup,
-                           warmup_s=0.0 if in_step else cost.WARMUP_S, window_s=0.0 if in_step else self.window_s(),
-                           min_window_steps=max(2 * cost.WINDOW_STEPS if in_step else cost.WINDOW_STEPS, 2 * burst),
+                           warmup_steps=warmup + arm.extra_warmup,
+                           warmup_s=0.0 if in_step else cost.WARMUP_S, window_s=0.0 if in_step else window_s,
+                           min_window_steps=max(2 * window_steps if in_step else window_steps, 2 * burst),
                            max_window_steps=max(40, 8 * burst), rewarm_steps=burst, burst_steps=burst,
                            windows=cost.WINDOWS,
                            # ranks must stop at the same step: no early stop on windows that agree on one rank

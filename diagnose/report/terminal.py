@@ -104,7 +104,7 @@ def _memory_matters(diagnosis: Diagnosis) -> bool:
 
 VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red", Verdict.NO_CHANGE: "dim", Verdict.FAILED: "red",
                  Verdict.SKIPPED: "dim", Verdict.FLAGGED: "bold red", Verdict.FITS: "green",
-                 Verdict.OUT_OF_MEMORY: "red"}
+                 Verdict.OUT_OF_MEMORY: "red", Verdict.NOT_VERIFIED: "yellow"}
 DATA_WORDS = {"same-sequence": "same data", "same-samples": "same samples, reordered", "unchecked": "data unchecked"}
 
 
@@ -116,10 +116,15 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
         console.print(sentence, style="bold green" if verified else "bold yellow", highlight=False, markup=False,
                       soft_wrap=True)
     width = max([9] + [len(e.verdict) for e in diagnosis.experiments])
+    out_of_memory = diagnosis.status == Status.OUT_OF_MEMORY
     for e in diagnosis.experiments:
+        label = setting_label(e.optimization, e.setting)
+        if e.verdict == Verdict.SKIPPED and out_of_memory:  # each memory lever that was not run, and why
+            console.print(f"  [dim]{e.verdict:<{width}}[/] {escape(label)}: {escape(e.reason)}", highlight=False,
+                          soft_wrap=True)
+            continue
         if e.verdict == Verdict.SKIPPED and e.optimization not in ("combined", "ceiling"):
             continue
-        label = setting_label(e.optimization, e.setting)
         result = escape(result_text(e))
         data = f"  ({DATA_WORDS[e.data_check]})" if e.data_check in DATA_WORDS else ""
         style = VERDICT_STYLE.get(e.verdict, "default")
@@ -127,6 +132,10 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
                       soft_wrap=True)
         if e.verdict == Verdict.FLAGGED:
             console.print(f"            {escape(e.fidelity_warning)}", style="red", highlight=False, soft_wrap=True)
+        if e.verdict == Verdict.NOT_VERIFIED:  # the numbers to apply by hand, and why they are not verified
+            console.print(f"    {e.reason}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+            for line in e.change.splitlines():
+                console.print(f"      {line}", highlight=False, markup=False, soft_wrap=True)
     search = batch_search_sentence(diagnosis.batch_search)
     if search:
         console.print(f"  {search}", style="dim", highlight=False, markup=False, soft_wrap=True)

@@ -128,6 +128,7 @@ class ReportView:
     verdict_style: str = "neutral"  # ok | high | medium | error | neutral: the verdict box's colour
     experiments: tuple[ExperimentView, ...] = ()  # sorted for the table and the chart
     faster_experiments: tuple[ExperimentView, ...] = ()  # verified changes: the report shows each one's code
+    estimated_changes: tuple[ExperimentView, ...] = ()  # computed, not run (no DataLoader): their code, said so
     headline: str = ""
     headline_verified: bool = False
     result_header: str = "speedup [99% interval]"  # a run out of memory: each variant's own samples/s
@@ -182,6 +183,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         experiments=experiments,
         faster_experiments=tuple(e for e in experiments if e.experiment.verdict in VERIFIED
                                  and e.experiment.optimization != "ceiling"),  # the ceiling is no change to make
+        estimated_changes=tuple(e for e in experiments if e.experiment.verdict == Verdict.NOT_VERIFIED),
         headline=headline_sentence(diagnosis),
         headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict in VERIFIED,
         result_header=("samples/s [99% interval]" if diagnosis.status == Status.OUT_OF_MEMORY
