@@ -16,8 +16,9 @@ from diagnose.experiments.stats import t_quantile
 from diagnose.model import CompareSide, GateResult, StepChange, Verdict
 
 # Run-to-run spread of log step time per run where no run measured it (traces; windows too short to cut into
-# blocks). Measured: see RUN_NOISE_DEFAULT_SOURCE. Never the 5% once assumed here: two runs of one script 5 steps
-# each moved 21% apart, and a 99% interval built on 5% excluded a 2x ratio measured by interleaved plain runs.
+# blocks). Measured with RUN_NOISE_DEFAULT_SOURCE: five runs of tests/scripts/calibration_mlp.py on a quiet 2-core
+# machine spread 5.1% (std of log); two runs of the same MLP 5 steps each once moved 21% apart (about 14% a run),
+# and a 99% interval built on the 5% once assumed here excluded a 2x ratio measured by interleaved plain runs.
 RUN_NOISE_DEFAULT_SD = 0.10
 RUN_NOISE_DEFAULT_SOURCE = "benchmarks/run_noise.py"
 # Under this the blocks of one window are not believed as the spread between runs: what moves a whole run (where
