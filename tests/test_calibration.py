@@ -20,14 +20,13 @@ CALIBRATED = (
 )
 
 
-@pytest.mark.slow  # several real runs with experiments: about eight minutes
+@pytest.mark.slow  # four real runs with experiments, 90 s of experiments each: about eight minutes
+@pytest.mark.timeout(1200)
 def test_every_prediction_is_within_2x_of_what_its_experiment_measured(tmp_path):
-    rows = calibrate(CALIBRATED, tmp_path, budget_s=120)
+    rows = calibrate(CALIBRATED, tmp_path, budget_s=90)
     print(markdown(rows))
     measured = [r for r in rows if r.measured is not None]
     assert len(measured) >= 3, markdown(rows)  # the samples' main findings all reach a verdict
     # off: the measurement's whole 99% interval more than 2x from the prediction, either way
     off = [r for r in measured if r.verdict in ("over-predicted", "under-predicted")]
     assert not off, markdown(rows)
-    mlp = [r for r in rows if r.script.endswith("calibration_mlp.py")]
-    assert not [r for r in mlp if r.severity == "high"], markdown(rows)  # a compute-bound step is no emergency

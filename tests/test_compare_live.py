@@ -19,6 +19,7 @@ RUN = ("--experiments", "none")
 
 
 @pytest.mark.slow  # six runs and five comparisons: about two minutes
+@pytest.mark.timeout(900)
 def test_reruns_of_one_script_compared_five_times_stay_no_change(tmp_path):
     base = run_script(MLP, out=tmp_path / "base", options=RUN)
     assert base.returncode == 0, base.stderr
@@ -33,6 +34,7 @@ def test_reruns_of_one_script_compared_five_times_stay_no_change(tmp_path):
 
 
 @pytest.mark.slow  # two runs and six plain ones, interleaved: about two minutes
+@pytest.mark.timeout(900)
 def test_a_model_with_twice_the_flops_compared_live_lands_near_the_plain_ratio(tmp_path):
     plain_a, plain_b = [], []
     for _ in range(3):
