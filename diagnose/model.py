@@ -341,6 +341,7 @@ class Hang:
     waiting_on: str  # a lock, a queue, a collective, a DataLoader worker's batch, a sleep, I/O...
     stack: tuple[str, ...] = ()  # the main thread's frames, outermost first: "file:line in function: code"
     threads: tuple[str, ...] = ()  # each other thread's innermost frame
+    native_wait: bool = False  # the main thread waited in native code: the run was ended without it (no trace)
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,18 @@ def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix
     failure = json.loads((segv.run_dir / "capture.json").read_text())["worker_failure"]
     assert failure["signal"] == "Segmentation fault" and failure["cause"] == "native-crash"
     assert "num_workers=0" in failure["fix"] and "faulthandler" in failure["fix"]
+
+
+def test_a_step_that_waits_in_native_code_is_ended_and_diagnosed_where_it_waits(tmp_path):
+    # a C++ wait never returns to Python for the deadline's handler (a collective, a device sync): a watchdog
+    # thread reads where the main thread is, writes the results and ends the process
+    run = run_script(SCRIPTS / "waits_in_native_code.py", out=tmp_path / "run",
+                     options=("--experiments", "none", "--max-seconds", "6"))
+    assert run.returncode == 6, run.stderr
+    hang = json.loads((run.run_dir / "capture.json").read_text())["hang"]
+    assert hang["native_wait"] and hang["location"].endswith("waits_in_native_code.py:10")
+    assert hang["function"] == "wait_for_the_result" and "in native code" in hang["waiting_on"]
+    said = " ".join(run.stderr.split())
+    assert "waits_in_native_code.py:23 in <module>: wait_for_the_result(torch.futures.Future())" in run.stderr
+    assert "The hang came before any step was profiled" in said
+    assert run.diagnosis["status"] == "hung"

@@ -1,8 +1,10 @@
 """A step that never ends: where the script waits when the deadline comes.
 
 The deadline's signal interrupts the main thread where it waits (a lock, a queue, a sleep, a socket read: Python's
-waits return to the interpreter for signal handlers), and the handler sees its frame. Every other thread's stack
-comes from sys._current_frames() at the same moment. Whether it hung, not merely ran slow steps, is decided by the
+waits return to the interpreter for signal handlers), and the handler sees its frame. A wait in native code (a gloo
+or NCCL collective, a CUDA sync, a C++ future) never returns for the handler: a watchdog thread reads the main
+thread's frame from sys._current_frames() instead (such waits release the GIL). Every other thread's stack comes
+from sys._current_frames() at the same moment. Whether it hung, not merely ran slow steps, is decided by the
 open step's age against the steps before it (`is_hang`)."""
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ OWN_THREADS = ("diagnose-",)  # diagnose's samplers and its deadline's timer
 WAITS = (
     ("a collective (torch.distributed): another rank has not joined it",
      lambda f, fn, code: "torch/distributed" in f),
+    ("a CUDA synchronisation (a kernel that does not finish: often a collective whose peer never joined)",
+     lambda f, fn, code: "torch/cuda" in f and "synchronize" in fn or ".synchronize(" in code),
+    ("a torch future (torch.futures / an asynchronous op's wait)",
+     lambda f, fn, code: "torch/futures" in f or code.endswith(".wait()")),
     ("a DataLoader worker's batch", lambda f, fn, code: "torch/utils/data" in f and "_get_data" in fn),
     ("a queue (queue.Queue.get/put)",
      lambda f, fn, code: f.endswith("queue.py") or ".get(" in code and "queue" in code),
@@ -39,6 +45,11 @@ WAITS = (
     ("I/O (a socket, a pipe, a subprocess)",
      lambda f, fn, code: f.endswith(("socket.py", "selectors.py", "subprocess.py", "ssl.py"))),
 )
+
+
+UNKNOWN_WAIT = "something the stack below shows"
+NATIVE_WAIT = ("native code that never returned to Python (a C/C++ call: a future, a device sync, a library's own "
+               "lock)")
 
 
 def is_hang(open_s: float, typical_step_s: Optional[float]) -> bool:
@@ -62,6 +73,11 @@ def snapshot(frame: Optional[FrameType]) -> tuple[tuple[str, ...], tuple[str, ..
     return stack_lines(frame), tuple(others)
 
 
+def in_diagnose(frame: FrameType) -> bool:
+    """The innermost frame is diagnose's own code (writing a trace, say): the main thread is not waiting."""
+    return frame.f_code.co_filename.startswith(DIAGNOSE_DIR)
+
+
 def stack_lines(frame: Optional[FrameType]) -> tuple[str, ...]:
     """'file:line in function: code' for each frame, outermost first, the last STACK_DEPTH; diagnose's own frames
     and runpy's, which run the script, are left out."""
@@ -78,13 +94,16 @@ def stack_lines(frame: Optional[FrameType]) -> tuple[str, ...]:
 
 
 def describe(stack: tuple[str, ...], step: int, open_s: float, typical_step_s: Optional[float],
-             threads: tuple[str, ...]) -> Hang:
+             threads: tuple[str, ...], native: bool = False) -> Hang:
     """The hang as capture.json keeps it: the user's innermost line, its function, and what it waits on."""
     frames = [_parse(line) for line in stack]
     user = next((f for f in reversed(frames) if is_user_file(f[0])), None)
+    what = waiting_on(frames)
+    if native:
+        what = NATIVE_WAIT if what == UNKNOWN_WAIT else f"{what}, in native code"
     return Hang(step=step, open_s=open_s, typical_step_s=typical_step_s,
                 location=f"{user[0]}:{user[1]}" if user else None, function=user[2] if user else "",
-                code=user[3] if user else "", waiting_on=waiting_on(frames), stack=stack, threads=threads)
+                code=user[3] if user else "", waiting_on=what, stack=stack, threads=threads, native_wait=native)
 
 
 def waiting_on(frames: list[tuple[str, int, str, str]]) -> str:
@@ -94,7 +113,7 @@ def waiting_on(frames: list[tuple[str, int, str, str]]) -> str:
     for what, test in WAITS:
         if any(test(file, function, code) for file, _, function, code in inner):
             return what
-    return "something the stack below shows"
+    return UNKNOWN_WAIT
 
 
 def _parse(line: str) -> tuple[str, int, str, str]:

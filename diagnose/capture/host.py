@@ -26,6 +26,10 @@ from diagnose.runfolder import RunFolder
 # A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
 DEADLINE_SIGNAL = getattr(signal, "SIGRTMIN", signal.SIGUSR1) + (2 if hasattr(signal, "SIGRTMIN") else 0)
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, DEADLINE_SIGNAL}
+# The deadline's handler has not run this long after its signal: the main thread waits in native code (a gloo or NCCL
+# collective, a CUDA sync, a C++ future), which does not return to Python for signal handlers.
+NATIVE_WAIT_GRACE_S = 10.0
+NATIVE_WAIT_LOOKS = 6  # looks again while diagnose's own code runs (writing a trace holds the signal back)
 
 
 class signals_held:
@@ -53,6 +57,7 @@ class ScriptHost:
         # the stacks when the deadline came (main thread, then the others' innermost lines), and when it came
         self.deadline_stacks: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None
         self.deadline_at: Optional[float] = None
+        self.native_wait = False  # the deadline found the main thread in native code: finished from another thread
 
     def boundary(self, count: int) -> None:
         """Called by the hooks at each step boundary (main thread only)."""
@@ -74,6 +79,10 @@ class ScriptHost:
 
     def on_first_step(self) -> None:
         pass
+
+    def usual_step_s(self) -> Optional[float]:
+        """A step's usual length so far (None: not known)."""
+        return None
 
     def stop(self, reason: str) -> None:
         self.stop_reason = reason
@@ -145,10 +154,38 @@ class ScriptHost:
         previous = getattr(self, "timer", None)
         if previous is not None:
             previous.cancel()
-        self.timer = threading.Timer(seconds, os.kill, (os.getpid(), DEADLINE_SIGNAL))
+        self.timer = threading.Timer(seconds, self._deadline)
         self.timer.name = "diagnose-deadline"
         self.timer.daemon = True
         self.timer.start()
+
+    def _deadline(self) -> None:
+        self.deadline_at = time.monotonic()
+        os.kill(os.getpid(), DEADLINE_SIGNAL)
+        self._look_for_native_wait(NATIVE_WAIT_LOOKS)
+
+    def _look_for_native_wait(self, looks_left: int) -> None:
+        step_s = self.usual_step_s() or 0.0  # a long step's own native work must not pass for a wait
+        watch = threading.Timer(max(NATIVE_WAIT_GRACE_S, 3 * step_s), self._native_wait_check, (looks_left,))
+        watch.name, watch.daemon = "diagnose-native-wait", True
+        watch.start()
+
+    def _native_wait_check(self, looks_left: int) -> None:
+        """The handler never ran, so the main thread cannot be stopped: say where it waits, write what was measured
+        from this thread, and end the process (its main thread never comes back to Python)."""
+        if not self.script_running or self.deadline_stacks is not None:
+            return  # the handler ran (the script is stopping), or the script had ended
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        if frame is None or hang.in_diagnose(frame):
+            if looks_left > 1:  # diagnose's own work holds the signal back for now
+                self._look_for_native_wait(looks_left - 1)
+            return
+        self.deadline_stacks = hang.snapshot(frame)
+        self.native_wait = True
+        code = self.finish(Status.TIMEOUT, None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     def _run_script(self, script: str) -> tuple[str, Optional[ScriptError]]:
         try:

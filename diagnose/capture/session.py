@@ -106,6 +106,9 @@ class Session(ScriptHost):
         self.hang: Optional[Hang] = None  # a step that never ended: where it waited
         self.batch_bytes: Optional[int] = None  # the first training batch's tensors: what a worker passes back
 
+    def usual_step_s(self) -> Optional[float]:
+        return typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
+
     def _hang(self) -> Optional[Hang]:
         """The deadline found a step open for HANG_FACTOR typical steps (HANG_MIN_S at least): where it waited."""
         if self.deadline_stacks is None or not self.boundaries_s or self.deadline_at is None:
@@ -115,7 +118,7 @@ class Session(ScriptHost):
         if not hang.is_hang(open_s, typical):
             return None
         stack, threads = self.deadline_stacks
-        return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads)
+        return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads, self.native_wait)
 
     def _on_batch(self, batch) -> None:
         if self.batch_bytes is None:
@@ -387,6 +390,10 @@ class Session(ScriptHost):
         self.hang = self._hang() if status == Status.TIMEOUT else None
         if self.hang is not None:
             status = Status.HUNG
+        if self.native_wait:  # the main thread still waits: nothing that syncs the device or needs its state
+            self.profiler, self.flop_counter, self.losses = None, None, []
+            self.fit_note = ("the trace of the profiled steps was not written: the main thread never came back from "
+                             "native code")
         if self.profiler is not None:
             self._stop_profiler()
         if self.step_memory is not None and self.memory_sizes is None:  # the first step did not end (out of memory?)
@@ -441,7 +448,7 @@ class Session(ScriptHost):
             wait_loader=wait,
             optimizers=tuple(instr.seen.optimizers),
             model=instr.model_info(),
-            dataset_probe=probe.probe_dataset(loader.dataset) if loader is not None else None,
+            dataset_probe=probe.probe_dataset(loader.dataset) if loader is not None and not self.native_wait else None,
             trace_files=tuple(sorted(str(p.relative_to(self.trace_dir.parent))
                                      for p in self.trace_dir.glob(f"{self.worker_name}.*.json*"))),
             counters=dict(instr.seen.counters),

@@ -305,7 +305,8 @@ class MeasureSession(ScriptHost):
         if status != Status.COMPLETED:
             self._close_window(len(self.boundaries) - 1, partial=True)
         peak = self._peak_memory()
-        losses = torch.stack(self.losses).float().cpu().tolist() if self.losses else []
+        # a main thread still waiting in native code (a hung device) must not be synced from here
+        losses = torch.stack(self.losses).float().cpu().tolist() if self.losses and not self.native_wait else []
         b = self.boundaries
         measurement = Measurement(
             status=status,

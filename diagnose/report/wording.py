@@ -27,6 +27,9 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     if diagnosis.out_of_memory is not None:
         return out_of_memory_sentence(diagnosis.out_of_memory)
     if analysis is None or not analysis.steps:
+        if diagnosis.hang is not None:
+            return ("The hang came before any step was profiled, so there is no speed diagnosis: the wait above is "
+                    "the finding.")
         return "No training step was measured, so there is no diagnosis."
     ranked = [f for f in diagnosis.findings if f.severity in ("high", "medium")]
     if not ranked:
