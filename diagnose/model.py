@@ -342,6 +342,7 @@ class Hang:
     stack: tuple[str, ...] = ()  # the main thread's frames, outermost first: "file:line in function: code"
     threads: tuple[str, ...] = ()  # each other thread's innermost frame
     native_wait: bool = False  # the main thread waited in native code: the run was ended without it (no trace)
+    workers: tuple[str, ...] = ()  # each DataLoader worker process: where it was, or that it had exited
 
 
 @dataclass(frozen=True)

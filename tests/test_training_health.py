@@ -103,3 +103,18 @@ def test_a_step_that_waits_in_native_code_is_ended_and_diagnosed_where_it_waits(
     assert "waits_in_native_code.py:23 in <module>: wait_for_the_result(torch.futures.Future())" in run.stderr
     assert "The hang came before any step was profiled" in said
     assert run.diagnosis["status"] == "hung"
+
+
+def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(tmp_path):
+    # the workers are processes: each dumps its own stack (faulthandler) when the step has hung
+    run = run_script(SCRIPTS / "worker_hangs.py", out=tmp_path / "run",
+                     options=("--experiments", "none", "--max-seconds", "8"))
+    assert run.returncode == 6, run.stderr
+    hang = json.loads((run.run_dir / "capture.json").read_text())["hang"]
+    assert hang["waiting_on"] == "a DataLoader worker's batch"
+    stuck = [w for w in hang["workers"] if "worker_hangs.py:20 in __getitem__: NEVER.acquire()" in w]
+    assert len(stuck) == 1 and stuck[0].endswith("waiting on a lock (threading.Lock.acquire or `with lock:`)")
+    assert len(hang["workers"]) == 2 and any(w.endswith("idle: waiting for the next index from the main process")
+                                             for w in hang["workers"])
+    said = " ".join(run.stderr.split())
+    assert "DataLoader worker" in said and "worker_hangs.py:20 in __getitem__" in said

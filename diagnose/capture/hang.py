@@ -36,7 +36,7 @@ WAITS = (
      lambda f, fn, code: "torch/futures" in f or code.endswith(".wait()")),
     ("a DataLoader worker's batch", lambda f, fn, code: "torch/utils/data" in f and "_get_data" in fn),
     ("a queue (queue.Queue.get/put)",
-     lambda f, fn, code: f.endswith("queue.py") or ".get(" in code and "queue" in code),
+     lambda f, fn, code: f.endswith(("queue.py", "queues.py")) or ".get(" in code and "queue" in code),
     ("a lock (threading.Lock.acquire or `with lock:`)",
      lambda f, fn, code: "acquire(" in code or code.startswith("with ") and "lock" in code.lower()),
     ("a thread or event (threading wait or join)",
@@ -78,6 +78,10 @@ def in_diagnose(frame: FrameType) -> bool:
     return frame.f_code.co_filename.startswith(DIAGNOSE_DIR)
 
 
+def code_at(filename: str, line: int) -> str:
+    return linecache.getline(filename, line).strip()
+
+
 def stack_lines(frame: Optional[FrameType]) -> tuple[str, ...]:
     """'file:line in function: code' for each frame, outermost first, the last STACK_DEPTH; diagnose's own frames
     and runpy's, which run the script, are left out."""
@@ -87,14 +91,14 @@ def stack_lines(frame: Optional[FrameType]) -> tuple[str, ...]:
         if code.co_filename.startswith((DIAGNOSE_DIR, "<frozen runpy>")):
             frame = frame.f_back
             continue
-        text = linecache.getline(code.co_filename, frame.f_lineno).strip()
-        lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}: {text}")
+        where = f"{code.co_filename}:{frame.f_lineno}"
+        lines.append(f"{where} in {code.co_name}: {code_at(code.co_filename, frame.f_lineno)}")
         frame = frame.f_back
     return tuple(reversed(lines[:STACK_DEPTH]))
 
 
 def describe(stack: tuple[str, ...], step: int, open_s: float, typical_step_s: Optional[float],
-             threads: tuple[str, ...], native: bool = False) -> Hang:
+             threads: tuple[str, ...], native: bool = False, workers: tuple[str, ...] = ()) -> Hang:
     """The hang as capture.json keeps it: the user's innermost line, its function, and what it waits on."""
     frames = [_parse(line) for line in stack]
     user = next((f for f in reversed(frames) if is_user_file(f[0])), None)
@@ -103,7 +107,8 @@ def describe(stack: tuple[str, ...], step: int, open_s: float, typical_step_s: O
         what = NATIVE_WAIT if what == UNKNOWN_WAIT else f"{what}, in native code"
     return Hang(step=step, open_s=open_s, typical_step_s=typical_step_s,
                 location=f"{user[0]}:{user[1]}" if user else None, function=user[2] if user else "",
-                code=user[3] if user else "", waiting_on=what, stack=stack, threads=threads, native_wait=native)
+                code=user[3] if user else "", waiting_on=what, stack=stack, threads=threads, native_wait=native,
+                workers=workers)
 
 
 def waiting_on(frames: list[tuple[str, int, str, str]]) -> str:

@@ -80,6 +80,9 @@ class ScriptHost:
     def on_first_step(self) -> None:
         pass
 
+    def on_deadline_stacks(self) -> None:
+        """The main thread's stack was read at the deadline: what else to read while the script still waits."""
+
     def usual_step_s(self) -> Optional[float]:
         """A step's usual length so far (None: not known)."""
         return None
@@ -140,6 +143,7 @@ class ScriptHost:
             if self.script_running and self.deadline_stacks is None:
                 self.deadline_at = time.monotonic()
                 self.deadline_stacks = hang.snapshot(frame)  # where the script was: a step that never ends waits here
+                self.on_deadline_stacks()
             self.on_stop_signal(Status.TIMEOUT)
 
         def on_terminate(signum, frame):  # e.g. torchrun stopping the other ranks after one failed
@@ -182,6 +186,7 @@ class ScriptHost:
             return
         self.deadline_stacks = hang.snapshot(frame)
         self.native_wait = True
+        self.on_deadline_stacks()
         code = self.finish(Status.TIMEOUT, None)
         sys.stdout.flush()
         sys.stderr.flush()

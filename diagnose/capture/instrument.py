@@ -13,7 +13,9 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -21,7 +23,7 @@ import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dl_module
 
 import diagnose
-from diagnose.capture import frameworks
+from diagnose.capture import frameworks, worker_stacks
 from diagnose.capture.changes import ChangeSet
 from diagnose.capture.sites import class_location, user_location
 from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
@@ -42,6 +44,7 @@ class Observed:
     """Mutable record of what the hooks saw; turned into frozen records when the capture ends."""
     loaders: list[LoaderInfo] = field(default_factory=list)
     loaders_alive: list = field(default_factory=list)  # the DataLoader objects, kept for the dataset probe
+    iterators: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # live DataLoader iterators: their workers
     batches_drawn: list[int] = field(default_factory=list)
     wait_s: list[float] = field(default_factory=list)  # time in next() per loader while timing
     train_loader: Optional[int] = None
@@ -138,6 +141,7 @@ class Instrumentation:
         self._replayed: dict[int, Any] = {}
         self._pid, self._main_ident = os.getpid(), threading.main_thread().ident
         self.timing = False  # measure the time in each loader's next() (during the profiled window)
+        self.worker_stack_folder: Optional[Path] = None  # set: DataLoader workers dump their stacks there on a hang
 
     # -- install / remove -------------------------------------------------------------------------
     def install(self) -> None:
@@ -215,6 +219,8 @@ class Instrumentation:
                 loader._diagnose_index = len(seen.loaders)
                 seen.loaders.append(_loader_info(loader, location, framework))
                 seen.loaders_alive.append(loader)
+                if instr.worker_stack_folder is not None:
+                    worker_stacks.watch(loader, instr.worker_stack_folder)
                 seen.batches_drawn.append(0)
                 seen.wait_s.append(0.0)
 
@@ -227,6 +233,7 @@ class Instrumentation:
         def iterate(loader):
             iterator = original(loader)
             iterator._diagnose_index = getattr(loader, "_diagnose_index", None)
+            instr.seen.iterators.add(iterator)
             if instr.on_epoch is not None and iterator._diagnose_index is not None and instr.in_main_thread() \
                     and instr._is_train(iterator._diagnose_index):
                 instr.on_epoch(iterator)

@@ -7,7 +7,9 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import hang, probe, worker_failure
+from diagnose.capture import hang, probe, worker_failure, worker_stacks
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
@@ -77,6 +79,8 @@ class Session(ScriptHost):
                          Instrumentation(self.boundary, on_epoch=self._on_epoch, on_loss=self._on_loss,
                                          on_batch=self._on_batch))
         self.trace_dir, self.worker_name = trace_dir, worker_name
+        self.instr.worker_stack_folder = Path(tempfile.mkdtemp(prefix="diagnose-worker-stacks-"))
+        self.workers_at_deadline: tuple[str, ...] = ()  # each DataLoader worker's state when a step hung
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
         self.profiled = 0
@@ -109,6 +113,13 @@ class Session(ScriptHost):
     def usual_step_s(self) -> Optional[float]:
         return typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
 
+    def on_deadline_stacks(self) -> None:
+        """A hang (not slow steps): ask the DataLoader's workers where they are before the iterator goes away."""
+        if self.deadline_at is not None and self.boundaries_s and hang.is_hang(
+                self.deadline_at - (self.t0 + self.boundaries_s[-1]), self.usual_step_s()):
+            self.workers_at_deadline = worker_stacks.worker_stacks(list(self.instr.seen.iterators),
+                                                                   self.instr.worker_stack_folder)
+
     def _hang(self) -> Optional[Hang]:
         """The deadline found a step open for HANG_FACTOR typical steps (HANG_MIN_S at least): where it waited."""
         if self.deadline_stacks is None or not self.boundaries_s or self.deadline_at is None:
@@ -118,7 +129,8 @@ class Session(ScriptHost):
         if not hang.is_hang(open_s, typical):
             return None
         stack, threads = self.deadline_stacks
-        return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads, self.native_wait)
+        return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads, self.native_wait,
+                             self.workers_at_deadline)
 
     def _on_batch(self, batch) -> None:
         if self.batch_bytes is None:
@@ -407,6 +419,7 @@ class Session(ScriptHost):
             self.startup = self.startup_watch.finish(None, stopped_at_limit=self.stop_reason == Status.TIMEOUT)
         self.progress("probing dataset")
         capture = self._capture(status, error, last_complete)
+        shutil.rmtree(self.instr.worker_stack_folder, ignore_errors=True)
         files = RunFolder(self.run_dir)
         write_json(files.samples, self.system.finish(tuple(self.window) if len(self.window) == 2 else None))
         write_json(files.stacks, self.stacks.finish(self.sync_mark_ns))

@@ -178,9 +178,11 @@ def hang_sentence(capture: Capture) -> str:
     typical = f" of about {fmt_ms(hang.typical_step_s)}" if hang.typical_step_s else ""
     where = (f" at {hang.location} in {hang.function} ({hang.code.split('  #')[0].strip()})" if hang.location
              else "")
+    stuck = [w for w in hang.workers if " in " in w.partition(": ")[2]]  # a worker at a line: not idle, not gone
+    workers = f" DataLoader {stuck[0].split(', waiting on')[0]}." if stuck else ""
     return (f"Hung: after {capture.steps_seen} steps{typical}, the next waited {hang.open_s:.1f} s{where}, waiting on "
-            f"{hang.waiting_on}. Stopped at the time limit; a longer one would not help: the stack below (and in "
-            f"capture.json's hang) shows what it waits for.")
+            f"{hang.waiting_on}.{workers} Stopped at the time limit; a longer one would not help: the stack below (and "
+            f"in capture.json's hang) shows what it waits for.")
 
 
 def _no_step_sentence(capture: Capture, name: str) -> str:
