@@ -263,7 +263,12 @@ class WorkerFailure:
     in_flight_bytes: Optional[int]  # batch_bytes x workers x prefetch_factor: what /dev/shm holds at most
     shm_bytes: Optional[int]  # /dev/shm's size, and what was free, when it happened
     shm_free_bytes: Optional[int]
-    available_memory_bytes: Optional[int]  # the machine's available memory when it happened
+    available_memory_bytes: Optional[int]  # the machine's available memory just before it happened (sampled)
+    worker_rss_bytes: Optional[int] = None  # the dead worker's resident memory at its last sample
+    workers_rss_bytes: Optional[int] = None  # all the workers' (the main process's children) at that sample
+    seconds_before: Optional[float] = None  # how long before the error that sample was taken
+    oom_kills: Optional[int] = None  # the cgroup's OOM kills during the run (None: no cgroup count to read)
+    cgroup_limit_bytes: Optional[int] = None  # the cgroup's tightest memory limit (None: none set)
 
 
 @dataclass(frozen=True)

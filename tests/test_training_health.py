@@ -1,7 +1,8 @@
-"""A run that is not training: its loss passed to backward() goes NaN. Real `diagnose run` processes."""
+"""Faults as diagnoses (a NaN loss, a hang, a dead DataLoader worker): real `diagnose run` processes."""
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import SCRIPTS, run_script
 
@@ -75,8 +76,12 @@ def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix
     assert failure["signal"] == "Killed" and failure["cause"] in ("killed", "memory")
     assert failure["workers"] == 2 and failure["batch_bytes"] == 16 * (16 + 1) * 4
     assert failure["in_flight_bytes"] == failure["batch_bytes"] * 2 * 2
+    # what the worker held just before, from the samples (it grew by 256 MiB), not after the kill gave it back
+    assert failure["worker_rss_bytes"] >= 256 * 2 ** 20 and failure["seconds_before"] < 2.0
+    assert failure["workers_rss_bytes"] >= failure["worker_rss_bytes"]
     said = " ".join(killed.stderr.split())
     assert "A DataLoader worker died (Killed). Likely cause: killed with SIGKILL" in said
+    assert re.search(r"the worker held \d+\.\d MiB \(\d+\.\d MiB all 2 workers\) \d\.\d s before", said), said
     bus = run_script(SCRIPTS / "worker_signal.py", out=tmp_path / "bus", options=("--experiments", "none"))
     assert bus.returncode == 1, bus.stderr
     failure = json.loads((bus.run_dir / "capture.json").read_text())["worker_failure"]

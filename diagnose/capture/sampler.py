@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Optional
 
 import psutil
@@ -13,6 +15,16 @@ from diagnose.capture.sites import is_framework_file, user_location
 from diagnose.model import Samples, StackSamples
 
 GPU_FIELDS = ("gpu_util_frac", "gpu_mem_used_bytes", "pcie_rx_bytes_s", "pcie_tx_bytes_s", "power_w", "sm_clock_mhz")
+
+
+RECENT_MEMORY_SAMPLES = 50  # 5 s at 10 Hz
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    t_s: float
+    rss_by_pid: dict[int, int]  # the script's process and its children (DataLoader workers)
+    available_bytes: int  # the machine's
 
 
 class SystemSampler(threading.Thread):
@@ -25,6 +37,8 @@ class SystemSampler(threading.Thread):
         self._procs: dict[int, psutil.Process] = {}
         self.nvml = Nvml()
         self.cpu_count = psutil.cpu_count() or 1
+        # the last seconds' memory: each process's RSS and the machine's available memory, for a worker that dies
+        self.recent_memory: deque[MemorySample] = deque(maxlen=RECENT_MEMORY_SAMPLES)
 
     def run(self) -> None:
         psutil.cpu_percent(percpu=True)  # the first call only primes psutil's counters
@@ -43,14 +57,16 @@ class SystemSampler(threading.Thread):
 
     def _sample(self) -> dict:
         per_core = [c / 100.0 for c in psutil.cpu_percent(percpu=True)]
-        cpu_pct, rss = 0.0, 0
+        cpu_pct, rss, by_pid = 0.0, 0, {}
         for p in self._process_tree():
             try:
                 with p.oneshot():
                     cpu_pct += p.cpu_percent()
-                    rss += p.memory_info().rss
+                    by_pid[p.pid] = p.memory_info().rss
+                    rss += by_pid[p.pid]
             except psutil.Error:
                 continue
+        self.recent_memory.append(MemorySample(time.monotonic() - self.t0, by_pid, psutil.virtual_memory().available))
         row = {
             "t_s": time.monotonic() - self.t0,
             "per_core_frac": per_core,

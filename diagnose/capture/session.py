@@ -23,6 +23,7 @@ from diagnose.capture.device import allocator_stats, device_facts, peak_memory, 
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
+from diagnose.capture.limits import cgroup_candidates, oom_kill_count
 from diagnose.capture.memory import StepMemory
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.startup import StartupWatch
@@ -426,6 +427,16 @@ class Session(ScriptHost):
         write_json(files.capture, capture)
         return Status.exit_code_of(status)
 
+    def _failure_surroundings(self, error: Optional[ScriptError]) -> worker_failure.Surroundings:
+        if error is None:
+            return worker_failure.Surroundings()
+        kills_now, before = oom_kill_count(), getattr(self, "oom_kills_at_start", None)
+        limits = [c.limit_bytes for c in cgroup_candidates()]
+        return worker_failure.Surroundings(
+            recent_memory=tuple(self.system.recent_memory),
+            oom_kills=kills_now - before if kills_now is not None and before is not None else None,
+            cgroup_limit_bytes=min(limits) if limits else None)
+
     def _capture(self, status: str, error: Optional[ScriptError], last_complete: bool) -> Capture:
         instr = self.instr
         train = instr.train_loader_index()
@@ -448,7 +459,8 @@ class Session(ScriptHost):
             startup_limit_s=self.config.startup_seconds,
             loss=loss_check(self.losses),
             hang=self.hang,
-            worker_failure=worker_failure.worker_failure(error, self._train_loader(), self.batch_bytes),
+            worker_failure=worker_failure.worker_failure(error, self._train_loader(), self.batch_bytes,
+                                                         self._failure_surroundings(error)),
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.warmup,

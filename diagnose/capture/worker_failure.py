@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import psutil
 import torch
 
+from diagnose.capture.sampler import MemorySample
 from diagnose.model import LoaderInfo, ScriptError, WorkerFailure
 
 SHM = "/dev/shm"
 SPARE_MEMORY = 0.10  # a SIGKILL with more of the machine's memory available than this was not the machine's OOM
 SIGNAL = re.compile(r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) is killed by signal: ([\w ]+)")
+PIDS = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\)")
 EXIT = re.compile(r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) exited unexpectedly(?: with exit code (-?\d+))?")
 SIGNAL_NAMES = {9: "Killed", 7: "Bus error", 11: "Segmentation fault", 6: "Aborted"}  # as torch names them
 MID_BATCH = ("Connection reset by peer", "ConnectionResetError", "EOFError", "Broken pipe")
@@ -58,8 +61,17 @@ def batch_bytes(batch: Any) -> int:
     return 0
 
 
-def worker_failure(error: Optional[ScriptError], loader: Optional[LoaderInfo],
-                   one_batch_bytes: Optional[int]) -> Optional[WorkerFailure]:
+@dataclass(frozen=True)
+class Surroundings:
+    """What was around the death: the last seconds' memory samples, the cgroup's OOM kills during the run and its
+    tightest memory limit (None where there is no cgroup to read)."""
+    recent_memory: tuple[MemorySample, ...] = ()
+    oom_kills: Optional[int] = None
+    cgroup_limit_bytes: Optional[int] = None
+
+
+def worker_failure(error: Optional[ScriptError], loader: Optional[LoaderInfo], one_batch_bytes: Optional[int],
+                   around: Surroundings = Surroundings()) -> Optional[WorkerFailure]:
     """The failure when the script's error is a DataLoader worker's death (None otherwise)."""
     if error is None or loader is None or not loader.num_workers:
         return None
@@ -74,15 +86,52 @@ def worker_failure(error: Optional[ScriptError], loader: Optional[LoaderInfo],
         return None
     in_flight = (one_batch_bytes * loader.num_workers * (loader.prefetch_factor or 2)) if one_batch_bytes else None
     shm_total, shm_free = _shm()
-    memory = psutil.virtual_memory()
+    before = last_memory_of(dead_worker_pids(text, around.recent_memory), around.recent_memory)
+    # the memory before the death decides: the kill gave back what the worker held
+    available = before.available_bytes if before else psutil.virtual_memory().available
     cause = _cause(signal_name, text, in_flight, shm_total)
-    if cause == "memory" and memory.available > SPARE_MEMORY * memory.total:
+    if cause == "memory" and available > SPARE_MEMORY * psutil.virtual_memory().total and not around.oom_kills:
         cause = "killed"
     why, fix = CAUSES[cause]
     return WorkerFailure(signal=signal_name or "", exit_code=exit_code, step=error.step, cause=cause, why=why,
                          fix=fix, workers=loader.num_workers, prefetch_factor=loader.prefetch_factor or 2,
                          batch_bytes=one_batch_bytes, in_flight_bytes=in_flight, shm_bytes=shm_total,
-                         shm_free_bytes=shm_free, available_memory_bytes=int(memory.available))
+                         shm_free_bytes=shm_free, available_memory_bytes=int(available),
+                         worker_rss_bytes=before.worker_rss_bytes if before else None,
+                         workers_rss_bytes=before.workers_rss_bytes if before else None,
+                         seconds_before=before.seconds_before if before else None,
+                         oom_kills=around.oom_kills, cgroup_limit_bytes=around.cgroup_limit_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryBefore:
+    worker_rss_bytes: Optional[int]  # the dead worker's, at its last sample
+    workers_rss_bytes: int  # the main process's children together, at that sample
+    available_bytes: int  # the machine's, at that sample
+    seconds_before: float  # how long before the last sample that one was
+
+
+def dead_worker_pids(text: str, recent: tuple[MemorySample, ...]) -> set[int]:
+    """The workers torch names as dead, else the sampled children that no longer exist."""
+    named = {int(pid) for found in PIDS.finditer(text) for pid in re.findall(r"\d+", found.group(1))}
+    if named:
+        return named
+    main = os.getpid()
+    seen = {pid for sample in recent for pid in sample.rss_by_pid if pid != main}
+    return {pid for pid in seen if not psutil.pid_exists(pid)}
+
+
+def last_memory_of(dead: set[int], recent: tuple[MemorySample, ...]) -> Optional[MemoryBefore]:
+    """The last sample that still saw a dead worker alive (else the last sample, if any): a killed worker not yet
+    reaped is still listed, with nothing resident."""
+    if not recent:
+        return None
+    sample = next((s for s in reversed(recent) if any(s.rss_by_pid.get(pid) for pid in dead)), recent[-1])
+    main = os.getpid()
+    held = [sample.rss_by_pid[pid] for pid in dead if pid in sample.rss_by_pid]
+    return MemoryBefore(worker_rss_bytes=max(held) if held else None,
+                        workers_rss_bytes=sum(r for pid, r in sample.rss_by_pid.items() if pid != main),
+                        available_bytes=sample.available_bytes, seconds_before=recent[-1].t_s - sample.t_s)
 
 
 def _signal(text: str) -> Optional[str]:

@@ -154,8 +154,16 @@ def worker_sentence(failure) -> str:
                      f"workers x prefetch {failure.prefetch_factor})")
     if failure.shm_bytes is not None:
         facts.append(f"/dev/shm {fmt_bytes(failure.shm_bytes)} ({fmt_bytes(failure.shm_free_bytes)} free)")
+    if failure.worker_rss_bytes is not None:
+        facts.append(f"the worker held {fmt_bytes(failure.worker_rss_bytes)} "
+                     f"({fmt_bytes(failure.workers_rss_bytes)} all {failure.workers} workers) "
+                     f"{failure.seconds_before:.1f} s before")
     if failure.available_memory_bytes is not None:
-        facts.append(f"{fmt_gib(failure.available_memory_bytes)} of memory available")
+        facts.append(f"{fmt_gib(failure.available_memory_bytes)} of the machine's memory available")
+    if failure.cgroup_limit_bytes is not None:
+        facts.append(f"the container's (cgroup's) memory limit {fmt_bytes(failure.cgroup_limit_bytes)}")
+    if failure.oom_kills:
+        facts.append(f"{failure.oom_kills} OOM kill(s) in the cgroup during the run")
     seen = f" Seen then: {'; '.join(facts)}." if facts else ""
     return f" A DataLoader worker died ({how}). Likely cause: {failure.why}.{seen} Fix: {failure.fix}."
 

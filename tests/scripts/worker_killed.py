@@ -3,6 +3,7 @@ out-of-memory killer or a container's cgroup does: the main process gets torch's
 killed by signal: Killed" (issue 45, third case)."""
 import os
 import signal
+import time
 
 import torch
 from torch import nn
@@ -15,11 +16,13 @@ class Items(Dataset):
 
     def __getitem__(self, i):
         if i == 400 and torch.utils.data.get_worker_info() is not None:
+            HELD.append(b"x" * (256 << 20))  # what an out-of-memory kill finds: a worker that grew (written: resident)
+            time.sleep(0.5)  # long enough for the samplers to see it
             os.kill(os.getpid(), signal.SIGKILL)
         return torch.randn(16), torch.randn(1)
 
 
-
+HELD = []
 loader = DataLoader(Items(), batch_size=16, num_workers=2)
 model = nn.Linear(16, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
