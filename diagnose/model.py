@@ -348,6 +348,7 @@ class Hang:
     threads: tuple[str, ...] = ()  # each other thread's innermost frame
     native_wait: bool = False  # the main thread waited in native code: the run was ended without it (no trace)
     workers: tuple[str, ...] = ()  # each DataLoader worker process: where it was, or that it had exited
+    ranks: tuple[str, ...] = ()  # under torchrun, each other rank: where it waited, or how it had ended
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,15 @@ def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(
                                              for w in hang["workers"])
     said = " ".join(run.stderr.split())
     assert "DataLoader worker" in said and "worker_hangs.py:20 in __getitem__" in said
+
+
+def test_under_torchrun_a_hang_names_every_ranks_place_and_the_rank_not_in_the_collective(tmp_path):
+    run = run_script(SCRIPTS / "rank_stuck.py", out=tmp_path / "run",
+                     options=("--experiments", "none", "--max-seconds", "8", "--nproc-per-node", "2"), timeout=240)
+    assert run.returncode == 6, run.stderr
+    hang = json.loads((run.run_dir / "capture.json").read_text())["hang"]
+    assert hang["location"].endswith("rank_stuck.py:33") and hang["waiting_on"].startswith("a collective")
+    assert hang["ranks"] == ["rank 1: at " + hang["location"].replace(":33", ":16")
+                             + " in read_next_shard (time.sleep(3600)), waiting on a sleep"]
+    said = " ".join(run.stderr.split())
+    assert "Not in the collective: rank 1: at" in said and "rank_stuck.py:16 in read_next_shard" in said

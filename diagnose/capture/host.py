@@ -165,7 +165,9 @@ class ScriptHost:
 
     def _deadline(self) -> None:
         self.deadline_at = time.monotonic()
-        os.kill(os.getpid(), DEADLINE_SIGNAL)
+        # to the main thread itself: sent to the process, the kernel may hand it to another thread (gloo's, say), and
+        # the main thread's wait (a sleep, a select) is then never interrupted for the handler
+        signal.pthread_kill(threading.main_thread().ident, DEADLINE_SIGNAL)
         self._look_for_native_wait(NATIVE_WAIT_LOOKS)
 
     def _look_for_native_wait(self, looks_left: int) -> None:

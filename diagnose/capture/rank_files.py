@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from diagnose.model import Capture, Measurement, Status
+from diagnose.model import Capture, Hang, Measurement, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
@@ -38,13 +38,24 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     chosen = failed[0] if failed else min(captures)
     capture = captures[chosen]
     notes = [f"rank {r}: {c.status}" + (f" ({c.error.type}: {c.error.message})" if c.error else "")
+             + (f" {hang_line(c.hang)}" if c.hang else "")
              for r, c in captures.items() if r != chosen and c.status not in (Status.COMPLETED, Status.SCRIPT_FINISHED)]
     notes += [f"rank {r} wrote no results (stopped by the launcher before it could)" for r in silent]
     if capture.error is not None:
         capture = replace(capture, error=replace(capture.error, message=f"rank {chosen}: {capture.error.message}"))
+    if capture.hang is not None:  # every rank's place: the one that is not in the collective is the cause
+        others = tuple(f"rank {r}: " + (hang_line(c.hang) if c.hang else f"{c.status} after {c.steps_seen} steps")
+                       for r, c in captures.items() if r != chosen)
+        capture = replace(capture, hang=replace(capture.hang, ranks=others))
     merged = replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures))
     write_json(RunFolder(run_dir).capture, merged)
     return merged
+
+
+def hang_line(hang: Hang) -> str:
+    """'at train.py:16 in read_next_shard (time.sleep(3600)), waiting on a sleep'"""
+    where = f"at {hang.location} in {hang.function} ({hang.code.split('  #')[0].strip()}), " if hang.location else ""
+    return f"{where}waiting on {hang.waiting_on}"
 
 
 # what a rank's collective says when another rank died under it (gloo, NCCL): a consequence, not the cause

@@ -41,6 +41,8 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
             console.print(f"    thread {line}", style="dim", soft_wrap=True, markup=False, highlight=False)
         for line in diagnosis.hang.workers:
             console.print(f"    DataLoader {line}", style="yellow", soft_wrap=True, markup=False, highlight=False)
+        for line in diagnosis.hang.ranks:
+            console.print(f"    {line}", style="yellow", soft_wrap=True, markup=False, highlight=False)
     startup = startup_sentence(diagnosis.startup)
     if startup:
         console.print(startup, style="dim", soft_wrap=True, markup=False, highlight=False)

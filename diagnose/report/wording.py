@@ -188,6 +188,9 @@ def hang_sentence(capture: Capture) -> str:
              else "")
     stuck = [w for w in hang.workers if " in " in w.partition(": ")[2]]  # a worker at a line: not idle, not gone
     workers = f" DataLoader {stuck[0].split(', waiting on')[0]}." if stuck else ""
+    away = [r for r in hang.ranks if "waiting on a collective" not in r and " at " in r]  # a rank elsewhere
+    if hang.waiting_on.startswith("a collective") and away:
+        workers += f" Not in the collective: {away[0]}."
     return (f"Hung: after {capture.steps_seen} steps{typical}, the next waited {hang.open_s:.1f} s{where}, waiting on "
             f"{hang.waiting_on}.{workers} Stopped at the time limit; a longer one would not help: the stack below (and "
             f"in capture.json's hang) shows what it waits for.")
