@@ -125,6 +125,7 @@ def test_a_used_out_folder_is_refused_before_anything_is_read(tmp_path):
     assert [p.name for p in used.iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_a_run_without_steps_and_runs_of_other_scripts_are_refused(tmp_path, sample_run):
     empty = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "empty", options=("--startup-seconds", "4"))
     assert empty.returncode == 3

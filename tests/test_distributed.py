@@ -61,6 +61,7 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     assert merge_rank_captures(run.run_dir).error.message.startswith("rank 1: rank 1 cannot read its shard")
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_ranks_whose_step_times_differ_plan_the_same_steps_and_finish(tmp_path):
     # rank 1 pauses on odd steps: each rank sees the pause in a different step, so their own clocks would fit
     # different numbers of steps into --max-seconds, and the rank that stopped first would strand the other
@@ -75,6 +76,7 @@ def test_ranks_whose_step_times_differ_plan_the_same_steps_and_finish(tmp_path):
     assert run.diagnosis["status"] == "completed"
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path):
     out = tmp_path / "job"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "diagnose", "capture",

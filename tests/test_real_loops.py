@@ -75,6 +75,7 @@ def test_the_plan_reads_a_plain_step_not_a_stalled_or_instrumented_one():
 LONG = SCRIPTS / "long_steps.py"  # three L-BFGS steps of about 2.5 s
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_three_long_optimizer_steps_get_a_diagnosis_with_the_defaults(tmp_path):
     run = run_script(LONG, out=tmp_path / "run", options=("--experiments", "none"))  # warm-up 5, 20 steps, 60 s
     assert run.returncode == 0, run.stderr
@@ -85,6 +86,7 @@ def test_three_long_optimizer_steps_get_a_diagnosis_with_the_defaults(tmp_path):
     assert d["findings"], "a diagnosis, not 'no training step was measured'"
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_when_not_even_two_long_steps_fit_the_message_names_the_options_that_do(tmp_path):
     run = run_script(LONG, out=tmp_path / "run", options=("--experiments", "none", "--max-seconds", "5"))
     match = re.search(r"[Ss]teps take about (\d+\.\d) s: .*run with --warmup 1 --steps 2 --max-seconds (\d+)",

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from conftest import run_script
 
 from diagnose.capture import sandbox
@@ -83,6 +84,7 @@ def test_a_run_killed_mid_way_still_gets_the_users_files_back(tmp_path):
     assert (tmp_path / "run" / "sandbox" / "project" / "new.txt").read_text() == "new"
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_when_diagnose_itself_is_killed_the_script_stops_and_the_next_run_puts_the_files_back(tmp_path):
     """SIGKILL to diagnose (the out-of-memory killer picking it, a job killed outright) leaves no one to restore:
     its child stops with it, and the next `diagnose run` in the folder restores what that run changed."""

@@ -76,6 +76,7 @@ def test_mfu_is_a_share_of_the_measured_peak_and_higher_for_a_large_batch(gemm_r
     assert 'id="speed-of-light"' in (gemm_run.run_dir / "report.html").read_text()
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_the_measured_peak_is_cached_per_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     measured = {p.dtype: p.per_s for p in machine_peaks("cpu", fresh=True)}

@@ -26,6 +26,7 @@ def _startup_attributed_to_the_loader(run, seconds: float) -> None:
     assert "Start-up: " in (run.run_dir / "report.html").read_text()
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_a_start_up_longer_than_max_seconds_still_gets_a_diagnosis(tmp_path):
     """--max-seconds bounds the measured part, from the first step: 12 s of loading do not count against 10."""
     run = run_script(SLOW_START, "12", out=tmp_path / "run",

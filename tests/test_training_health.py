@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from conftest import SCRIPTS, run_script
 
 FAST = ("--warmup", "3", "--steps", "6", "--experiments", "none")
@@ -53,6 +54,7 @@ def test_a_step_that_never_ends_is_diagnosed_as_hung_where_it_waits(tmp_path):
     assert run.diagnosis["hang"] == hang
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_a_killed_dataloader_worker_ends_the_run_with_its_error_and_the_steps_it_ran(tmp_path):
     # torch's SIGCHLD handler raises 'worker is killed' in the main thread wherever it is: once inside diagnose's
     # own handling of the script's error, it lost the capture ("the script did not start under the profiler")
@@ -71,7 +73,11 @@ def test_a_killed_dataloader_worker_ends_the_run_with_its_error_and_the_steps_it
 
 def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix(tmp_path):
     killed = run_script(SCRIPTS / "worker_killed.py", out=tmp_path / "killed", options=("--experiments", "none"))
-    failure = json.loads((killed.run_dir / "capture.json").read_text())["worker_failure"]
+    assert killed.returncode == 1, killed.stderr
+    capture = json.loads((killed.run_dir / "capture.json").read_text())
+    assert capture["status"] == "script_error" and capture["steps_seen"] >= 20
+    assert "did not start under the profiler" not in killed.stderr
+    failure = capture["worker_failure"]
     # the machine had memory to spare: a cgroup's limit or a kill from outside, not the machine's OOM killer
     assert failure["signal"] == "Killed" and failure["cause"] in ("killed", "memory")
     assert failure["workers"] == 2 and failure["batch_bytes"] == 16 * (16 + 1) * 4
@@ -125,6 +131,7 @@ def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(
     assert "DataLoader worker" in said and "worker_hangs.py:20 in __getitem__" in said
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_under_torchrun_a_hang_names_every_ranks_place_and_the_rank_not_in_the_collective(tmp_path):
     run = run_script(SCRIPTS / "rank_stuck.py", out=tmp_path / "run",
                      options=("--experiments", "none", "--max-seconds", "8", "--nproc-per-node", "2"), timeout=240)

@@ -47,6 +47,7 @@ def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_
     assert f"Step {plain * 1e3:.1f} ms, timed without the profiler" in html and "Profiler overhead" in html
 
 
+@pytest.mark.slow  # long (a whole run or several): the slow tier
 def test_a_script_that_ends_inside_the_timed_window_says_how_many_steps_fit(loop_run):
     run = loop_run("--steps", "7")  # 6 step boundaries: 3 warm-up, then 3 of the 8 steps to time (as many as profiled)
     assert run.returncode == 0, run.stderr
