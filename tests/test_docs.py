@@ -301,7 +301,7 @@ def _runnable(prefix: str) -> list[tuple[str, list[str]]]:
     return runnable
 
 
-@pytest.mark.parametrize("where, command", _runnable("analyze"), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("where, command", [pytest.param(*shown, id=shown[0]) for shown in _runnable("analyze")])
 def test_the_analyze_commands_shown_run(tmp_path, where, command):
     proc = diagnose_cli(*command, "--out", str(tmp_path / "out"))
     assert proc.returncode in (0, 1) and (tmp_path / "out" / "report.html").is_file(), (
