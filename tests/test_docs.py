@@ -324,7 +324,8 @@ def test_the_readme_shows_the_two_commands_ci_runs():
 @pytest.mark.slow
 def test_the_readme_main_command_gives_the_transcript_it_shows(tmp_path):
     """`diagnose run sample_runs/slow_loader.py`, as the README shows it (its experiments and their default budget
-    included): the verdict and the verified change are the ones the transcript shows."""
+    included): the verdict and the verified change are the ones the transcript shows, and what it writes, experiments
+    included, is what the schema says."""
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "sample_runs/slow_loader.py", timeout=480)
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = README.read_text()
@@ -333,3 +334,4 @@ def test_the_readme_main_command_gives_the_transcript_it_shows(tmp_path):
         assert line in shown
     assert "Bottleneck: data loading, 9" in proc.stdout and "Training waits for the DataLoader" in proc.stdout
     assert "Verified: " in proc.stdout and "dataloader.num_workers" in proc.stdout, proc.stdout[-3000:]
+    _validate("diagnosis", tmp_path / "run" / "diagnosis.json")  # with experiments, a headline, predictions
