@@ -308,6 +308,36 @@ def test_the_analyze_commands_shown_run(tmp_path, where, command):
         f"{where}: `diagnose {' '.join(command)}` exited {proc.returncode}\n{proc.stderr[-3000:]}")
 
 
+def _guide_runs() -> list:
+    """The guide's `diagnose run` commands on bundled scripts, once each (the README's main command has its own
+    test). A GPU sample is left to benchmarks/gpu_check.sh (on a CPU machine it needs `--device cpu`), and a
+    command run under another (`prlimit ... diagnose run`) to tests/test_memory_limits.py."""
+    seen, runs = set(), []
+    for where, command in _runnable("run"):
+        page, _, line = where.partition(":")
+        shown = (REPO / page).read_text().splitlines()[int(line) - 1].strip().removeprefix("$ ")
+        if (where.startswith("docs/") and shown.startswith("diagnose ") and tuple(command) not in seen
+                and not any("cuda_train.py" in arg for arg in command)):
+            seen.add(tuple(command))
+            runs.append(pytest.param(where, command, id=where))
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("where, command", _guide_runs())
+def test_the_run_commands_shown_in_the_guide_run_on_the_bundled_samples(tmp_path, where, command):
+    """Each as written, its experiments left out (`--experiments none` after the page's options: the experiments'
+    measurements have tests of their own): the options and the script's arguments are accepted, the script is
+    diagnosed, and the exit code is one the page's outcome has (0, or 5 where it shows an out-of-memory run)."""
+    name, *args = command
+    script_at = next(i for i, a in enumerate(args) if a.endswith(".py"))
+    proc = diagnose_cli(name, "--out", str(tmp_path / "run"), *args[:script_at], "--experiments", "none",
+                        *args[script_at:], timeout=540)
+    assert proc.returncode in (0, 5), f"{where}: exited {proc.returncode}\n{proc.stderr[-3000:]}"
+    _validate("diagnosis", tmp_path / "run" / "diagnosis.json")
+
+
 README_SETUP_AND_TESTS = ("python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e '.[test]' "
                           "&& .venv/bin/python -m pytest")
 README_SETUP_AND_RUN = ("python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . "
@@ -332,6 +362,7 @@ def test_the_readme_main_command_gives_the_transcript_it_shows(tmp_path):
     for line in ("Bottleneck: data loading, 98% of step time. Training waits for the DataLoader "
                  "(sample_runs/slow_loader.py:54).", "Verified: 2 changes"):
         assert line in shown
-    assert "Bottleneck: data loading, 9" in proc.stdout and "Training waits for the DataLoader" in proc.stdout
-    assert "Verified: " in proc.stdout and "dataloader.num_workers" in proc.stdout, proc.stdout[-3000:]
+    said = proc.stdout + proc.stderr  # diagnose's own lines, beside the script's
+    assert "Bottleneck: data loading, 9" in said and "Training waits for the DataLoader" in said, said[-3000:]
+    assert "Verified: " in said and "dataloader.num_workers" in said, said[-3000:]
     _validate("diagnosis", tmp_path / "run" / "diagnosis.json")  # with experiments, a headline, predictions
