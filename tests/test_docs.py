@@ -212,7 +212,11 @@ def test_the_schema_has_every_field_of_the_dataclasses_and_no_other(name):
     defs = _schema(name)["$defs"]
     problems = []
     for cls in schemas.dataclasses_under(root):
-        properties = defs.get(cls.__name__, {}).get("properties", {})
+        if cls.__name__ not in defs:
+            problems.append(f"{_where(path)} has no $defs.{cls.__name__} ({name}.json holds it): add "
+                            f"\"{cls.__name__}\": {json.dumps(schemas.definition(cls, schemas.field_comments()))}")
+            continue
+        properties = defs[cls.__name__].get("properties", {})
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name not in properties:
@@ -223,7 +227,7 @@ def test_the_schema_has_every_field_of_the_dataclasses_and_no_other(name):
         fields = {f.name for f in dataclasses.fields(cls)}
         problems += [f"{_where(path)} documents $defs.{cls.__name__}.properties.{extra}: {cls.__name__} has no such "
                      "field" for extra in properties if extra not in fields]
-        required = set(defs.get(cls.__name__, {}).get("required", []))
+        required = set(defs[cls.__name__].get("required", []))
         needed = {f.name for f in dataclasses.fields(cls)
                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
         if required != needed:
