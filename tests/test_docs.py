@@ -336,7 +336,10 @@ def test_the_run_commands_shown_in_the_guide_run_on_the_bundled_samples(tmp_path
     diagnosed, and the exit code is one the page's outcome has (0, or 5 where it shows an out-of-memory run)."""
     name, *args = command
     script_at = next(i for i, a in enumerate(args) if a.endswith(".py"))
-    proc = diagnose_cli(name, "--out", str(tmp_path / "run"), *args[:script_at], "--experiments", "none",
+    options = list(args[:script_at])
+    if "--out" in options:  # the page's own folder (`--out before`) goes to the test's, not into the checkout
+        del options[options.index("--out"):options.index("--out") + 2]
+    proc = diagnose_cli(name, "--out", str(tmp_path / "run"), *options, "--experiments", "none",
                         *args[script_at:], timeout=540)
     assert proc.returncode in (0, 5), f"{where}: exited {proc.returncode}\n{proc.stderr[-3000:]}"
     _validate("diagnosis", tmp_path / "run" / "diagnosis.json")
