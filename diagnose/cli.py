@@ -308,7 +308,7 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
 
     Put `--` before the script's own arguments if they look like diagnose's options. The torchrun options
     (--nnodes ... --standalone) need --nproc-per-node. Optimization ids for --experiments: see
-    `diagnose rules` or the README.
+    `diagnose rules` or docs/guide/experiments.md.
 
     Exit codes: 0 done, 1 the script raised, 2 bad input, 3 no training step found, 4 slower than the baseline
     by more than --fail-if-slower allows, 5 the script ran out of memory (diagnosed), 6 a step never ended (hung:

@@ -65,20 +65,33 @@ def _with_keywords(source: str, call: ast.Call, edits: dict[str, str]) -> str:
 
 
 def change_text(changes: tuple[Change, ...], ctx: Context) -> str:
-    """The changes as a diff of the user's script (or the framework's setting), else a snippet to adapt."""
-    parts = []
+    """The changes as a diff of the user's script (or the framework's setting), else a snippet to adapt. Changes to
+    the same call (workers and persistent workers on one DataLoader) are one edit of it: one diff per changed line,
+    as the user makes it."""
+    parts: list[tuple[str, str]] = []  # ("diff", location) once per call site, or ("code", snippet), in order
+    edits_at: dict[str, dict[str, str]] = {}
     for change in changes:
         optimization = REGISTRY.get(change.id)
         if optimization is None:
             continue
         location, edits = _framework_edits(change, ctx) or (_site_location(optimization.site, ctx),
                                                              optimization.keyword_edits(change.setting))
-        # relative to the current folder, as `git apply` wants it (display_location takes path:line)
-        name = (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
-        diff = keyword_diff(location, edits, name)
-        code = optimization.snippet(change.setting, ctx) if optimization.snippet_too or not diff else ""
-        parts.append("\n".join(p for p in (diff, code) if p))
-    return "\n".join(p for p in parts if p)
+        diff = keyword_diff(location, edits, _diff_name(location))
+        if diff:
+            if location not in edits_at:
+                parts.append(("diff", location))
+            edits_at.setdefault(location, {}).update(edits)
+        if optimization.snippet_too or not diff:
+            parts.append(("code", optimization.snippet(change.setting, ctx)))
+    texts = [keyword_diff(value, edits_at[value], _diff_name(value)) if kind == "diff" else value
+             for kind, value in parts]
+    return "\n".join(t for t in texts if t)
+
+
+def _diff_name(location: Optional[str]) -> str:
+    """The script's path relative to the current folder, as `git apply` wants it (display_location takes
+    path:line)."""
+    return (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
 
 
 def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:

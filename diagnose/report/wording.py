@@ -201,7 +201,7 @@ def _no_step_sentence(capture: Capture, name: str) -> str:
     own set-up before a model, DataLoader or optimizer it has built) needs more time; its own code with nothing
     of training in sight needs its steps marked."""
     start = capture.startup
-    mark = " Mark steps with diagnose.step() (see the README)."
+    mark = " Mark steps with diagnose.step() (see docs/guide/how-a-run-works.md, \"When steps cannot be found\")."
     plain = (f"{name} ran for {capture.wall_s:.0f} s without reaching a training step (no DataLoader batch, "
              "backward() or optimizer step)")
     if start is None or not start.by_activity:
