@@ -225,7 +225,7 @@ def load_capture(run_dir: Path) -> Optional[Capture]:
 
 def load_run_capture(run_dir: Path) -> Optional[Capture]:
     """A run folder's capture; ranks launched by the user's own launcher (`diagnose capture`) leave theirs
-    unmerged, and are merged here."""
-    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
+    unmerged: merged here in memory, the folder left as it was (`diagnose report` writes the merge)."""
+    from diagnose.capture.rank_files import merged_rank_capture
 
-    return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
+    return merged_rank_capture(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
