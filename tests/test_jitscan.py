@@ -290,7 +290,7 @@ def test_a_traces_ops_get_the_walks_self_times_from_array_operations(path):
     ops = load_trace(path, stream=False).cpu_ops
     codes, threads = ops.thread_codes()
     counted = np.ones(len(threads), dtype=bool)
-    order = _nesting_order(ops, codes)
+    order = _nesting_order(ops.start, ops.end, codes)
     found = nested_self_times(order, codes, ops.start, ops.end, counted)
     expected = _walked(order, codes, ops.start, ops.end, counted)
     assert found is not None or "kernel_heavy" in path.name  # (its ops overlap without nesting: walked)

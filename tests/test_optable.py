@@ -89,3 +89,23 @@ def test_the_op_table_of_a_two_million_event_trace_is_read_in_bounded_memory(two
     # read whole as parsed JSON, this table took 2.2 GB on a 1M-event trace (diagnose compare, 9 s)
     assert steps == 10 and kernels > 0 and peak < 512 << 20, (steps, kernels, peak >> 20)
     print(json.dumps({"peak_rss_mib": peak >> 20}))
+
+
+def test_a_child_that_outlives_its_parent_takes_from_it_only_the_part_inside_it_in_analyze_and_compare(tmp_path):
+    """One self-time rule for analyze's op table and compare's: aten::parent runs 10-50 us, aten::child 30-70 us on
+    the same thread (seen in traces where an op's end is recorded after its caller's). The parent's self time is
+    the 20 us no child covers; the child keeps its 40 us. (compare once subtracted the child's whole 40 us: 0.)"""
+    from diagnose.analysis.analyze import Inputs, analyze
+    from diagnose.analysis.trace import load_trace
+
+    def op(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": 7, "ts": ts, "dur": dur, "args": {}}
+
+    events = [op("ProfilerStep#1", 0, 100, "user_annotation"), op("aten::parent", 10, 40), op("aten::child", 30, 40),
+              op("ProfilerStep#2", 100, 100, "user_annotation"), op("aten::other", 110, 10)]
+    path = tmp_path / "outliving.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    analysed = {o.name: o.self_s for o in analyze(Inputs(load_trace(path))).top_ops}
+    compared = {name: amount.seconds * 2 for (name, _), amount in trace_profile(path, 2).ops.items()}  # per step
+    assert analysed["aten::parent"] == pytest.approx(20e-6) == compared["aten::parent"]
+    assert analysed["aten::child"] == pytest.approx(40e-6) == compared["aten::child"]

@@ -45,26 +45,35 @@ def elementwise_op_self_us(ops: Spans, self_t: np.ndarray, optimizer: np.ndarray
 
 
 def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
-    """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
-    n = len(ops)
+    """Self time of each op and whether it is top-level on a thread of `tids` (span_self_times)."""
     codes, threads = ops.thread_codes()
-    counted = [t in tids for t in threads]
+    return span_self_times(ops.start, ops.end, codes, np.asarray([t in tids for t in threads], dtype=bool))
+
+
+def span_self_times(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray,
+                    counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The one self-time rule (analysis and compare's op table): each span's duration less the part of each direct
+    child's on its thread (`codes`) that lies inside it. A child that outlives its parent takes from it only
+    until the parent ends (the rest of the child is not the parent's time), and no self time is below 0. Also
+    whether each span is top-level on a thread that `counted` (by thread code) says is training work."""
+    n = len(starts)
     kernels = jitscan.loaded()
     # by thread, start, then longest first (a parent before the children that start with it)
-    order = _nesting_order(ops, codes) if n else np.zeros(0, dtype=np.int64)
+    order = _nesting_order(starts, ends, codes) if n else np.zeros(0, dtype=np.int64)
     if kernels is not None:  # numba is loaded already (a big trace): the walk over arrays, compiled
-        self_t, top = ops.end - ops.start, np.zeros(n, dtype=bool)
+        self_t, top = ends - starts, np.zeros(n, dtype=bool)
         # the types jitscan's sample check compiled (another dtype or layout would compile again, seconds)
-        starts, ends = np.ascontiguousarray(ops.start), np.ascontiguousarray(ops.end)
+        starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)
         kernels.walk_nesting(order.astype(np.intp, copy=False), codes.astype(CODE, copy=False), starts, ends,
-                             np.asarray(counted, dtype=bool), np.empty(n, dtype=np.int64), self_t, top)
+                             counted, np.empty(n, dtype=np.int64), self_t, top)
         return np.maximum(self_t, 0.0), top
-    nested = nested_self_times(order, codes, ops.start, ops.end, np.asarray(counted, dtype=bool)) if n else None
+    nested = nested_self_times(order, codes, starts, ends, counted) if n else None
     if nested is not None:
         return nested
     # plain lists are fast to index in Python (small ints and floats: one shared object each where they repeat)
-    self_t, top = (ops.end - ops.start).tolist(), [False] * n
-    walk_nesting(order.tolist(), codes.tolist(), ops.start.tolist(), ops.end.tolist(), counted, [0] * n, self_t, top)
+    self_t, top = (ends - starts).tolist(), [False] * n
+    walk_nesting(order.tolist(), codes.tolist(), starts.tolist(), ends.tolist(), counted.tolist(), [0] * n, self_t,
+                 top)
     return np.maximum(np.asarray(self_t, dtype=np.float64), 0.0), np.asarray(top, dtype=bool)
 
 
@@ -118,16 +127,16 @@ def nesting_parents(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, en
     return depth, inner, parent
 
 
-def _nesting_order(ops: Spans, codes: np.ndarray) -> np.ndarray:
+def _nesting_order(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """np.lexsort by thread, start and -end; on a big trace whose threads' ops come in that order already (a
     compiled check), a stable sort by thread alone: the same order, without lexsort's copies of every key."""
     kernels = jitscan.for_size(len(codes))
     if kernels is not None:
-        starts, ends = np.ascontiguousarray(ops.start), np.ascontiguousarray(ops.end)
+        starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)
         last = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
         if kernels.in_thread_order(codes.astype(CODE, copy=False), starts, ends, last):
             return np.argsort(codes, kind="stable")
-    return np.lexsort((-ops.end, ops.start, codes))
+    return np.lexsort((-ends, starts, codes))
 
 
 def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ...]:

@@ -17,6 +17,7 @@ from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, 
 from diagnose.analysis.event_pieces import PIECE_BYTES, EventPieces, NotEvents
 from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
+from diagnose.analysis.ops import span_self_times
 from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.release import released
 from diagnose.analysis.trace_file import read_events, step_window
@@ -201,29 +202,13 @@ def _launched_within(device: dict, launches: dict, start: float, end: float) -> 
 
 
 def _self_times(ops: dict[str, np.ndarray], keys: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
-    """Self time: an op's duration less its direct children's on the same thread (ops nest, never overlap).
-    Threads in the order they first appear; a thread's ops by start, the longer first on a tie."""
+    """Self time by op key, by the analysis's own rule (ops.span_self_times: a child takes from its parent only the
+    part inside it). Summed in the ops' order: threads as they first appear, a thread's ops by start, the longer
+    first on a tie."""
     order = _by_thread_then_start(ops)
-    starts, durations, threads, op_keys = (ops.pop(name)[order] for name in ("start", "duration", "thread", "key"))
-    del order  # ops is emptied: its columns, in this order, are all that is held of it
-    selfs = durations.copy()
-    stack: list[tuple[float, int]] = []  # (end, index) of the ops open around the current one
-    thread = None
-    for lo in range(0, len(starts), LOOP_ROWS):  # a slice at a time as Python floats: a list of all is 64 B a row
-        rows = zip(starts[lo:lo + LOOP_ROWS].tolist(), durations[lo:lo + LOOP_ROWS].tolist(),
-                   threads[lo:lo + LOOP_ROWS].tolist())
-        for i, (start, duration, on) in enumerate(rows, lo):
-            if on != thread:
-                stack, thread = [], on
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            if stack:
-                selfs[stack[-1][1]] -= duration
-            stack.append((start + duration, i))
-    return _summed(op_keys, np.maximum(selfs, 0.0), keys)
-
-
-LOOP_ROWS = 1 << 18
+    starts, durations, threads = ops.pop("start"), ops.pop("duration"), ops.pop("thread")
+    selfs, _ = span_self_times(starts, starts + durations, threads, np.zeros(threads.max(initial=-1) + 1, dtype=bool))
+    return _summed(ops.pop("key")[order], selfs[order], keys)
 
 
 def _by_thread_then_start(ops: dict[str, np.ndarray]) -> np.ndarray:
