@@ -6,10 +6,9 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.metric_values import unprofiled_step_s
 from diagnose.analysis.timeline import StepTimeline
 from diagnose.analysis.trace import Trace
-from diagnose.model import Capture
+from diagnose.model import Capture, unprofiled_step_s
 
 
 def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames: bool) -> tuple[str, ...]:
