@@ -11,11 +11,12 @@ from dataclasses import replace
 import pytest
 from conftest import PEAK_BYTES, TRACES, main_step_count, one_step_and_its_neighbours
 
-from diagnose.analysis import stream
-from diagnose.analysis.trace_file import read_events
-from diagnose.analysis.window import StepCounter
-from diagnose.compare import optable
-from diagnose.compare.optable import trace_profile, whole_text_columns
+import diagnose.trace.op_columns as columns_module
+from diagnose.compare.optable import profile_of, trace_profile
+from diagnose.trace import stream
+from diagnose.trace.kept_steps import StepCounter
+from diagnose.trace.op_columns import whole_text_columns
+from diagnose.trace.trace_file import read_events
 
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 # more steps than a window of one and its two neighbours
@@ -26,9 +27,9 @@ FEW_STEPS = ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json
 @pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
 def test_the_streamed_op_table_is_the_one_the_whole_text_gives(path, monkeypatch):
     monkeypatch.setattr(stream, "READ_BYTES", 4096)  # inflated a few KB at a time
-    assert optable._streamed(path, 16 << 10, None) is not None  # read in pieces, not by the fallback
+    assert columns_module._streamed(path, 16 << 10, None) is not None  # read in pieces, not by the fallback
     profile = trace_profile(path, 3, piece_bytes=16 << 10)
-    assert profile == whole_text_columns(path).profile(3)
+    assert profile == profile_of(whole_text_columns(path), 3)
     assert profile.steps >= 1 and (profile.ops or "gloo" in path.name)  # the gloo trace holds no cpu_op
 
 
@@ -42,7 +43,8 @@ def test_a_trace_past_the_budget_gets_the_op_table_of_its_window_of_steps(path):
     whole = whole_text_columns(path)
     steps_in_trace = len(whole.marks)
     whole.marks = [(s, d) for s, d in whole.marks if window.keep_from <= s < window.keep_until]
-    assert profile == whole.profile(1)  # the window's steps and its lead-in and lead-out, as the whole text has them
+    # the window's steps and its lead-in and lead-out, as the whole text has them
+    assert profile == profile_of(whole, 1)
     assert profile.steps == window.last - window.first + 1 + window.lead_in + window.lead_out <= steps_in_trace
 
 
@@ -74,7 +76,7 @@ def test_a_trace_in_another_layout_gets_the_same_op_table(tmp_path):
     for name, text in layouts.items():
         path = tmp_path / f"{name}.json"
         path.write_text(text)
-        assert optable._streamed(path, 16 << 10, None) is not None, name
+        assert columns_module._streamed(path, 16 << 10, None) is not None, name
         keys_kept = expected if name != "bare_list" else replace(expected, device="", world_size=None)
         assert trace_profile(path, 5, piece_bytes=16 << 10) == keys_kept, name
 
@@ -96,7 +98,7 @@ def test_a_child_that_outlives_its_parent_takes_from_it_only_the_part_inside_it_
     the same thread (seen in traces where an op's end is recorded after its caller's). The parent's self time is
     the 20 us no child covers; the child keeps its 40 us. (compare once subtracted the child's whole 40 us: 0.)"""
     from diagnose.analysis.analyze import Inputs, analyze
-    from diagnose.analysis.trace import load_trace
+    from diagnose.trace.load import load_trace
 
     def op(name, ts, dur, cat="cpu_op"):
         return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": 7, "ts": ts, "dur": dur, "args": {}}

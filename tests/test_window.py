@@ -18,12 +18,12 @@ from conftest import (
     one_step_and_its_neighbours,
 )
 
-from diagnose.analysis import stream
-from diagnose.analysis import trace as trace_module
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.trace import load_trace
-from diagnose.analysis.window import ObjectCounter, StepCounter, choose_window
+from diagnose.trace import load as trace_module
+from diagnose.trace import stream
+from diagnose.trace.kept_steps import ObjectCounter, StepCounter, choose_window
+from diagnose.trace.load import load_trace
+from diagnose.trace.spans import Spans
 
 
 def _counted(path) -> StepCounter:
@@ -108,7 +108,7 @@ def test_steps_too_big_for_the_budget_are_cut_in_time_so_memory_stays_bounded(mo
 
 
 def test_ranks_cut_in_time_where_one_ranks_steps_are_too_big():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_windows
 
     small, big = _counter(range(0, 10), 1000), _counter(range(0, 10), 4000)  # 100 and 400 events a step
     for counter in (small, big):
@@ -122,7 +122,7 @@ def test_ranks_cut_in_time_where_one_ranks_steps_are_too_big():
 
 
 def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_windows
 
     timed = _counter([], 1000)
     timed.starts.extend(float(t) for t in range(0, 1000, 10))
@@ -132,7 +132,7 @@ def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
 
 
 def test_the_ranks_of_a_job_cut_in_time_share_one_span():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_windows
 
     ranks = [_counter([], events) for events in (1000, 2000, 1000)]
     for counter in ranks[:2]:
@@ -150,7 +150,7 @@ def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
     import gzip
     import itertools
 
-    from diagnose.analysis.window import STEP_MARK
+    from diagnose.trace.kept_steps import STEP_MARK
 
     text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
     monkeypatch.setattr(StepCounter, "OVERLAP", 700)  # blocks of 100 to 5000 bytes: short ones and seams
@@ -169,7 +169,7 @@ def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
 def test_a_marker_cut_anywhere_by_a_block_end_is_read_once(monkeypatch):
     import gzip
 
-    from diagnose.analysis.window import STEP_MARK, STEP_NAME
+    from diagnose.trace.kept_steps import STEP_MARK, STEP_NAME
 
     text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
     monkeypatch.setattr(StepCounter, "OVERLAP", 700)
@@ -229,7 +229,7 @@ def test_host_events_are_kept_while_the_device_still_runs_the_window():
 
 def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
     from diagnose.analysis.sources import analyze_traces
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_windows
 
     paths = []
     for rank, events in ((0, 60_000), (1, 90_000)):  # ranks of different sizes: alone, different windows
@@ -251,8 +251,8 @@ def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
 def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tmp_path):
     # rank 1's events have their keys sorted: the text's pass reads nothing of it, its objects are counted instead
     from diagnose.analysis.sources import analyze_traces
-    from diagnose.analysis.trace_file import counted
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_windows
+    from diagnose.trace.trace_file import counted
 
     paths = []
     for rank, events, layout in ((0, 60_000, ()), (1, 90_000, ("--sorted-keys",))):
@@ -283,7 +283,7 @@ def _counter(numbers, events: int) -> StepCounter:
 
 
 def test_ranks_agree_on_step_numbers_not_positions():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_windows
 
     early, late = agreed_windows([_counter(range(0, 11), 1100), _counter(range(1, 11), 1000), None], 500)[:2]
     assert (early.first, late.first) == (4, 3)  # one rank recorded a step more, before the others began
@@ -310,7 +310,7 @@ def test_max_events_must_not_be_negative(tmp_path):
 def _peak_of_analyze(path, budget: int) -> tuple[int, int]:
     """(peak RSS of a process that loads and analyses the trace, helper included; bytes of the arrays its trace
     holds), the peak the lower of two runs (a process' peak varies by about 10 MiB from run to run here)."""
-    measure = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+    measure = ("import sys; from pathlib import Path; from diagnose.trace.load import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; "
                "t = load_trace(Path(sys.argv[1]), max_events=int(sys.argv[2])); analyze(Inputs(t)); "
                "held = sum(a.nbytes for s in vars(t).values() if hasattr(s, 'corr') "
@@ -345,8 +345,8 @@ def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its
                                                                                          monkeypatch):
     # its events' keys sorted: the text's first pass cannot read it; a first pass over its parsed objects chooses
     # the window, and the window's steps get the figures the whole trace gives them
-    from diagnose.analysis import event_pieces
-    from diagnose.analysis.trace_file import read_events
+    from diagnose.trace import event_pieces
+    from diagnose.trace.trace_file import read_events
 
     original = TRACES / name
     path = tmp_path / "sorted_keys.json"

@@ -8,7 +8,6 @@ from typing import Optional
 import numpy as np
 
 import diagnose.analysis.gpu as gpu
-import diagnose.analysis.intervals as iv
 import diagnose.analysis.ops as op_stats
 from diagnose.analysis.breakdown import (
     breakdown_fractions,
@@ -34,11 +33,9 @@ from diagnose.analysis.metric_values import (
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_intervals, optimizer_metrics, phase_stats
-from diagnose.analysis.release import released
 from diagnose.analysis.roofline import roofline
 from diagnose.analysis.speed_of_light import Busy, preferred_peaks, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
-from diagnose.analysis.trace import Trace
 from diagnose.model import (
     Analysis,
     Capture,
@@ -49,6 +46,8 @@ from diagnose.model import (
     stated_step_s,
     unprofiled_step_s,
 )
+from diagnose.trace import Trace, released, self_times
+from diagnose.trace import intervals as iv
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ def analyze(inputs: Inputs) -> Analysis:
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
     steady = released(within_steps(trace, host_windows))
-    self_t, top = released(op_stats.self_times(steady.cpu_ops, compute_threads(trace)))
+    self_t, top = released(self_times(steady.cpu_ops, compute_threads(trace)))
     frames = innermost_segments(trace.python, trace.main_thread)
     if inputs.stacks is not None:
         host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])

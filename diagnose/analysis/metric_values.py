@@ -8,12 +8,12 @@ from typing import Optional
 import numpy as np
 
 import diagnose.analysis.gpu as gpu
-import diagnose.analysis.intervals as iv
 import diagnose.analysis.ops as op_stats
 from diagnose.analysis.devices import DEFAULT_TENSOR_SPEEDUP, tensor_core_metrics
 from diagnose.analysis.timeline import StepTimeline
-from diagnose.analysis.trace import Trace
 from diagnose.model import Capture, Samples, unprofiled_step_s
+from diagnose.trace import Trace
+from diagnose.trace import intervals as iv
 
 
 def host_split(host_lines, host_frac: float) -> dict:

@@ -7,8 +7,8 @@ from typing import Optional
 import numpy as np
 
 from diagnose.analysis.timeline import StepTimeline
-from diagnose.analysis.trace import Trace
 from diagnose.model import Capture, unprofiled_step_s
+from diagnose.trace import Trace
 
 
 def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames: bool) -> tuple[str, ...]:

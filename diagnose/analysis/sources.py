@@ -8,13 +8,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.fastparse import _cores
 from diagnose.analysis.metric_values import trace_gpu_name
-from diagnose.analysis.prefetch import MAX_EVENTS, text_is_big
 from diagnose.analysis.ranks import combine, rank_of
-from diagnose.analysis.trace import Trace, load_trace
-from diagnose.analysis.trace_file import counted
-from diagnose.analysis.window import StepWindow, agreed_windows
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak_cache import cached_peaks
 from diagnose.capture.rank_files import rank_dirs
@@ -23,6 +18,7 @@ from diagnose.model import Analysis, Capture, MachinePeaks, Peak, Samples, Stack
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
+from diagnose.trace import MAX_EVENTS, StepWindow, Trace, agreed_windows, counted, load_trace, text_is_big, usable_cores
 
 RANK_TRACE = re.compile(r"rank(\d+)\.")  # tb/rankN.<worker>.pt.trace.json: the trace handler's name, rank first
 
@@ -180,7 +176,7 @@ def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS,
 
 def default_jobs() -> int:
     """One worker per core this process may use (as the fast parser counts them)."""
-    return _cores()
+    return usable_cores()
 
 
 def in_workers(function: Callable, calls: list[tuple], jobs: int) -> list:

@@ -10,25 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Optional
 
-from diagnose.analysis import jitscan
-from diagnose.analysis.classify import KINDS
-from diagnose.analysis.fastparse import (
+from diagnose.trace import jitscan
+from diagnose.trace.classify import KINDS
+from diagnose.trace.fastparse import (
     CLOSED,
     EVENTS_KEY,
-    _cores,
     _forked,
     _head_metadata,
     _read_chunks,
     _tail_metadata,
+    usable_cores,
 )
-from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
-from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
-from diagnose.analysis.inflate import inflater
-from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
-from diagnose.analysis.prefetch import text_bytes
-from diagnose.analysis.release import give_back_freed_memory
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.window import MAX_EVENTS, StepCounter, StepWindow, flops_in, memory_in, spans_in
+from diagnose.trace.flop_ops import FlopOps, read_flop_ops
+from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.trace.inflate import inflater
+from diagnose.trace.kept_steps import MAX_EVENTS, StepCounter, StepWindow, flops_in, memory_in, spans_in
+from diagnose.trace.memory_events import MemoryEvents, read_memory_events
+from diagnose.trace.prefetch import text_bytes
+from diagnose.trace.release import give_back_freed_memory
+from diagnose.trace.spans import Spans
 
 READ_BYTES = 4 << 20
 PIECE_BYTES = 8 << 20  # text parsed at once: the bound on the text held, beside the arrays
@@ -45,7 +45,7 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
     size = piece_bytes or PIECE_BYTES
     window = agreed if agreed is not None else step_window(path, max_events)
     jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
-    other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if _cores() > 1 else None
+    other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if usable_cores() > 1 else None
     mine = _read_share(path, size, 0, 2 if other else 1, jit, window)
     theirs = other() if other else None  # False: the helper could not read its pieces; None: it failed
     if other is not None and theirs is None and mine is not None:  # its pieces are read here

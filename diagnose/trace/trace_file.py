@@ -7,18 +7,18 @@ from typing import NamedTuple, Optional
 
 import orjson
 
-import diagnose.analysis.prefetch as prefetch
-from diagnose.analysis import stream
-from diagnose.analysis.classify import KINDS, complete_events, correlation_id, empty_buckets, event_kind, thread_value
-from diagnose.analysis.event_pieces import EventPieces, NotEvents
-from diagnose.analysis.flop_ops import FlopOps, flop_ops_of_events
-from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
-from diagnose.analysis.inflate import gunzip
-from diagnose.analysis.memory_events import MemoryEvents, memory_of_events
-from diagnose.analysis.release import give_back_freed_memory
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.window import ObjectCounter, StepCounter, StepWindow, flops_in, memory_in, spans_in
+import diagnose.trace.prefetch as prefetch
 from diagnose.errors import UserError
+from diagnose.trace import stream
+from diagnose.trace.classify import KINDS, complete_events, correlation_id, empty_buckets, event_kind, thread_value
+from diagnose.trace.event_pieces import EventPieces, NotEvents
+from diagnose.trace.flop_ops import FlopOps, flop_ops_of_events
+from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.trace.inflate import gunzip
+from diagnose.trace.kept_steps import ObjectCounter, StepCounter, StepWindow, flops_in, memory_in, spans_in
+from diagnose.trace.memory_events import MemoryEvents, memory_of_events
+from diagnose.trace.release import give_back_freed_memory
+from diagnose.trace.spans import Spans
 
 
 def read_bytes(path: Path) -> bytes:

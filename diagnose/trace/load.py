@@ -10,15 +10,15 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.fastparse import begin_rows, fast_rows
-from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
-from diagnose.analysis.memory_events import MemoryEvents, memory_events_between
-from diagnose.analysis.prefetch import text_is_big
-from diagnose.analysis.spans import Spans, present_in_order
-from diagnose.analysis.stream import may_hold, stream_rows
-from diagnose.analysis.trace_file import Parsed, parsed_in_pieces, parsed_whole, read_bytes, window_of_objects
-from diagnose.analysis.window import MAX_EVENTS, StepWindow
 from diagnose.errors import UserError
+from diagnose.trace.fastparse import begin_rows, fast_rows
+from diagnose.trace.flop_ops import FlopOps, read_flop_ops
+from diagnose.trace.kept_steps import MAX_EVENTS, StepWindow
+from diagnose.trace.memory_events import MemoryEvents, memory_events_between
+from diagnose.trace.prefetch import text_is_big
+from diagnose.trace.spans import Spans, present_in_order
+from diagnose.trace.stream import may_hold, stream_rows
+from diagnose.trace.trace_file import Parsed, parsed_in_pieces, parsed_whole, read_bytes, window_of_objects
 
 
 @dataclass

@@ -18,13 +18,13 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import complete_events, correlation_id, thread_of_text
-from diagnose.analysis.fastparse import FAST_EVENT
-from diagnose.analysis.flop_ops import FlopOps
-from diagnose.analysis.memory_events import MemoryEvents
-from diagnose.analysis.patterns import ID, NUMBER, SEP, STRING, compiled
-from diagnose.analysis.prefetch import MAX_EVENTS
-from diagnose.analysis.spans import Spans
+from diagnose.trace.classify import complete_events, correlation_id, thread_of_text
+from diagnose.trace.fastparse import FAST_EVENT
+from diagnose.trace.flop_ops import FlopOps
+from diagnose.trace.memory_events import MemoryEvents
+from diagnose.trace.patterns import ID, NUMBER, SEP, STRING, compiled
+from diagnose.trace.prefetch import MAX_EVENTS
+from diagnose.trace.spans import Spans
 
 __all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "ObjectCounter", "choose_window", "agreed_windows", "spans_in",
            "memory_in", "flops_in"]
