@@ -103,7 +103,7 @@ def test_host_ops_link_nothing_whatever_their_args_say_and_device_work_keeps_its
         parts, matched, complete = read(text, jit)
         assert matched == complete == 3
         assert list(Spans.concat(parts["cpu"]).correlations()) == [-1]
-        assert list(Spans.concat(parts["rt"]).correlations()) == [5]
+        assert list(Spans.concat(parts["runtime"]).correlations()) == [5]
         assert list(Spans.concat(parts["kernel"]).correlations()) == [5]
 
 

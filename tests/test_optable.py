@@ -13,14 +13,14 @@ from conftest import PEAK_BYTES, TRACES, main_step_count, one_step_and_its_neigh
 
 import diagnose.trace.op_columns as columns_module
 from diagnose.compare.optable import profile_of, trace_profile
-from diagnose.trace import stream
+from diagnose.trace import stream, trace_file
 from diagnose.trace.kept_steps import StepCounter
 from diagnose.trace.op_columns import whole_text_columns
 from diagnose.trace.trace_file import read_events
 
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 # more steps than a window of one and its two neighbours
-STEPPED = [p for p in ALL if (c := stream.counted(p, 1)) is not None and main_step_count(c) > 3]
+STEPPED = [p for p in ALL if (c := stream.text_counted(p, 1)) is not None and main_step_count(c) > 3]
 FEW_STEPS = ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json.gz"]  # none and one marker
 
 
@@ -35,9 +35,9 @@ def test_the_streamed_op_table_is_the_one_the_whole_text_gives(path, monkeypatch
 
 @pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
 def test_a_trace_past_the_budget_gets_the_op_table_of_its_window_of_steps(path):
-    counter = stream.counted(path, 1)
+    counter = stream.text_counted(path, 1)
     budget = one_step_and_its_neighbours(counter)
-    window = stream.step_window(path, budget)
+    window = trace_file.kept_steps_of(path, budget)
     assert window is not None and not window.by_time
     profile = trace_profile(path, 1, max_events=budget, piece_bytes=64 << 10)
     whole = whole_text_columns(path)
@@ -54,8 +54,8 @@ def test_a_trace_with_too_few_steps_past_the_budget_gets_the_op_table_of_its_spa
     monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
     monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
     path = TRACES / name
-    budget = stream.counted(path, 1).events // 4
-    window = stream.step_window(path, budget)
+    budget = stream.text_counted(path, 1).events // 4
+    window = trace_file.kept_steps_of(path, budget)
     assert window is not None and window.by_time
     profile = trace_profile(path, 1, max_events=budget, piece_bytes=64 << 10)
     whole = trace_profile(path, 1, max_events=0)

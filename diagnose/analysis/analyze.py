@@ -63,12 +63,12 @@ class Inputs:
 def analyze(inputs: Inputs) -> Analysis:
     trace = inputs.trace
     host_windows = step_windows(trace)
-    cut_short = inputs.capture is not None and not inputs.capture.last_step_complete and trace.window is None
+    cut_short = inputs.capture is not None and not inputs.capture.last_step_complete and trace.kept_steps is None
     if cut_short and len(host_windows) > 1:
         host_windows = host_windows[:-1]  # the script stopped mid-step: that step's time is not a step time
     timeline = released(step_timeline(trace, host_windows))
-    if trace.window is not None:  # its lead-in and lead-out steps were kept for the timeline: not steps of it
-        host_windows, timeline = trace.window.own_steps(host_windows, timeline)
+    if trace.kept_steps is not None:  # its lead-in and lead-out steps were kept for the timeline: not steps of it
+        host_windows, timeline = trace.kept_steps.own_steps(host_windows, timeline)
     windows = timeline.device  # time is accounted where the step really ran; host events are counted per host step
     buckets, _ = released(exclusive_buckets(trace, windows))
     steps = per_step(buckets, windows)

@@ -18,7 +18,16 @@ from diagnose.model import Analysis, Capture, MachinePeaks, Peak, Samples, Stack
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
-from diagnose.trace import MAX_EVENTS, StepWindow, Trace, agreed_windows, counted, load_trace, text_is_big, usable_cores
+from diagnose.trace import (
+    MAX_EVENTS,
+    KeptSteps,
+    Trace,
+    agreed_kept_steps,
+    counted,
+    load_trace,
+    text_is_big,
+    usable_cores,
+)
 
 RANK_TRACE = re.compile(r"rank(\d+)\.")  # tb/rankN.<worker>.pt.trace.json: the trace handler's name, rank first
 
@@ -154,7 +163,7 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
     calls = [(i, path, max_events, None) for i, path in enumerate(paths)]
     if len(paths) > 1 and max_events > 0:  # the ranks' windows are chosen together: the same steps in each
         counters = in_workers(counted, [(path, max_events) for path in paths], jobs)
-        windows = agreed_windows(counters, max_events)
+        windows = agreed_kept_steps(counters, max_events)
         # a rank counted and given no window is read whole (0: not counted again)
         calls = [(i, path, 0 if counter is not None and window is None else max_events, window)
                  for (i, path, _, _), counter, window in zip(calls, counters, windows)]
@@ -168,8 +177,8 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
 
 
 def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS,
-                   window: Optional[StepWindow] = None) -> tuple[int, str, Analysis]:
-    trace = load_trace(path, max_events=max_events, window=window)
+                   window: Optional[KeptSteps] = None) -> tuple[int, str, Analysis]:
+    trace = load_trace(path, max_events=max_events, kept_steps=window)
     inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
     return rank_of(trace, index), str(path), analyze(inputs)
 

@@ -48,9 +48,10 @@ def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
     _require_time(analysis.step_time_s["mean"], path, label)
     trace = _diagnosed_trace(analysis, traces, Path("."))
     profile = trace_profile(trace, len(analysis.steps))
-    side = CompareSide(str(path), "traces", "", analysis.step_time_s["mean"] or 0.0, "profiled", len(analysis.steps),
-                       _step_cv(analysis), analysis.step_time_s["mean"] or 0.0,
-                       _environment(None, analysis, profile))
+    profiled = analysis.step_time_s["mean"] or 0.0
+    side = CompareSide(path=str(path), kind="traces", script="", step_s=profiled, step_basis="profiled",
+                       steps=len(analysis.steps), step_cv=_step_cv(analysis), profiled_step_s=profiled,
+                       environment=_environment(None, analysis, profile))
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile)
 
 
@@ -74,10 +75,11 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
     _require_time(min(step_s, profiled), run_dir, label)
     noise = _baseline_noise(run_dir)
     blocks = block_noise(window) if plain is not None else None
-    side = CompareSide(str(run_dir), "run", capture.script if capture else "", step_s, basis, steps,
-                       _step_cv(analysis), profiled, _environment(capture, analysis, profile),
-                       noise[0] if noise else None, noise[1] if noise else 0,
-                       blocks[0] if blocks else None, blocks[1] if blocks else 0)
+    side = CompareSide(path=str(run_dir), kind="run", script=capture.script if capture else "", step_s=step_s,
+                       step_basis=basis, steps=steps, step_cv=_step_cv(analysis), profiled_step_s=profiled,
+                       environment=_environment(capture, analysis, profile),
+                       run_noise_sd=noise[0] if noise else None, run_noise_runs=noise[1] if noise else 0,
+                       block_noise_sd=blocks[0] if blocks else None, blocks=blocks[1] if blocks else 0)
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile, capture)
 
 

@@ -29,7 +29,7 @@ _THREAD = rb'"pid":\s*' + ID + SEP + rb'"tid":\s*' + ID
 # host categories: their events link nothing (no launch), so their args are not searched for a correlation id
 # (about a third of the expression's time on a trace of host ops); the spans of host kinds drop any id read
 HOST_CATEGORIES = rb"cpu_op|operator|Operator|python_function|user_annotation|gpu_user_annotation"
-LINKED_KINDS = ("kernel", "memcpy", "memset", "rt")  # a launch and its device work, linked by correlation id
+LINKED_KINDS = ("kernel", "memcpy", "memset", "runtime")  # a launch and its device work, linked by correlation id
 # The event's label (category and name: _LABEL's text) and thread (pid and tid: _THREAD's) are each one group, as
 # written: a chunk has few distinct ones, each read into its parts once, not every event's.
 # Every complete event matches, whatever its spacing: read whole (a label), the profiler's own span (its keys in

@@ -14,9 +14,9 @@ import orjson
 from diagnose.trace.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, complete_events, correlation_id
 from diagnose.trace.event_pieces import PIECE_BYTES, EventPieces, NotEvents
 from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
-from diagnose.trace.kept_steps import StepWindow
+from diagnose.trace.kept_steps import KeptSteps
 from diagnose.trace.prefetch import MAX_EVENTS
-from diagnose.trace.trace_file import read_events, step_window
+from diagnose.trace.trace_file import kept_steps_of, read_events
 
 DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
 HOST_MARK_KINDS = CPU_OP | {"user_annotation"}  # where ProfilerStep# sits on the host, old traces and new
@@ -26,7 +26,7 @@ NO_CORRELATION = -1  # as classify.correlation_id gives it
 def read_op_columns(path: Path, max_events: int = MAX_EVENTS, piece_bytes: int = PIECE_BYTES) -> "OpColumns":
     """The columns of a trace's events (of its window of steps past `max_events`), read piece by piece; a layout
     the pieces are not read in is parsed whole, as the analysis then reads it."""
-    return _streamed(path, piece_bytes, step_window(path, max_events)) or whole_text_columns(path)
+    return _streamed(path, piece_bytes, kept_steps_of(path, max_events)) or whole_text_columns(path)
 
 
 def whole_text_columns(path: Path) -> "OpColumns":
@@ -38,7 +38,7 @@ def whole_text_columns(path: Path) -> "OpColumns":
     return table
 
 
-def _streamed(path: Path, piece_bytes: int, window: Optional[StepWindow]) -> Optional["OpColumns"]:
+def _streamed(path: Path, piece_bytes: int, window: Optional[KeptSteps]) -> Optional["OpColumns"]:
     """The table's columns read piece by piece (any layout); None when the file is not a whole trace."""
     table = OpColumns(window)
     pieces = EventPieces(path, piece_bytes)
@@ -56,7 +56,7 @@ class OpColumns:
     host's step marks, runtime launches (start, correlation id) and device work (start, duration, name,
     correlation id). With a window, only the events the window's analysis kept: memory bounded by its size."""
 
-    def __init__(self, window: Optional[StepWindow]):
+    def __init__(self, window: Optional[KeptSteps]):
         self.window = window
         self.metadata: dict = {}
         self.threads: dict = {}
