@@ -44,7 +44,7 @@ TOOLS = ("diagnose", "hta", "tb")
 DIAGNOSE_STANDIN = """\
 import sys
 from pathlib import Path
-from diagnose.analysis.trace import load_trace
+from diagnose.trace.load import load_trace
 from diagnose.analysis.analyze import Inputs, analyze
 a = analyze(Inputs(load_trace(Path(sys.argv[1]))))
 print("steps=%d gpu_busy_frac=%.4f" % (len(a.steps), a.metrics.get("gpu_busy_frac") or 0))

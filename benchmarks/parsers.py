@@ -14,9 +14,9 @@ from typing import Any, Optional, Union
 
 import orjson
 
-from diagnose.analysis import fastparse
-from diagnose.analysis.flop_ops import FLOP_EVENT
-from diagnose.analysis.memory_events import MEMORY_EVENT
+from diagnose.trace import fastparse
+from diagnose.trace.flop_ops import FLOP_EVENT
+from diagnose.trace.memory_events import MEMORY_EVENT
 
 
 def best_of(work, runs: int = 2):
@@ -67,7 +67,7 @@ else:
 def spans_by_regex_or_scanner(raw: bytes) -> None:
     """The spans step as diagnose runs it (8 MB chunks, to columns and Spans), by the expression and by the
     compiled scanner (jitscan.py), and the scanner's kernel alone."""
-    from diagnose.analysis import jitscan
+    from diagnose.trace import jitscan
 
     chunks = fastparse._chunks(raw, 0)
     regex, _ = best_of(lambda: fastparse._read_chunks(raw, chunks, False))

@@ -215,12 +215,12 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, ma
     diagnosis.json as `diagnose run`, into a new folder. No torch needed.
 
     Traces recorded with with_stack=True also name the user's function behind host time."""
-    import diagnose.analysis.prefetch as prefetch
+    import diagnose.trace.prefetch as prefetch
 
     if max_events is None:  # (a limit of its own may stream a small trace: nothing to read ahead)
         prefetch.start(path)  # decompress while the rest is imported
         _single_threaded_blas()
-        from diagnose.analysis.trace import begin_reading
+        from diagnose.trace.load import begin_reading
 
         begin_reading(path)  # a helper parses while the rest is imported
     _check_templates(templates_dir)

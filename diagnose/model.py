@@ -876,6 +876,14 @@ class Comparison:
     notes: tuple[str, ...] = ()
 
 
+def unprofiled_step_s(capture: Optional[Capture]) -> Optional[float]:
+    """Seconds per step timed before the profiled window with the profiler off; None when not measured (a trace
+    analysed on its own, a script that ended before the window closed, steps too long to time and profile, a
+    window that closed before its first step)."""
+    window = capture.unprofiled_window if capture is not None else None
+    return window.step_s if window is not None and window.steps > 0 else None
+
+
 def stated_step_s(step_time_s: dict) -> Optional[float]:
     """The step time every report states: timed without the profiler when it was (`unprofiled`), else the
     profiled steps' `mean`; None when neither was measured."""

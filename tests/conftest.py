@@ -84,7 +84,7 @@ def line_of(path: Path, text: str) -> int:
 
 def main_step_count(counter) -> int:
     """The steps a first pass (window.StepCounter) found on the thread the analysis takes them from."""
-    from diagnose.analysis.window import main_steps
+    from diagnose.trace.kept_steps import main_steps
 
     return len(main_steps(counter.marks)[1]) if counter.marks else 0
 

@@ -260,7 +260,7 @@ def test_time_in_other_libraries_belongs_to_the_users_function_not_to_torch():
     # frames as a with_stack trace has them: train() -> log_metrics() -> wandb.log() -> json (stdlib),
     # then train() -> torch.optim's step
     from diagnose.analysis.frames import innermost_segments
-    from diagnose.analysis.spans import Spans
+    from diagnose.trace.spans import Spans
 
     tid = (1, 1)
     python = Spans.of([(0, 100, "train.py(10): train", tid), (10, 40, "train.py(30): log_metrics", tid),  # ts, dur
@@ -292,8 +292,8 @@ def test_frames_cut_by_array_operations_as_the_stack_walk_cuts_them():
     # nanosecond), and written cases: empty frames, a built-in at a frame's very end, a child that outlives its
     # parent, equal starts
     from diagnose.analysis.frames import innermost_segments
-    from diagnose.analysis.spans import Spans
-    from diagnose.analysis.trace import load_trace
+    from diagnose.trace.load import load_trace
+    from diagnose.trace.spans import Spans
 
     trace = load_trace(TRACES / "torch213_cpu" / "mlp_stack_memory.pt.trace.json.gz")
     cut, walked = innermost_segments(trace.python, trace.main_thread), _walked(trace.python, trace.main_thread)
@@ -322,5 +322,5 @@ def test_analyze_help_and_a_small_trace_import_only_what_they_use(tmp_path):
     help_imports = imported("--help")
     assert "diagnose.cli" in help_imports and " numpy" not in help_imports and " torch" not in help_imports
     trace_imports = imported(str(TRACES / "cpu_only_with_dataloader.json.gz"), "--out", str(tmp_path / "out"))
-    assert "diagnose.analysis.trace" in trace_imports
+    assert "diagnose.trace.load" in trace_imports
     assert " numba" not in trace_imports and " torch" not in trace_imports

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.trace import load_trace
+from diagnose.trace.load import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 MAKE_TRACE = ROOT / "benchmarks" / "make_trace.py"

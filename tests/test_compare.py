@@ -220,3 +220,17 @@ def test_bf16_against_fp32_on_an_h200_holds_the_unprofiled_truth_and_resolves_th
     assert statuses["utilization.tensor-cores-unused"] == "resolved"
     removed = [k for k in result["kernels"] if k["status"] == "removed"]
     assert removed and sum(k["a"] for k in removed) > 0.05  # the fp32 GEMMs: most of the 124 ms step
+
+
+def test_a_timed_window_that_closed_before_its_first_step_is_compared_on_the_profiled_steps(tmp_path, sample_run):
+    """The stated step time has one guard (model.unprofiled_step_s: a window of no steps is not a step time),
+    which compare once skipped, dividing by the window's 0 steps."""
+    slow = sample_run("slow_loader.py").run_dir
+    empty_window = tmp_path / "empty_window"
+    shutil.copytree(slow, empty_window)
+    capture = json.loads((empty_window / "capture.json").read_text())
+    capture["unprofiled_window"].update(steps=0, step_ends_s=[])
+    (empty_window / "capture.json").write_text(json.dumps(capture))
+    proc, result = _compare(slow, empty_window, out=tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    assert result["b"]["step_basis"] == "profiled" and result["step"]["basis"] == "profiled", result["step"]

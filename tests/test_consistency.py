@@ -83,7 +83,7 @@ def _computed_from_traces() -> set[str]:
 
     from diagnose.analysis.analyze import Inputs, analyze
     from diagnose.analysis.sources import analyze_traces
-    from diagnose.analysis.trace import load_trace
+    from diagnose.trace.load import load_trace
 
     computed = set()
     for path in sorted(TRACES.rglob("*.json.gz")):
@@ -97,10 +97,10 @@ def _computed_in_run_mode(run) -> set[str]:
     from dataclasses import replace
 
     from diagnose.analysis.analyze import Inputs, analyze
-    from diagnose.analysis.trace import load_trace
     from diagnose.model import Capture, Samples, StackSamples
     from diagnose.runfolder import RunFolder
     from diagnose.serial import read_json
+    from diagnose.trace.load import load_trace
 
     folder = RunFolder(run.run_dir)
     capture = read_json(folder.capture, Capture)

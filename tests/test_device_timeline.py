@@ -14,9 +14,9 @@ from conftest import REPO, TRACES, diagnose_cli
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.breakdown import step_windows
 from diagnose.analysis.sources import analyze_traces
-from diagnose.analysis.trace import load_trace
 from diagnose.commands.pipeline import diagnose_analysis
 from diagnose.formatting import fmt_ms
+from diagnose.trace.load import load_trace
 
 H200 = TRACES / "h200"
 TRUTH = json.loads((H200 / "truth.json").read_text())

@@ -11,11 +11,11 @@ import torch
 
 from diagnose import rules as rule_engine
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.trace import load_trace
 from diagnose.capture import device
 from diagnose.model import Capture
 from diagnose.optimizations import REGISTRY
 from diagnose.serial import read_json
+from diagnose.trace.load import load_trace
 
 
 def test_live_gpu_readings_degrade_to_unavailable_without_a_gpu(monkeypatch):

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import TRACES
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis import interval_sweeps, jitscan, key_join, nesting
+import diagnose.trace.intervals as iv
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.trace import load_trace
 from diagnose.serial import to_jsonable
+from diagnose.trace import interval_sweeps, jitscan, key_join, nesting
+from diagnose.trace.load import load_trace
+from diagnose.trace.spans import Spans
 
 PLAIN = SimpleNamespace(**{name: getattr(module, name) for module in (interval_sweeps, key_join, nesting)
                            for name in dir(module) if not name.startswith("_")})
@@ -87,7 +87,7 @@ def test_zero_length_and_touching_intervals_as_numpy_takes_them(kernels, monkeyp
 
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_the_launch_lookup_gives_numpys_values(kernels, monkeypatch):
-    from diagnose.analysis.timeline import from_launch
+    from diagnose.trace.launches import from_launch
 
     rng = np.random.default_rng(3)
 
@@ -162,7 +162,7 @@ def test_an_analysis_with_every_interval_swept_is_the_same(path, monkeypatch):
 
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_codes_in_order_of_first_appearance_as_numpy_finds_them(kernels, monkeypatch):
-    from diagnose.analysis.spans import present_in_order
+    from diagnose.trace.spans import present_in_order
 
     rng = np.random.default_rng(11)
     cases = [rng.integers(0, 9, int(rng.integers(1, 30))).astype(np.int32) for _ in range(50)]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import REPO, TRACES
 
-from diagnose.analysis import fastparse, jitscan, stream
-from diagnose.analysis.spans import Spans
+from diagnose.trace import fastparse, jitscan, stream
+from diagnose.trace.spans import Spans
 
 pytestmark = pytest.mark.skipif(not jitscan.usable(), reason="numba is not installed here")
 
@@ -103,7 +103,7 @@ def test_host_ops_link_nothing_whatever_their_args_say_and_device_work_keeps_its
         parts, matched, complete = read(text, jit)
         assert matched == complete == 3
         assert list(Spans.concat(parts["cpu"]).correlations()) == [-1]
-        assert list(Spans.concat(parts["rt"]).correlations()) == [5]
+        assert list(Spans.concat(parts["runtime"]).correlations()) == [5]
         assert list(Spans.concat(parts["kernel"]).correlations()) == [5]
 
 
@@ -162,7 +162,7 @@ def test_the_stream_reads_with_the_scanner_and_without_it_alike(monkeypatch):
 def test_a_trace_read_whole_does_not_pay_for_importing_numba():
     # numba's import and cached code cost about 0.6 s: only a trace big enough to stream pays it back
     trace = TRACES / "a100_ddp_rank3_of8.json.gz"
-    code = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+    code = ("import sys; from pathlib import Path; from diagnose.trace.load import load_trace; "
             f"load_trace(Path({str(trace)!r})); print('numba' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
@@ -171,8 +171,8 @@ def test_a_trace_read_whole_does_not_pay_for_importing_numba():
 def test_a_correlation_id_past_int64_or_below_zero_links_nothing_in_any_reader(tmp_path):
     import json
 
-    from diagnose.analysis.classify import correlation_id
-    from diagnose.analysis.trace_file import parsed_whole
+    from diagnose.trace.classify import correlation_id
+    from diagnose.trace.trace_file import parsed_whole
 
     ids = ["99999999999999999999", "-5", "7"]
     events = [event('"cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
@@ -199,8 +199,8 @@ WITH_OPS = [p for p in ALL if "gloo" not in p.name and "rocm" not in p.name]
 @pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
 def test_self_times_walked_by_numba_equal_the_python_walk(path, monkeypatch):
     from diagnose.analysis.breakdown import compute_threads
-    from diagnose.analysis.ops import self_times
-    from diagnose.analysis.trace import load_trace
+    from diagnose.trace.load import load_trace
+    from diagnose.trace.self_time_rule import self_times
 
     trace = load_trace(path, stream=False)
     threads = compute_threads(trace)
@@ -214,7 +214,7 @@ def test_self_times_walked_by_numba_equal_the_python_walk(path, monkeypatch):
 
 
 def test_self_times_of_nested_overlapping_ops_on_two_threads(monkeypatch):
-    from diagnose.analysis.ops import self_times
+    from diagnose.trace.self_time_rule import self_times
 
     # thread a: a parent [0, 10) holding [1, 4) (itself holding [2, 3)) and [5, 12) (running past its end);
     # thread b: [0, 5) and, starting with it, [0, 2): the longer one is the parent
@@ -228,7 +228,7 @@ def test_self_times_of_nested_overlapping_ops_on_two_threads(monkeypatch):
 
 
 def _walked(order, codes, starts, ends, counted):
-    from diagnose.analysis.nesting import walk_nesting
+    from diagnose.trace.nesting import walk_nesting
 
     n = len(order)
     self_t, top = (ends - starts).tolist(), [False] * n
@@ -250,7 +250,7 @@ def _nested_ops(rng, start: float, end: float, depth: int, out: list) -> None:
 
 
 def test_nested_ops_get_the_walks_self_times_from_array_operations():
-    from diagnose.analysis.ops import nested_self_times
+    from diagnose.trace.self_time_rule import nested_self_times
 
     rng = np.random.default_rng(11)
     nested = walked = 0
@@ -284,13 +284,13 @@ def test_nested_ops_get_the_walks_self_times_from_array_operations():
 
 @pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
 def test_a_traces_ops_get_the_walks_self_times_from_array_operations(path):
-    from diagnose.analysis.ops import _nesting_order, nested_self_times
-    from diagnose.analysis.trace import load_trace
+    from diagnose.trace.load import load_trace
+    from diagnose.trace.self_time_rule import _nesting_order, nested_self_times
 
     ops = load_trace(path, stream=False).cpu_ops
     codes, threads = ops.thread_codes()
     counted = np.ones(len(threads), dtype=bool)
-    order = _nesting_order(ops, codes)
+    order = _nesting_order(ops.start, ops.end, codes)
     found = nested_self_times(order, codes, ops.start, ops.end, counted)
     expected = _walked(order, codes, ops.start, ops.end, counted)
     assert found is not None or "kernel_heavy" in path.name  # (its ops overlap without nesting: walked)

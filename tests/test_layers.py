@@ -1,6 +1,9 @@
 """The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
 
-    model/serial/errors <- capture <- analysis <- rules <- experiments <- compare <- report <- commands <- cli
+    model/serial/errors <- trace <- capture <- analysis <- rules <- experiments <- compare <- report <- commands <- cli
+
+The trace package reads traces behind one surface (diagnose/trace/__init__.py): analysis/ and compare/ import
+that surface, never a module inside the package (test_analysis_and_compare_read_traces_through_the_surface).
 
 Every import counts, those inside functions too (a lazy import is still a dependency). A new module must be given
 a layer here; a new import against the direction fails with the module, the line and the two layers named."""
@@ -15,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "diagnose"
 LAYERS = (
     ("base", ("diagnose", "diagnose.model", "diagnose.serial", "diagnose.errors", "diagnose.resources",
               "diagnose.formatting", "diagnose.runfolder")),
+    ("trace", ("diagnose.trace",)),
     ("capture", ("diagnose.capture", "diagnose.frameworks")),
     ("analysis", ("diagnose.analysis", "diagnose.tbcompat")),
     ("rules", ("diagnose.rules", "diagnose.expr")),
@@ -95,10 +99,42 @@ def test_no_relative_imports():
 
 def test_package_inits_are_thin():
     """A package's __init__ defines nothing, so its submodules never import back from it (diagnose/__init__.py
-    holds the public diagnose.step() only)."""
+    holds the public diagnose.step() only; diagnose/trace/__init__.py a module __getattr__ that looks its surface's
+    names up in its modules)."""
     heavy = []
     for path in PACKAGE.rglob("__init__.py"):
-        defined = [n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        defined = [n.name for n in ast.parse(path.read_text()).body
+                   if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name != "__getattr__"]
         if defined and path.parent != PACKAGE:
             heavy.append(f"{path.relative_to(PACKAGE.parent)}: {', '.join(defined)}")
     assert heavy == [], f"move these into a module of their package: {heavy}"
+
+
+SURFACE_USERS = ("diagnose.analysis", "diagnose.compare")
+
+
+def test_analysis_and_compare_read_traces_through_the_surface():
+    """How a trace is read (parsers, numba, forking, the prefetch cache, memory given back) may change inside
+    diagnose/trace/ without touching the analyzers: they import its surface, and the modules it names whole."""
+    from diagnose import trace
+
+    allowed = {"diagnose.trace", *(f"diagnose.trace.{m}" for m in trace.SURFACE_MODULES)}
+    inside = []
+    for path in modules():
+        name = module_name(path)
+        if not name.startswith(tuple(f"{u}." for u in SURFACE_USERS)):
+            continue
+        for line, target in imported_modules(ast.parse(path.read_text(), str(path))):
+            if target.startswith("diagnose.trace.") and target not in allowed:
+                inside.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
+    assert inside == [], "import these names from diagnose.trace (its SURFACE):\n" + "\n".join(inside)
+
+
+def test_the_trace_surface_names_what_its_modules_define_and_no_name_is_also_a_module():
+    """A surface name that were also a submodule's would be the module once that submodule is imported."""
+    from diagnose import trace
+
+    submodules = {p.stem for p in (PACKAGE / "trace").glob("*.py")}
+    assert not submodules & set(trace.SURFACE)
+    for name in trace.SURFACE:
+        assert getattr(trace, name) is not None

@@ -13,10 +13,10 @@ import orjson
 import pytest
 from conftest import TRACES
 
-from diagnose.analysis import memory_events, stream
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.trace import load_trace
 from diagnose.serial import to_jsonable
+from diagnose.trace import memory_events, stream
+from diagnose.trace.load import load_trace
 
 CPU_213 = TRACES / "torch213_cpu" / "mlp_stack_memory.pt.trace.json.gz"  # memory events, python_function events
 GPU_211 = TRACES / "h200" / "convnet_fp32.pt.trace.json.gz"  # kernels linked by correlation id, CUDA memory
@@ -145,7 +145,7 @@ def test_memory_events_and_stacks_cost_at_most_twice_a_plain_events_reading(tmp_
     # without them (its ops, annotations and flows), read by this process alone; measured again, up to 3 times,
     # where a busy machine made one reading slow. 1.0 on this machine; 3.1 when each memory event's object was
     # found by a walk over its bytes (acb5c0f).
-    from diagnose.analysis import fastparse
+    from diagnose.trace import fastparse
 
     monkeypatch.setattr(fastparse, "HELPER_OVER_BYTES", 1 << 40)  # no helper: a fork's cost is not an event's
     full = _data(CPU_213)

@@ -64,7 +64,7 @@ def test_the_parts_add_up_to_the_peak_and_say_where_it_falls(mlp_run):
 def test_the_peak_phase_of_the_h200_transformer_is_the_end_of_forward():
     """A GPU trace alone (no run): the allocator's totals are absolute, so the peak is read off them."""
     from diagnose.analysis.analyze import Inputs, analyze
-    from diagnose.analysis.trace import load_trace
+    from diagnose.trace.load import load_trace
 
     trace = load_trace(TRACES / "h200" / "transformer_bf16.pt.trace.json.gz")
     memory = analyze(Inputs(trace)).memory
@@ -81,8 +81,8 @@ def test_the_peak_phase_of_the_h200_transformer_is_the_end_of_forward():
 def test_memory_outside_torch_is_nvml_used_beyond_what_the_allocator_reserved():
     """Made-up NVML samples (no GPU here) beside a real H200 trace: 2 GiB more in use than torch ever reserved."""
     from diagnose.analysis.analyze import Inputs, analyze
-    from diagnose.analysis.trace import load_trace
     from diagnose.model import Samples
+    from diagnose.trace.load import load_trace
 
     trace = load_trace(TRACES / "h200" / "transformer_bf16.pt.trace.json.gz")
     reserved = int(trace.memory.reserved.max())

@@ -11,38 +11,40 @@ from dataclasses import replace
 import pytest
 from conftest import PEAK_BYTES, TRACES, main_step_count, one_step_and_its_neighbours
 
-from diagnose.analysis import stream
-from diagnose.analysis.trace_file import read_events
-from diagnose.analysis.window import StepCounter
-from diagnose.compare import optable
-from diagnose.compare.optable import trace_profile, whole_text_columns
+import diagnose.trace.op_columns as columns_module
+from diagnose.compare.optable import profile_of, trace_profile
+from diagnose.trace import stream, trace_file
+from diagnose.trace.kept_steps import StepCounter
+from diagnose.trace.op_columns import whole_text_columns
+from diagnose.trace.trace_file import read_events
 
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 # more steps than a window of one and its two neighbours
-STEPPED = [p for p in ALL if (c := stream.counted(p, 1)) is not None and main_step_count(c) > 3]
+STEPPED = [p for p in ALL if (c := stream.text_counted(p, 1)) is not None and main_step_count(c) > 3]
 FEW_STEPS = ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json.gz"]  # none and one marker
 
 
 @pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
 def test_the_streamed_op_table_is_the_one_the_whole_text_gives(path, monkeypatch):
     monkeypatch.setattr(stream, "READ_BYTES", 4096)  # inflated a few KB at a time
-    assert optable._streamed(path, 16 << 10, None) is not None  # read in pieces, not by the fallback
+    assert columns_module._streamed(path, 16 << 10, None) is not None  # read in pieces, not by the fallback
     profile = trace_profile(path, 3, piece_bytes=16 << 10)
-    assert profile == whole_text_columns(path).profile(3)
+    assert profile == profile_of(whole_text_columns(path), 3)
     assert profile.steps >= 1 and (profile.ops or "gloo" in path.name)  # the gloo trace holds no cpu_op
 
 
 @pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
 def test_a_trace_past_the_budget_gets_the_op_table_of_its_window_of_steps(path):
-    counter = stream.counted(path, 1)
+    counter = stream.text_counted(path, 1)
     budget = one_step_and_its_neighbours(counter)
-    window = stream.step_window(path, budget)
+    window = trace_file.kept_steps_of(path, budget)
     assert window is not None and not window.by_time
     profile = trace_profile(path, 1, max_events=budget, piece_bytes=64 << 10)
     whole = whole_text_columns(path)
     steps_in_trace = len(whole.marks)
     whole.marks = [(s, d) for s, d in whole.marks if window.keep_from <= s < window.keep_until]
-    assert profile == whole.profile(1)  # the window's steps and its lead-in and lead-out, as the whole text has them
+    # the window's steps and its lead-in and lead-out, as the whole text has them
+    assert profile == profile_of(whole, 1)
     assert profile.steps == window.last - window.first + 1 + window.lead_in + window.lead_out <= steps_in_trace
 
 
@@ -52,8 +54,8 @@ def test_a_trace_with_too_few_steps_past_the_budget_gets_the_op_table_of_its_spa
     monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
     monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
     path = TRACES / name
-    budget = stream.counted(path, 1).events // 4
-    window = stream.step_window(path, budget)
+    budget = stream.text_counted(path, 1).events // 4
+    window = trace_file.kept_steps_of(path, budget)
     assert window is not None and window.by_time
     profile = trace_profile(path, 1, max_events=budget, piece_bytes=64 << 10)
     whole = trace_profile(path, 1, max_events=0)
@@ -74,7 +76,7 @@ def test_a_trace_in_another_layout_gets_the_same_op_table(tmp_path):
     for name, text in layouts.items():
         path = tmp_path / f"{name}.json"
         path.write_text(text)
-        assert optable._streamed(path, 16 << 10, None) is not None, name
+        assert columns_module._streamed(path, 16 << 10, None) is not None, name
         keys_kept = expected if name != "bare_list" else replace(expected, device="", world_size=None)
         assert trace_profile(path, 5, piece_bytes=16 << 10) == keys_kept, name
 
@@ -89,3 +91,23 @@ def test_the_op_table_of_a_two_million_event_trace_is_read_in_bounded_memory(two
     # read whole as parsed JSON, this table took 2.2 GB on a 1M-event trace (diagnose compare, 9 s)
     assert steps == 10 and kernels > 0 and peak < 512 << 20, (steps, kernels, peak >> 20)
     print(json.dumps({"peak_rss_mib": peak >> 20}))
+
+
+def test_a_child_that_outlives_its_parent_takes_from_it_only_the_part_inside_it_in_analyze_and_compare(tmp_path):
+    """One self-time rule for analyze's op table and compare's: aten::parent runs 10-50 us, aten::child 30-70 us on
+    the same thread (seen in traces where an op's end is recorded after its caller's). The parent's self time is
+    the 20 us no child covers; the child keeps its 40 us. (compare once subtracted the child's whole 40 us: 0.)"""
+    from diagnose.analysis.analyze import Inputs, analyze
+    from diagnose.trace.load import load_trace
+
+    def op(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": 7, "ts": ts, "dur": dur, "args": {}}
+
+    events = [op("ProfilerStep#1", 0, 100, "user_annotation"), op("aten::parent", 10, 40), op("aten::child", 30, 40),
+              op("ProfilerStep#2", 100, 100, "user_annotation"), op("aten::other", 110, 10)]
+    path = tmp_path / "outliving.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    analysed = {o.name: o.self_s for o in analyze(Inputs(load_trace(path))).top_ops}
+    compared = {name: amount.seconds * 2 for (name, _), amount in trace_profile(path, 2).ops.items()}  # per step
+    assert analysed["aten::parent"] == pytest.approx(20e-6) == compared["aten::parent"]
+    assert analysed["aten::child"] == pytest.approx(40e-6) == compared["aten::child"]

@@ -9,12 +9,13 @@ import sys
 import pytest
 from conftest import TRACES
 
-from diagnose.analysis import fastparse, flop_ops, memory_events, window
-from diagnose.analysis.patterns import possessive
+from diagnose.trace import fastparse, flop_ops, kept_steps, memory_events
+from diagnose.trace.patterns import possessive
 
 EXPRESSIONS = {"event": fastparse.FAST_EVENT, "flop op": flop_ops.FLOP_EVENT, "memory": memory_events.MEMORY_EVENT,
-               "step mark": window.STEP_MARK, "launch mark": window.LAUNCH_MARK, "kernel mark": window.KERNEL_MARK,
-               "start mark": window.START_MARK, "label": fastparse.LABEL, "thread": fastparse.THREAD}
+               "step mark": kept_steps.STEP_MARK, "launch mark": kept_steps.LAUNCH_MARK,
+               "kernel mark": kept_steps.KERNEL_MARK, "start mark": kept_steps.START_MARK, "label": fastparse.LABEL,
+               "thread": fastparse.THREAD}
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 
 

@@ -226,6 +226,6 @@ def test_every_bundled_rule_template_parses_and_names_known_metrics_only():
 def test_the_rule_engine_and_its_metric_catalogue_load_without_numpy_or_the_trace_parser():
     # listing rules needs the metric names only, not the analysis that computes them
     code = ("import sys, diagnose.rules; "
-            "print([m for m in ('numpy', 'orjson', 'diagnose.analysis.trace') if m in sys.modules])")
+            "print([m for m in ('numpy', 'orjson', 'diagnose.trace.load') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"

@@ -11,10 +11,10 @@ from conftest import REPO, TRACES, run_script
 
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.analysis.flops import op_flops
-from diagnose.analysis.trace import load_trace
 from diagnose.capture import peak as peak_module
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak import machine_peaks
+from diagnose.trace.load import load_trace
 
 GPU_BOUND = REPO / "sample_runs" / "gpu_bound.py"
 WIDTH, LAYERS, CLASSES = 512, 3, 1000

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import PEAK_BYTES, TRACES, generated_trace
 
-from diagnose.analysis import event_pieces, stream
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.trace import load_trace
 from diagnose.serial import to_jsonable
+from diagnose.trace import event_pieces, stream
+from diagnose.trace.load import load_trace
 
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 
@@ -56,8 +56,8 @@ def test_a_trace_in_another_layout_is_streamed_to_the_analysis_of_its_original(l
     # keys in another order (args before "ph", as json.dump(sort_keys=True) writes them; name first, as the legacy
     # autograd profiler wrote them) or a bare event list: the expressions cannot read it, so it is parsed as
     # objects a piece at a time, never as one text (reading the whole file fails the test)
-    from diagnose.analysis import trace as trace_module
-    from diagnose.analysis.trace_file import read_events
+    from diagnose.trace import load as trace_module
+    from diagnose.trace.trace_file import read_events
 
     original = TRACES / "h200" / "transformer_fp32.pt.trace.json.gz"
     data = read_events(original)
@@ -84,7 +84,7 @@ def test_a_trace_in_another_layout_is_streamed_to_the_analysis_of_its_original(l
 @pytest.mark.slow  # generates a 2M-event trace (about a minute) and analyses it
 def test_a_two_million_event_trace_is_analysed_in_bounded_memory(two_million_event_trace):
     path = two_million_event_trace
-    measure = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+    measure = ("import sys; from pathlib import Path; from diagnose.trace.load import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; "
                f"a = analyze(Inputs(load_trace(Path(sys.argv[1])))); print(len(a.steps), {PEAK_BYTES})")
     done = subprocess.run([sys.executable, "-c", measure, str(path)], capture_output=True, text=True, timeout=600,
@@ -98,7 +98,7 @@ def test_a_two_million_event_trace_is_analysed_in_bounded_memory(two_million_eve
 def test_the_text_is_inflated_alike_by_isal_and_zlib(tmp_path, monkeypatch):
     import zlib
 
-    from diagnose.analysis import inflate
+    from diagnose.trace import inflate
 
     text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
     path = tmp_path / "two_members.json.gz"  # gzip files written one after the other: two members, one text
@@ -114,7 +114,7 @@ def test_the_text_is_inflated_alike_by_isal_and_zlib(tmp_path, monkeypatch):
 
 
 def test_gunzip_reads_what_gzip_reads_and_fails_where_it_fails():
-    from diagnose.analysis import inflate
+    from diagnose.trace import inflate
 
     text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
     one, two = gzip.compress(text[:1000]), gzip.compress(text[1000:])
@@ -146,7 +146,7 @@ def test_a_big_trace_in_another_layout_is_analysed_in_bounded_memory(tmp_path):
     # same analysis
     sorted_keys = generated_trace(tmp_path, 1_000_000, "--sorted-keys")
     kineto = generated_trace(tmp_path, 1_000_000)
-    measure = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+    measure = ("import sys; from pathlib import Path; from diagnose.trace.load import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; from diagnose.serial import to_jsonable; "
                "a = to_jsonable(analyze(Inputs(load_trace(Path(sys.argv[1]))))); "
                f"peak = {PEAK_BYTES}; b = to_jsonable(analyze(Inputs(load_trace(Path(sys.argv[2]))))); "
@@ -164,7 +164,7 @@ def test_events_full_of_nested_objects_are_still_read_in_pieces(inner_key, tmp_p
     # each event's args hold a list of 40 objects: most '},{' in the text are inside an event, where a cut does
     # not parse. Cuts are tried before objects that begin with the first event's key; where the inner objects
     # begin with it too ("ph"), the cuts tried are spread: either way the pieces stay about their size
-    from diagnose.analysis.trace_file import parsed_in_pieces
+    from diagnose.trace.trace_file import parsed_in_pieces
 
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5,
                "args": {"inputs": [{inner_key: [i, j]} for j in range(40)]}} for i in range(3000)]

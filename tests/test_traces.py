@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from conftest import TRACES
 
-import diagnose.analysis.intervals as iv
+import diagnose.trace.intervals as iv
 from diagnose import rules as rule_engine
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.trace import load_trace
 from diagnose.errors import UserError
 from diagnose.optimizations import REGISTRY
 from diagnose.tbcompat import tensorboard_overview
+from diagnose.trace.load import load_trace
 
 ALL_TRACES = sorted(p.name for p in TRACES.glob("*.json.gz")) + ["two_ranks/rank-0.json.gz", "two_ranks/rank-1.json.gz"]
 RULES = rule_engine.load_rules(optimization_ids=REGISTRY)
@@ -100,7 +100,7 @@ def test_interval_arithmetic_matches_brute_force_on_random_sets():
 
 def test_spans_pieces_joined_and_subsets_keep_each_name_and_thread():
     # a big trace's pieces each code their names and threads in their own tables; joined, one table holds each once
-    from diagnose.analysis.spans import Spans
+    from diagnose.trace.spans import Spans
 
     first = Spans.of([(0, 1, "aten::mm", (1, 1), 4), (1, 1, "aten::add", (1, 2), -1)])
     second = Spans.of([(2, 1, "aten::add", (1, 1)), (3, 1, "aten::relu", (1, 2))])
@@ -143,13 +143,13 @@ def test_a_thread_written_as_a_list_is_read_not_a_traceback(tmp_path):
 def test_a_trace_read_in_small_chunks_by_two_processes_reads_as_in_one(name, monkeypatch):
     # the spans, memory events and FLOP ops are read chunk by chunk, half the chunks by a forked process: the
     # pieces joined again are what one chunk gives, event for event
-    from diagnose.analysis import fastparse
+    from diagnose.trace import fastparse
 
     def read(chunk_bytes: int, cores: int):
         monkeypatch.setattr(fastparse, "CHUNK_BYTES", chunk_bytes)
         monkeypatch.setattr(fastparse, "MIN_CHUNK_BYTES", min(chunk_bytes, 16 << 10))
         monkeypatch.setattr(fastparse, "HELPER_OVER_BYTES", 0)  # (these traces are a few MB: a helper anyway)
-        monkeypatch.setattr(fastparse, "_cores", lambda: cores)
+        monkeypatch.setattr(fastparse, "usable_cores", lambda: cores)
         return load_trace(TRACES / name, stream=False)
 
     whole, chunked = read(1 << 30, 1), read(64 << 10, 2)
@@ -158,7 +158,7 @@ def test_a_trace_read_in_small_chunks_by_two_processes_reads_as_in_one(name, mon
 
 def test_pieces_a_helper_claimed_and_never_returned_are_read_by_the_parent(monkeypatch):
     # the helper claims pieces from the end, then dies (killed, out of memory): what it claimed is read here
-    from diagnose.analysis import fastparse
+    from diagnose.trace import fastparse
 
     name = "v100_ddp_rank1_of2.json.gz"
     whole = load_trace(TRACES / name, stream=False)
@@ -179,7 +179,7 @@ def test_pieces_a_helper_claimed_and_never_returned_are_read_by_the_parent(monke
 
     monkeypatch.setattr(fastparse, "CHUNK_BYTES", 64 << 10)
     monkeypatch.setattr(fastparse, "HELPER_OVER_BYTES", 0)
-    monkeypatch.setattr(fastparse, "_cores", lambda: 2)
+    monkeypatch.setattr(fastparse, "usable_cores", lambda: 2)
     monkeypatch.setattr(fastparse, "_forked", dying_helper)
     monkeypatch.setattr(fastparse._Reading, "__init__", init)
     _assert_same_trace(whole, load_trace(TRACES / name, stream=False), name)

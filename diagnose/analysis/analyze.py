@@ -8,7 +8,6 @@ from typing import Optional
 import numpy as np
 
 import diagnose.analysis.gpu as gpu
-import diagnose.analysis.intervals as iv
 import diagnose.analysis.ops as op_stats
 from diagnose.analysis.breakdown import (
     breakdown_fractions,
@@ -30,17 +29,25 @@ from diagnose.analysis.metric_values import (
     trace_loader_metrics,
     training_loader,
     unprofiled_metrics,
-    unprofiled_step_s,
 )
 from diagnose.analysis.metrics import METRICS
 from diagnose.analysis.notes import analysis_notes, timeline_notes
 from diagnose.analysis.phases import optimizer_intervals, optimizer_metrics, phase_stats
-from diagnose.analysis.release import released
 from diagnose.analysis.roofline import roofline
 from diagnose.analysis.speed_of_light import Busy, preferred_peaks, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
-from diagnose.analysis.trace import Trace
-from diagnose.model import Analysis, Capture, Peak, Samples, SpeedOfLight, StackSamples
+from diagnose.model import (
+    Analysis,
+    Capture,
+    Peak,
+    Samples,
+    SpeedOfLight,
+    StackSamples,
+    stated_step_s,
+    unprofiled_step_s,
+)
+from diagnose.trace import Trace, released, self_times
+from diagnose.trace import intervals as iv
 
 
 @dataclass(frozen=True)
@@ -56,19 +63,19 @@ class Inputs:
 def analyze(inputs: Inputs) -> Analysis:
     trace = inputs.trace
     host_windows = step_windows(trace)
-    cut_short = inputs.capture is not None and not inputs.capture.last_step_complete and trace.window is None
+    cut_short = inputs.capture is not None and not inputs.capture.last_step_complete and trace.kept_steps is None
     if cut_short and len(host_windows) > 1:
         host_windows = host_windows[:-1]  # the script stopped mid-step: that step's time is not a step time
     timeline = released(step_timeline(trace, host_windows))
-    if trace.window is not None:  # its lead-in and lead-out steps were kept for the timeline: not steps of it
-        host_windows, timeline = trace.window.own_steps(host_windows, timeline)
+    if trace.kept_steps is not None:  # its lead-in and lead-out steps were kept for the timeline: not steps of it
+        host_windows, timeline = trace.kept_steps.own_steps(host_windows, timeline)
     windows = timeline.device  # time is accounted where the step really ran; host events are counted per host step
     buckets, _ = released(exclusive_buckets(trace, windows))
     steps = per_step(buckets, windows)
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
     steady = released(within_steps(trace, host_windows))
-    self_t, top = released(op_stats.self_times(steady.cpu_ops, compute_threads(trace)))
+    self_t, top = released(self_times(steady.cpu_ops, compute_threads(trace)))
     frames = innermost_segments(trace.python, trace.main_thread)
     if inputs.stacks is not None:
         host_lines = attribute_host_lines(trace, inputs.stacks, buckets["host_overhead"], len(steps), stats["mean"])
@@ -88,11 +95,12 @@ def analyze(inputs: Inputs) -> Analysis:
     memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))
     busy = metrics.get("gpu_busy_frac") if trace.has_gpu else metrics.get("compute_frac")
-    light = released(_speed_of_light(inputs, host_windows, stats["mean"], busy))
+    step_time_s = {**stats, "unprofiled": unprofiled_step_s(inputs.capture)}
+    light = released(_speed_of_light(inputs, host_windows, step_time_s, busy))
     metrics.update(speed_metrics(light))
     return Analysis(
         steps=tuple(steps),
-        step_time_s={**stats, "unprofiled": unprofiled_step_s(inputs.capture)},
+        step_time_s=step_time_s,
         breakdown=fractions,
         top_ops=op_stats.top_ops(steady.cpu_ops, self_t),
         host_lines=host_lines,
@@ -109,18 +117,18 @@ def analyze(inputs: Inputs) -> Analysis:
     )
 
 
-def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, mean_step_s: float,
+def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, step_time_s: dict,
                     busy_frac: Optional[float]) -> Optional[SpeedOfLight]:
     """torch's count from the run where there is one (the trace's beside it as a cross-check), else the trace's,
     over the step time the report states (unprofiled when measured)."""
     from_trace = released(trace_flops(inputs.trace, host_windows))
     capture = inputs.capture
     counted = capture.flops if capture is not None and capture.flops and capture.flops.per_step else None
-    step_s = unprofiled_step_s(capture) or mean_step_s
+    mean_step_s = step_time_s["mean"]
     tf32 = capture is not None and capture.tf32_matmuls and inputs.trace.has_gpu
     ops = roofline(inputs.trace, host_windows, preferred_peaks(inputs.peaks), tf32, mean_step_s)
-    return speed_of_light(counted or from_trace, step_s, inputs.peaks, from_trace if counted else None,
-                          Busy(busy_frac, mean_step_s), tf32, ops)
+    return speed_of_light(counted or from_trace, stated_step_s(step_time_s), inputs.peaks,
+                          from_trace if counted else None, Busy(busy_frac, mean_step_s), tf32, ops)
 
 
 def within_steps(trace: Trace, windows: np.ndarray) -> Trace:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.ma  # noqa: F401  np.percentile's first call imports it (6 ms): here, while the trace parses
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis.classify import is_communication
-from diagnose.analysis.trace import Trace
 from diagnose.model import BUCKETS, StepBreakdown
+from diagnose.trace import Trace, is_communication
+from diagnose.trace import intervals as iv
 
 PINNED_THREAD_OPS = ("aten::pin_memory", "aten::_pin_memory", "aten::is_pinned", "aten::empty")
 

@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis.trace import Trace
+from diagnose.trace import Trace
+from diagnose.trace import intervals as iv
 
 NEAR_EMPTY_QUANTILE = 10  # percent: the cheapest top-level ops without nested ops stand for an op that does no work
 

@@ -13,14 +13,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis import jitscan
-from diagnose.analysis.flop_ops import ATTENTION, GEMM, FlopOps
-from diagnose.analysis.nesting import walk_outermost
 from diagnose.analysis.phases import point_phases
-from diagnose.analysis.spans import CODE, present_in_order
-from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, FlopCount
+from diagnose.trace import ATTENTION, GEMM, Trace, outermost_in, present_in_order
 
 DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
           "c10::Float8_e4m3fn": "float8", "c10::Float8_e5m2": "float8"}
@@ -76,24 +71,6 @@ def most_common(codes: np.ndarray) -> list[tuple[int, int]]:
     counts = np.bincount(codes)[present] if len(codes) else np.zeros(0, dtype=np.int64)
     ranked = np.argsort(-counts, kind="stable")
     return list(zip(present[ranked].tolist(), counts[ranked].tolist()))
-
-
-def outermost_in(ops: FlopOps, host_windows: np.ndarray) -> np.ndarray:
-    """The counted ops inside the steps that are not inside another counted op on the same thread, by start."""
-    indices = np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts))
-    # by start, the longest first among equal starts (np.lexsort is stable)
-    order = indices[np.lexsort((-ops.dur[indices], ops.ts[indices]))]
-    kernels = jitscan.for_size(len(order))
-    if kernels is not None:  # a big trace: the walk compiled, over arrays
-        keep = np.empty(len(order), dtype=np.intp)
-        n = kernels.walk_outermost(order.astype(np.intp, copy=False), ops.thread_codes.astype(CODE, copy=False),
-                                   np.ascontiguousarray(ops.ts), np.ascontiguousarray(ops.dur),
-                                   np.full(len(ops.threads), -np.inf), keep)
-        return keep[:n].copy()
-    keep_list = [0] * len(order)
-    n = walk_outermost(order.tolist(), ops.thread_codes.tolist(), ops.ts.tolist(), ops.dur.tolist(),
-                       [-math.inf] * len(ops.threads), keep_list)
-    return np.asarray(keep_list[:n], dtype=np.intp)
 
 
 def op_dtype(types) -> str:

@@ -18,9 +18,8 @@ from typing import Optional
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis.ops import nesting_parents
-from diagnose.analysis.spans import Spans, present_in_order
+from diagnose.trace import Spans, nesting_parents, present_in_order
+from diagnose.trace import intervals as iv
 
 FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): (?P<function>.*)$")
 LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/")

@@ -7,12 +7,10 @@ from typing import Optional
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis.classify import SYNC_RUNTIME, is_communication
 from diagnose.analysis.frames import FrameSegments
-from diagnose.analysis.spans import Spans, present_in_order
-from diagnose.analysis.trace import Trace
 from diagnose.model import SyncSource
+from diagnose.trace import SYNC_RUNTIME, Spans, Trace, is_communication, present_in_order
+from diagnose.trace import intervals as iv
 
 LAUNCH_RUNTIME = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaGraphLaunch",
                   "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel", "hipExtModuleLaunchKernel",

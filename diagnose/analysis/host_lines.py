@@ -9,10 +9,10 @@ from typing import Optional
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
 from diagnose.analysis.frames import FrameSegments
-from diagnose.analysis.trace import Trace
 from diagnose.model import SourceLine, StackSamples
+from diagnose.trace import Trace
+from diagnose.trace import intervals as iv
 
 
 def attribute_host_lines(trace: Trace, stacks: Optional[StackSamples], overhead: np.ndarray, n_steps: int,

@@ -12,11 +12,9 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.memory_events import CPU, CUDA, MemoryEvents
 from diagnose.analysis.phases import point_phases
-from diagnose.analysis.spans import codes_of
-from diagnose.analysis.trace import Trace
 from diagnose.model import PHASES, Capture, MemoryBreakdown, MemoryPart, MemorySizes, Samples, Status
+from diagnose.trace import CPU, CUDA, MemoryEvents, Trace, codes_of
 
 TIMELINE_POINTS = 300
 # parts alive at a peak in each phase: activations are held from forward until backward frees them; gradients

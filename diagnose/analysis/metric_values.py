@@ -8,12 +8,12 @@ from typing import Optional
 import numpy as np
 
 import diagnose.analysis.gpu as gpu
-import diagnose.analysis.intervals as iv
 import diagnose.analysis.ops as op_stats
 from diagnose.analysis.devices import DEFAULT_TENSOR_SPEEDUP, tensor_core_metrics
 from diagnose.analysis.timeline import StepTimeline
-from diagnose.analysis.trace import Trace
-from diagnose.model import Capture, Samples
+from diagnose.model import Capture, Samples, unprofiled_step_s
+from diagnose.trace import Trace
+from diagnose.trace import intervals as iv
 
 
 def host_split(host_lines, host_frac: float) -> dict:
@@ -27,13 +27,6 @@ def host_split(host_lines, host_frac: float) -> dict:
 
 def _flag(value) -> Optional[float]:
     return None if value is None else float(bool(value))
-
-
-def unprofiled_step_s(capture: Optional[Capture]) -> Optional[float]:
-    """Seconds per step timed before the profiled window with the profiler off; None when not measured (a trace
-    analysed on its own, a script that ended before the window closed, steps too long to time and profile)."""
-    window = capture.unprofiled_window if capture is not None else None
-    return window.step_s if window is not None and window.steps > 0 else None
 
 
 def unprofiled_metrics(capture: Optional[Capture], profiled_mean_s: float) -> dict:

@@ -6,15 +6,14 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.metric_values import unprofiled_step_s
 from diagnose.analysis.timeline import StepTimeline
-from diagnose.analysis.trace import Trace
-from diagnose.model import Capture
+from diagnose.model import Capture, unprofiled_step_s
+from diagnose.trace import Trace
 
 
 def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames: bool) -> tuple[str, ...]:
-    notes = [trace.window.note()] if trace.window is not None else []
-    cut_in_time = trace.window is not None and trace.window.by_time  # (its note, first, says what the step is)
+    notes = [trace.kept_steps.note()] if trace.kept_steps is not None else []
+    cut_in_time = trace.kept_steps is not None and trace.kept_steps.by_time  # (its note, first, says what the step is)
     if trace.step_definition != "ProfilerStep markers" and not cut_in_time:
         notes.append(trace.step_definition)
     if from_frames:

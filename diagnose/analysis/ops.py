@@ -5,12 +5,9 @@ import re
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis import jitscan
-from diagnose.analysis.nesting import walk_nesting
-from diagnose.analysis.spans import CODE, Spans, present_in_order
-from diagnose.analysis.trace import Trace
 from diagnose.model import OpStat
+from diagnose.trace import Spans, Trace, present_in_order
+from diagnose.trace import intervals as iv
 
 GEMM_KERNEL = re.compile(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop|implicit_convolve", re.I)
 TENSOR_CORE_KERNEL = re.compile(r"h884|h1688|h16816|s1688|s16816|i8816|hmma|tensorop|"
@@ -42,92 +39,6 @@ def elementwise_op_self_us(ops: Spans, self_t: np.ndarray, optimizer: np.ndarray
         return 0.0
     mask = ops.mask(lambda n: n.removeprefix("aten::") in ELEMENTWISE_OPS) & ~iv.contains(optimizer, ops.start)
     return float(self_t[mask].sum())
-
-
-def self_times(ops: Spans, tids: set) -> tuple[np.ndarray, np.ndarray]:
-    """Self time of each op (duration minus direct children on the same thread) and whether it is top-level."""
-    n = len(ops)
-    codes, threads = ops.thread_codes()
-    counted = [t in tids for t in threads]
-    kernels = jitscan.loaded()
-    # by thread, start, then longest first (a parent before the children that start with it)
-    order = _nesting_order(ops, codes) if n else np.zeros(0, dtype=np.int64)
-    if kernels is not None:  # numba is loaded already (a big trace): the walk over arrays, compiled
-        self_t, top = ops.end - ops.start, np.zeros(n, dtype=bool)
-        # the types jitscan's sample check compiled (another dtype or layout would compile again, seconds)
-        starts, ends = np.ascontiguousarray(ops.start), np.ascontiguousarray(ops.end)
-        kernels.walk_nesting(order.astype(np.intp, copy=False), codes.astype(CODE, copy=False), starts, ends,
-                             np.asarray(counted, dtype=bool), np.empty(n, dtype=np.int64), self_t, top)
-        return np.maximum(self_t, 0.0), top
-    nested = nested_self_times(order, codes, ops.start, ops.end, np.asarray(counted, dtype=bool)) if n else None
-    if nested is not None:
-        return nested
-    # plain lists are fast to index in Python (small ints and floats: one shared object each where they repeat)
-    self_t, top = (ops.end - ops.start).tolist(), [False] * n
-    walk_nesting(order.tolist(), codes.tolist(), ops.start.tolist(), ops.end.tolist(), counted, [0] * n, self_t, top)
-    return np.maximum(np.asarray(self_t, dtype=np.float64), 0.0), np.asarray(top, dtype=bool)
-
-
-def nested_self_times(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                      counted: np.ndarray):
-    """walk_nesting's self times and top-level flags by array operations, where each thread's ops nest or are
-    apart (as a profiler's ops do); None where some do not (two that overlap, neither inside the other: the walk
-    then runs). Each parent's children are subtracted in the walk's order: the same sums to the last bit."""
-    nested = nesting_parents(order, codes, starts, ends)
-    if nested is None:
-        return None
-    depth, inner, parent = nested
-    thread, start, end = codes[order], starts[order], ends[order]
-    self_t = ends - starts
-    np.subtract.at(self_t, order[parent], (end - start)[inner])
-    top = np.zeros(len(starts), dtype=bool)
-    top[order[depth == 0]] = counted[thread[depth == 0]]
-    return np.maximum(self_t, 0.0), top
-
-
-def nesting_parents(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                    outliving: bool = False):
-    """(depth, the positions in `order` that have a parent, their parents' positions) of spans in walk_nesting's
-    `order` (by thread, start, the longest first), where each thread's spans nest or are apart; None where some do
-    not (`outliving`: a span that ends after its parent is let pass). The walk's parent of a span is the last one
-    before it still open at its start; with nesting, the spans open there are its ancestors, so its depth is their
-    count and its parent the last span before it one level up."""
-    if np.any(ends < starts):  # (a negative duration: closed before it opened, which the counts below miss)
-        return None
-    thread, start, end = codes[order], starts[order], ends[order]
-    n = len(order)
-    position = np.arange(n)
-    first_of_thread = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1]])
-    thread_first = np.repeat(first_of_thread, np.diff(np.r_[first_of_thread, n]))
-    closed = np.empty(n, dtype=np.int64)  # spans of the thread that end by each span's start (some after it)
-    for low, high in zip(first_of_thread.tolist(), [*first_of_thread[1:].tolist(), n]):
-        closed[low:high] = np.searchsorted(np.sort(end[low:high]), start[low:high], side="right")
-    # of those, the ones not before it: empty spans at its very start, which the order puts last among that start's
-    instant = end == start
-    group = np.cumsum(np.r_[True, (thread[1:] != thread[:-1]) | (start[1:] != start[:-1])]) - 1
-    group_end = np.r_[np.flatnonzero(group[1:] != group[:-1]) + 1, n]
-    later_instants = np.where(instant, group_end[group] - position, np.bincount(group, weights=instant)[group])
-    depth = (position - thread_first) - (closed - later_instants.astype(np.int64))
-    inner = np.flatnonzero(depth > 0)
-    levels = depth * n + position  # the parent: the last span before, one level up
-    by_level = np.sort(levels)
-    parent = by_level[np.searchsorted(by_level, (depth[inner] - 1) * n + inner) - 1] % n
-    if not (np.all(thread[parent] == thread[inner]) and np.all(end[parent] > start[inner])
-            and (outliving or np.all(end[inner] <= end[parent])) and np.all(depth[parent] == depth[inner] - 1)):
-        return None
-    return depth, inner, parent
-
-
-def _nesting_order(ops: Spans, codes: np.ndarray) -> np.ndarray:
-    """np.lexsort by thread, start and -end; on a big trace whose threads' ops come in that order already (a
-    compiled check), a stable sort by thread alone: the same order, without lexsort's copies of every key."""
-    kernels = jitscan.for_size(len(codes))
-    if kernels is not None:
-        starts, ends = np.ascontiguousarray(ops.start), np.ascontiguousarray(ops.end)
-        last = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-        if kernels.in_thread_order(codes.astype(CODE, copy=False), starts, ends, last):
-            return np.argsort(codes, kind="stable")
-    return np.lexsort((-ops.end, ops.start, codes))
 
 
 def top_ops(ops: Spans, self_t: np.ndarray, limit: int = 15) -> tuple[OpStat, ...]:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import diagnose.analysis.intervals as iv
-from diagnose.analysis.spans import threads_where
-from diagnose.analysis.timeline import StepTimeline, from_launch_each
-from diagnose.analysis.trace import Trace
+from diagnose.analysis.timeline import StepTimeline
 from diagnose.model import PHASES, PhaseStat
+from diagnose.trace import Trace, from_launch_each, threads_where
+from diagnose.trace import intervals as iv
 
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "hipLaunch", "hipExtModuleLaunch", "hipModuleLaunch", "cudaGraphLaunch",
                    "hipGraphLaunch", "cudaMemcpy", "cuMemcpy", "hipMemcpy", "cudaMemset", "cuMemset", "hipMemset")

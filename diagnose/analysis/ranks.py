@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from diagnose.analysis.trace import Trace
 from diagnose.model import Analysis, RankSummary
+from diagnose.trace import Trace
 
 STRAGGLER_SPREAD = 0.10  # ranks' shares of step time in collectives differ by at least this much
 

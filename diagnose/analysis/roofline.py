@@ -12,13 +12,9 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis import jitscan
-from diagnose.analysis.flop_ops import FlopOps, OpKind
-from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements, outermost_in
-from diagnose.analysis.spans import present_in_order
-from diagnose.analysis.timeline import from_launch
-from diagnose.analysis.trace import Trace
+from diagnose.analysis.flops import op_dtype, op_flops, op_output_elements
 from diagnose.model import Peak, Roofline, RooflineOp
+from diagnose.trace import FlopOps, OpKind, Trace, from_launch, in_start_order, outermost_in, present_in_order
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "float64": 8}
 TOP = 12  # ops kept in the diagnosis; the totals cover all
@@ -124,7 +120,7 @@ def _kernel_seconds(trace: Trace, ops: FlopOps, keep: np.ndarray) -> np.ndarray:
     for code in present_in_order(op_threads).tolist():
         if ops.threads[code] not in code_of:
             continue
-        calls = _by_start(runtime.start, np.flatnonzero(codes == code_of[ops.threads[code]]))
+        calls = in_start_order(runtime.start, np.flatnonzero(codes == code_of[ops.threads[code]]))
         starts, cumulative = runtime.start[calls], np.concatenate([[0.0], np.cumsum(per_call[calls])])
         mine = np.flatnonzero(op_threads == code)
         index = keep[mine]
@@ -148,11 +144,3 @@ def _kernel_seconds_by_call(trace: Trace) -> np.ndarray:
     else:
         np.add.at(per_call, launcher[linked], durations[linked])
     return per_call
-
-
-def _by_start(starts: np.ndarray, calls: np.ndarray) -> np.ndarray:
-    """`calls` in order of start (stably): as they are when they are already (a thread's calls usually are)."""
-    kernels = jitscan.for_size(len(calls))
-    if kernels is not None and kernels.ascending(starts, calls):
-        return calls
-    return calls[np.argsort(starts[calls], kind="stable")]

@@ -8,13 +8,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.fastparse import _cores
 from diagnose.analysis.metric_values import trace_gpu_name
-from diagnose.analysis.prefetch import MAX_EVENTS, text_is_big
 from diagnose.analysis.ranks import combine, rank_of
-from diagnose.analysis.trace import Trace, load_trace
-from diagnose.analysis.trace_file import counted
-from diagnose.analysis.window import StepWindow, agreed_windows
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak_cache import cached_peaks
 from diagnose.capture.rank_files import rank_dirs
@@ -23,6 +18,16 @@ from diagnose.model import Analysis, Capture, MachinePeaks, Peak, Samples, Stack
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 from diagnose.tbcompat import adapt_trace_for_tensorboard
+from diagnose.trace import (
+    MAX_EVENTS,
+    KeptSteps,
+    Trace,
+    agreed_kept_steps,
+    counted,
+    load_trace,
+    text_is_big,
+    usable_cores,
+)
 
 RANK_TRACE = re.compile(r"rank(\d+)\.")  # tb/rankN.<worker>.pt.trace.json: the trace handler's name, rank first
 
@@ -158,7 +163,7 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
     calls = [(i, path, max_events, None) for i, path in enumerate(paths)]
     if len(paths) > 1 and max_events > 0:  # the ranks' windows are chosen together: the same steps in each
         counters = in_workers(counted, [(path, max_events) for path in paths], jobs)
-        windows = agreed_windows(counters, max_events)
+        windows = agreed_kept_steps(counters, max_events)
         # a rank counted and given no window is read whole (0: not counted again)
         calls = [(i, path, 0 if counter is not None and window is None else max_events, window)
                  for (i, path, _, _), counter, window in zip(calls, counters, windows)]
@@ -172,15 +177,15 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
 
 
 def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS,
-                   window: Optional[StepWindow] = None) -> tuple[int, str, Analysis]:
-    trace = load_trace(path, max_events=max_events, window=window)
+                   window: Optional[KeptSteps] = None) -> tuple[int, str, Analysis]:
+    trace = load_trace(path, max_events=max_events, kept_steps=window)
     inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
     return rank_of(trace, index), str(path), analyze(inputs)
 
 
 def default_jobs() -> int:
     """One worker per core this process may use (as the fast parser counts them)."""
-    return _cores()
+    return usable_cores()
 
 
 def in_workers(function: Callable, calls: list[tuple], jobs: int) -> list:
@@ -225,7 +230,7 @@ def load_capture(run_dir: Path) -> Optional[Capture]:
 
 def load_run_capture(run_dir: Path) -> Optional[Capture]:
     """A run folder's capture; ranks launched by the user's own launcher (`diagnose capture`) leave theirs
-    unmerged, and are merged here."""
-    from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
+    unmerged: merged here in memory, the folder left as it was (`diagnose report` writes the merge)."""
+    from diagnose.capture.rank_files import merged_rank_capture
 
-    return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
+    return merged_rank_capture(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)

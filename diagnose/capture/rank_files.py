@@ -24,8 +24,17 @@ def rank_dirs(run_dir: Path) -> dict[int, Path]:
 
 
 def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
+    """The ranks' captures merged (`merged_rank_capture`) and written to RUN/capture.json: done once the job has
+    ended, by the launcher's parent or by `diagnose report RUN`, never by a command that only reads."""
+    merged = merged_rank_capture(run_dir)
+    if merged is not None:
+        write_json(RunFolder(run_dir).capture, merged)
+    return merged
+
+
+def merged_rank_capture(run_dir: Path) -> Optional[Capture]:
     """One capture for the run: the first failed rank's (its error names the rank), else rank 0's; a note for
-    every rank that failed or wrote nothing. Written to RUN/capture.json so `diagnose report RUN` reads it."""
+    every rank that failed or wrote nothing. Nothing is written."""
     captures = {r: read_json(RunFolder(d).capture, Capture) for r, d in rank_dirs(run_dir).items()
                 if RunFolder(d).capture.exists()}
     if not captures:
@@ -47,9 +56,7 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
         others = tuple(f"rank {r}: " + (hang_line(c.hang) if c.hang else f"{c.status} after {c.steps_seen} steps")
                        for r, c in captures.items() if r != chosen)
         capture = replace(capture, hang=replace(capture.hang, ranks=others))
-    merged = replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures))
-    write_json(RunFolder(run_dir).capture, merged)
-    return merged
+    return replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures))
 
 
 def hang_line(hang: Hang) -> str:

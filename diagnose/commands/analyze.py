@@ -10,7 +10,6 @@ from typing import Optional
 
 from rich.console import Console
 
-from diagnose.analysis.prefetch import MAX_EVENTS
 from diagnose.analysis.sources import analyze_traces, default_jobs, find_traces
 from diagnose.commands.output import check_out_dir, new_run_dir
 from diagnose.commands.pipeline import diagnose_analysis, write_outputs
@@ -20,6 +19,7 @@ from diagnose.report.terminal import print_summary
 from diagnose.report.wording import verdict
 from diagnose.runfolder import RunFolder
 from diagnose.serial import dumps, write_json
+from diagnose.trace.prefetch import MAX_EVENTS
 
 
 def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],

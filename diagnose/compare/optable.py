@@ -1,30 +1,24 @@
 """Per-step time of each CPU op (self time, by name and input shapes when recorded) and each GPU kernel, copy or
-memset (by name), read from a trace: what `diagnose compare` matches between A and B.
-
-The trace is read as a stream, a piece of its text at a time (event_pieces.py: any layout JSON allows),
-and only the few columns the table needs are kept, in compact arrays: a 1M-event trace held as parsed JSON takes
-gigabytes. A trace past `--max-events` keeps only the window of steps its analysis chose (window.py)."""
+memset (by name), read from a trace: what `diagnose compare` matches between A and B. The trace's columns come from
+the trace package (read_op_columns: streamed, compact, the window of steps its analysis chose past `--max-events`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import numpy as np
-import orjson
 
-from diagnose.analysis.classify import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, complete_events, correlation_id
-from diagnose.analysis.event_pieces import PIECE_BYTES, EventPieces, NotEvents
-from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.analysis.metric_values import trace_gpu_name
-from diagnose.analysis.prefetch import MAX_EVENTS
-from diagnose.analysis.release import released
-from diagnose.analysis.trace_file import read_events, step_window
-from diagnose.analysis.window import StepWindow
-
-DEVICE_KINDS = KERNEL | MEMCPY | MEMSET
-HOST_MARK_KINDS = CPU_OP | {"user_annotation"}  # where ProfilerStep# sits on the host, old traces and new
-NO_CORRELATION = -1  # as classify.correlation_id gives it
+from diagnose.trace import (
+    MAX_EVENTS,
+    NO_CORRELATION,
+    PIECE_BYTES,
+    OpColumns,
+    read_op_columns,
+    released,
+    span_self_times,
+)
 
 
 @dataclass(frozen=True)
@@ -47,145 +41,30 @@ def trace_profile(path: Path, steps_analysed: int, max_events: int = MAX_EVENTS,
     """Per ProfilerStep when the trace has them: host ops inside the steps, device work from the first step's start
     on (the device runs a GPU-bound step's kernels after the host has marked its end); else over the whole trace
     per analysed step."""
-    window = step_window(path, max_events)
-    # a layout the pieces are not read in: the whole text, as the analysis then reads it
-    table = _streamed(path, piece_bytes, window) or whole_text_columns(path)
-    return released(table.profile(steps_analysed))  # the columns and pieces, before the other side is read
+    table = read_op_columns(path, max_events, piece_bytes)
+    return released(profile_of(table, steps_analysed))  # the columns and pieces, before the other side is read
 
 
-def whole_text_columns(path: Path) -> "OpColumns":
-    """The table's columns from the trace parsed whole (every event: no window)."""
-    data = read_events(path)
-    table = OpColumns(None)
-    table.add(data["traceEvents"])
-    table.metadata = data
-    return table
-
-
-def _streamed(path: Path, piece_bytes: int, window: Optional[StepWindow]) -> Optional["OpColumns"]:
-    """The table's columns read piece by piece (any layout); None when the file is not a whole trace."""
-    table = OpColumns(window)
-    pieces = EventPieces(path, piece_bytes)
-    try:
-        for events in pieces:
-            table.add(events)
-    except (*INFLATE_ERRORS, orjson.JSONDecodeError, NotEvents):
-        return None
-    table.metadata = pieces.metadata
-    return table
-
-
-class OpColumns:
-    """What the table needs of each event, as arrays: host ops (start, duration, thread, name and shapes), the
-    host's step marks, runtime launches (start, correlation id) and device work (start, duration, name,
-    correlation id). With a window, only the events the window's analysis kept: memory bounded by its size."""
-
-    def __init__(self, window: Optional[StepWindow]):
-        self.window = window
-        self.metadata: dict = {}
-        self.threads: dict = {}
-        self.op_keys: dict[tuple[str, str], int] = {}
-        self.device_names: dict[str, int] = {}
-        self.ops = _Columns(OP_COLUMNS)
-        self.marks: list[tuple[float, float]] = []
-        self.launches = _Columns(LAUNCH_COLUMNS)
-        self.device = _Columns(DEVICE_COLUMNS)
-
-    def add(self, events: Iterable) -> None:
-        ops, launches, device = [], [], []
-        for event, start, duration in complete_events(events):
-            kind = str(event.get("cat", "")).lower()
-            name = str(event.get("name", ""))
-            if kind in HOST_MARK_KINDS and name.startswith("ProfilerStep#"):  # an op in old traces: not an op here
-                if self._on_host(start):
-                    self.marks.append((start, duration))
-            elif kind in CPU_OP:
-                if self._on_host(start):
-                    ops.append((start, duration, self._code(self.threads, (event.get("pid"), event.get("tid"))),
-                                self._code(self.op_keys, (name, _shapes(event)))))
-            elif kind in RUNTIME:
-                if self._on_host(start):
-                    launches.append((start, correlation_id(event)))
-            elif kind in DEVICE_KINDS:
-                correlation = correlation_id(event)
-                if self._on_device(start, duration, correlation):
-                    device.append((start, duration, self._code(self.device_names, name), correlation))
-        self.ops.append(ops)
-        self.launches.append(launches)
-        self.device.append(device)
-
-    def _on_host(self, start: float) -> bool:
-        window = self.window
-        return window is None or window.keep_from <= start < window.keep_until  # the next step starts there
-
-    def _on_device(self, start: float, duration: float, correlation: int) -> bool:
-        window = self.window
-        if window is None:
-            return True
-        if window.by_launch and window.corr_low <= correlation <= window.corr_high:
-            return True
-        return start <= window.host_until and start + duration >= window.keep_from
-
-    @staticmethod
-    def _code(table: dict, value) -> int:
-        code = table.get(value)
-        if code is None:
-            code = table[value] = len(table)
-        return code
-
-    def profile(self, steps_analysed: int) -> TraceProfile:
-        """The table per step; the columns are given up as it is made (one kind's arrays held at a time)."""
-        marks = [] if self.window is not None and self.window.by_time else self.marks  # its markers were dropped
-        span = (min(s for s, _ in marks), max(s + d for s, d in marks)) if marks else None
-        steps = len(marks) if marks else max(steps_analysed, 1)
-        device = self.device.joined()
-        if span:
-            device = _taken(device, np.flatnonzero(_launched_within(device, self.launches.joined(), *span)))
-        kernel_times = _summed(device["name"], device["duration"], list(self.device_names))
-        del device
-        ops = self.ops.joined()
-        if span:
-            ops = _taken(ops, np.flatnonzero((span[0] <= ops["start"]) & (ops["start"] < span[1])))
-        op_times = _self_times(ops, list(self.op_keys))
-        return TraceProfile(_per_step(op_times, steps), _per_step(kernel_times, steps),
-                            trace_gpu_name(self.metadata) or "", _world_size(self.metadata), steps)
-
-
-OP_COLUMNS = (("start", np.float64), ("duration", np.float64), ("thread", np.int32), ("key", np.int32))
-LAUNCH_COLUMNS = (("start", np.float64), ("correlation", np.int64))
-DEVICE_COLUMNS = (("start", np.float64), ("duration", np.float64), ("name", np.int32), ("correlation", np.int64))
-
-
-class _Columns:
-    """Rows kept a piece at a time, each column an array of its own type (24-32 bytes a row); joined once, a
-    column at a time, so that the pieces and the joined arrays are not all held together."""
-
-    def __init__(self, columns: tuple):
-        self.columns = columns
-        self.chunks: list[list[np.ndarray]] = []
-
-    def append(self, rows: list[tuple]) -> None:
-        if rows:
-            self.chunks.append([np.array(column, dtype=kind) for column, (_, kind) in zip(zip(*rows), self.columns)])
-
-    def joined(self) -> dict[str, np.ndarray]:
-        joined = {}
-        for i, (name, kind) in enumerate(self.columns):
-            joined[name] = np.concatenate([chunk[i] for chunk in self.chunks]) if self.chunks else np.zeros(0, kind)
-            for chunk in self.chunks:
-                chunk[i] = None
-        self.chunks = []
-        return joined
+def profile_of(table: OpColumns, steps_analysed: int) -> TraceProfile:
+    """The table per step; the columns are given up as it is made (one kind's arrays held at a time)."""
+    marks = [] if table.window is not None and table.window.by_time else table.marks  # its markers were dropped
+    span = (min(s for s, _ in marks), max(s + d for s, d in marks)) if marks else None
+    steps = len(marks) if marks else max(steps_analysed, 1)
+    device = table.device.joined()
+    if span:
+        device = _taken(device, np.flatnonzero(_launched_within(device, table.launches.joined(), *span)))
+    kernel_times = _summed(device["name"], device["duration"], list(table.device_names))
+    del device
+    ops = table.ops.joined()
+    if span:
+        ops = _taken(ops, np.flatnonzero((span[0] <= ops["start"]) & (ops["start"] < span[1])))
+    op_times = _self_times(ops, list(table.op_keys))
+    return TraceProfile(_per_step(op_times, steps), _per_step(kernel_times, steps),
+                        trace_gpu_name(table.metadata) or "", _world_size(table.metadata), steps)
 
 
 def _taken(columns: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
     return {name: column[index] for name, column in columns.items()}
-
-
-
-def _shapes(event: dict) -> str:
-    dims = (event.get("args") or {}).get("Input Dims")
-    return orjson.dumps(dims).decode() if dims else ""
 
 
 def _launched_within(device: dict, launches: dict, start: float, end: float) -> np.ndarray:
@@ -201,29 +80,13 @@ def _launched_within(device: dict, launches: dict, start: float, end: float) -> 
 
 
 def _self_times(ops: dict[str, np.ndarray], keys: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
-    """Self time: an op's duration less its direct children's on the same thread (ops nest, never overlap).
-    Threads in the order they first appear; a thread's ops by start, the longer first on a tie."""
+    """Self time by op key, by the analysis's own rule (ops.span_self_times: a child takes from its parent only the
+    part inside it). Summed in the ops' order: threads as they first appear, a thread's ops by start, the longer
+    first on a tie."""
     order = _by_thread_then_start(ops)
-    starts, durations, threads, op_keys = (ops.pop(name)[order] for name in ("start", "duration", "thread", "key"))
-    del order  # ops is emptied: its columns, in this order, are all that is held of it
-    selfs = durations.copy()
-    stack: list[tuple[float, int]] = []  # (end, index) of the ops open around the current one
-    thread = None
-    for lo in range(0, len(starts), LOOP_ROWS):  # a slice at a time as Python floats: a list of all is 64 B a row
-        rows = zip(starts[lo:lo + LOOP_ROWS].tolist(), durations[lo:lo + LOOP_ROWS].tolist(),
-                   threads[lo:lo + LOOP_ROWS].tolist())
-        for i, (start, duration, on) in enumerate(rows, lo):
-            if on != thread:
-                stack, thread = [], on
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            if stack:
-                selfs[stack[-1][1]] -= duration
-            stack.append((start + duration, i))
-    return _summed(op_keys, np.maximum(selfs, 0.0), keys)
-
-
-LOOP_ROWS = 1 << 18
+    starts, durations, threads = ops.pop("start"), ops.pop("duration"), ops.pop("thread")
+    selfs, _ = span_self_times(starts, starts + durations, threads, np.zeros(threads.max(initial=-1) + 1, dtype=bool))
+    return _summed(ops.pop("key")[order], selfs[order], keys)
 
 
 def _by_thread_then_start(ops: dict[str, np.ndarray]) -> np.ndarray:

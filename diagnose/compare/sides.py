@@ -10,7 +10,16 @@ from typing import Optional
 from diagnose.analysis.sources import analyze_traces, find_traces, load_run_capture, trace_paths
 from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
-from diagnose.model import Analysis, Capture, CompareSide, Finding, Measurement, RunConfig, UnprofiledWindow
+from diagnose.model import (
+    Analysis,
+    Capture,
+    CompareSide,
+    Finding,
+    Measurement,
+    RunConfig,
+    UnprofiledWindow,
+    unprofiled_step_s,
+)
 from diagnose.rules import Rule, findings_for
 from diagnose.runfolder import RunFolder, has_own_config
 from diagnose.serial import read_json
@@ -39,9 +48,10 @@ def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
     _require_time(analysis.step_time_s["mean"], path, label)
     trace = _diagnosed_trace(analysis, traces, Path("."))
     profile = trace_profile(trace, len(analysis.steps))
-    side = CompareSide(str(path), "traces", "", analysis.step_time_s["mean"] or 0.0, "profiled", len(analysis.steps),
-                       _step_cv(analysis), analysis.step_time_s["mean"] or 0.0,
-                       _environment(None, analysis, profile))
+    profiled = analysis.step_time_s["mean"] or 0.0
+    side = CompareSide(path=str(path), kind="traces", script="", step_s=profiled, step_basis="profiled",
+                       steps=len(analysis.steps), step_cv=_step_cv(analysis), profiled_step_s=profiled,
+                       environment=_environment(None, analysis, profile))
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile)
 
 
@@ -58,17 +68,18 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
     if not traces:
         raise UserError(f"{label}: {run_dir} has no trace in tb/", "pass the run folder as diagnose wrote it")
     profile = trace_profile(_diagnosed_trace(analysis, traces, run_dir), len(analysis.steps))
-    window = capture.unprofiled_window if capture else None
+    window, plain = (capture.unprofiled_window if capture else None), unprofiled_step_s(capture)
     profiled = analysis.step_time_s["mean"] or 0.0
-    step_s, basis, steps = (window.step_s, "unprofiled", window.steps) if window else (profiled, "profiled",
-                                                                                         len(analysis.steps))
+    step_s, basis, steps = (plain, "unprofiled", window.steps) if plain is not None else (profiled, "profiled",
+                                                                                            len(analysis.steps))
     _require_time(min(step_s, profiled), run_dir, label)
     noise = _baseline_noise(run_dir)
-    blocks = block_noise(window) if window else None
-    side = CompareSide(str(run_dir), "run", capture.script if capture else "", step_s, basis, steps,
-                       _step_cv(analysis), profiled, _environment(capture, analysis, profile),
-                       noise[0] if noise else None, noise[1] if noise else 0,
-                       blocks[0] if blocks else None, blocks[1] if blocks else 0)
+    blocks = block_noise(window) if plain is not None else None
+    side = CompareSide(path=str(run_dir), kind="run", script=capture.script if capture else "", step_s=step_s,
+                       step_basis=basis, steps=steps, step_cv=_step_cv(analysis), profiled_step_s=profiled,
+                       environment=_environment(capture, analysis, profile),
+                       run_noise_sd=noise[0] if noise else None, run_noise_runs=noise[1] if noise else 0,
+                       block_noise_sd=blocks[0] if blocks else None, blocks=blocks[1] if blocks else 0)
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile, capture)
 
 

@@ -18,16 +18,16 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import complete_events, correlation_id, thread_of_text
-from diagnose.analysis.fastparse import FAST_EVENT
-from diagnose.analysis.flop_ops import FlopOps
-from diagnose.analysis.memory_events import MemoryEvents
-from diagnose.analysis.patterns import ID, NUMBER, SEP, STRING, compiled
-from diagnose.analysis.prefetch import MAX_EVENTS
-from diagnose.analysis.spans import Spans
+from diagnose.trace.classify import complete_events, correlation_id, thread_of_text
+from diagnose.trace.fastparse import FAST_EVENT
+from diagnose.trace.flop_ops import FlopOps
+from diagnose.trace.memory_events import MemoryEvents
+from diagnose.trace.patterns import ID, NUMBER, SEP, STRING, compiled
+from diagnose.trace.prefetch import MAX_EVENTS
+from diagnose.trace.spans import Spans
 
-__all__ = ["MAX_EVENTS", "StepWindow", "StepCounter", "ObjectCounter", "choose_window", "agreed_windows", "spans_in",
-           "memory_in", "flops_in"]
+__all__ = ["MAX_EVENTS", "KeptSteps", "StepCounter", "ObjectCounter", "choose_kept_steps", "agreed_kept_steps",
+           "spans_in", "memory_in", "flops_in"]
 DEVICE_KINDS = ("kernel", "memcpy", "memset")  # run when the device gets to them: linked to launches by correlation
 STEP_NAME = b'"ProfilerStep#'
 # read where the marker's name is found (every event has a "name" key: no use searching for that)
@@ -48,7 +48,9 @@ KERNEL_MARK = compiled(rb'"kernel"' + SEP + rb'"name":\s*' + STRING + SEP + rb'"
 
 
 @dataclass(frozen=True)
-class StepWindow:
+class KeptSteps:
+    """The steps kept of a trace too big for its event budget (`--max-events`): a run of whole steps from its
+    middle with the step before and after them, or, where steps cannot be cut, a span of time."""
     first: int  # index of the window's first step among the trace's steps (0-based)
     last: int  # index of its last step
     steps: int  # steps in the trace
@@ -202,9 +204,9 @@ class StepCounter:
     def events(self) -> int:
         return round(self.sampled_events * self.bytes / self.sampled_bytes) if self.sampled_bytes else 0
 
-    def window(self, max_events: int, at: Optional[tuple[int, int]] = None,
-               span: Optional[tuple[float, float]] = None) -> Optional[StepWindow]:
-        return choose_window(self.marks, self.events, max_events,
+    def kept_steps(self, max_events: int, at: Optional[tuple[int, int]] = None,
+               span: Optional[tuple[float, float]] = None) -> Optional[KeptSteps]:
+        return choose_kept_steps(self.marks, self.events, max_events,
                              zip(self.launch_pid, self.launch_ts, self.launch_corr),
                              zip(self.kernel_ts, self.kernel_corr), at, self.starts, span)
 
@@ -304,11 +306,11 @@ def _searched(search, labels: tuple[bytes, ...]) -> int:
     return -1
 
 
-def choose_window(marks: list[tuple], events: int, max_events: int,
+def choose_kept_steps(marks: list[tuple], events: int, max_events: int,
                   launches: Iterable[tuple[bytes, float, int]] = (),
                   kernels: Iterable[tuple[float, int]] = (),
                   at: Optional[tuple[int, int]] = None, starts: Sequence[float] = (),
-                  span: Optional[tuple[float, float]] = None) -> Optional[StepWindow]:
+                  span: Optional[tuple[float, float]] = None) -> Optional[KeptSteps]:
     """The middle steps whose events (as many a step as the trace's average), with a step on each side, fit in
     `max_events` (one step at least); None when the whole trace fits or the budget is off (0). A trace with fewer
     than MIN_STEPS steps, or steps too big for a step and its two neighbours to fit: the middle span of time that
@@ -338,8 +340,9 @@ def choose_window(marks: list[tuple], events: int, max_events: int,
     lead_in, lead_out = first > 0, last + 1 < len(steps)
     low, high, by_launch, host_until = _device_bounds(launches, kernels, main[0], keep_from, keep_until, lead_in,
                                                       lead_out)
-    return StepWindow(first, last, len(steps), events, max_events, keep_from, keep_until, host_until, lead_in,
-                      lead_out, thread, low, high, by_launch)
+    return KeptSteps(first=first, last=last, steps=len(steps), events=events, max_events=max_events,
+                     keep_from=keep_from, keep_until=keep_until, host_until=host_until, lead_in=lead_in,
+                     lead_out=lead_out, main_thread=thread, corr_low=low, corr_high=high, by_launch=by_launch)
 
 
 def _device_bounds(launches: list, kernels: list, pid: Optional[bytes], keep_from: float, keep_until: float,
@@ -369,7 +372,7 @@ def _device_bounds(launches: list, kernels: list, pid: Optional[bytes], keep_fro
 
 def time_window(starts: Sequence[float], steps: int, events: int, max_events: int, launches: list = (),
                 kernels: list = (), thread: tuple = (), span: Optional[tuple[float, float]] = None,
-                cause: str = "markers") -> Optional[StepWindow]:
+                cause: str = "markers") -> Optional[KeptSteps]:
     """The middle span of time that holds about `max_events` of the trace's `events`: between the quantiles of the
     sampled starts around their median (each block of the text weighs alike: where the events are dense in time,
     the span is short). `span`: (start, end) chosen for several ranks. Device work is kept as for steps
@@ -383,8 +386,10 @@ def time_window(starts: Sequence[float], steps: int, events: int, max_events: in
         return None
     keep_from, keep_until = float(low), float(high)
     corr_low, corr_high, by_launch, host_until = _device_bounds(launches, kernels, None, keep_from, keep_until)
-    return StepWindow(0, 0, steps, events, max_events, keep_from, keep_until, host_until, False, False, thread,
-                      corr_low, corr_high, by_launch, by_time=True, trace_us=float(last - first), cause=cause)
+    return KeptSteps(first=0, last=0, steps=steps, events=events, max_events=max_events, keep_from=keep_from,
+                     keep_until=keep_until, host_until=host_until, lead_in=False, lead_out=False, main_thread=thread,
+                     corr_low=corr_low, corr_high=corr_high, by_launch=by_launch, by_time=True,
+                     trace_us=float(last - first), cause=cause)
 
 
 def main_steps(marks: list[tuple]) -> tuple[tuple, list[tuple[float, float, bytes]]]:
@@ -407,7 +412,7 @@ def steps_too_big(steps: int, events: int, max_events: int) -> bool:
     return 3 * events > max_events * steps
 
 
-def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> list[Optional[StepWindow]]:
+def agreed_kept_steps(counters: list[Optional[StepCounter]], max_events: int) -> list[Optional[KeptSteps]]:
     """Windows of the same steps for the ranks of one job (a per-rank table compares the same steps): as many as
     fit in the budget in the rank that fits fewest, from the same step on (by its ProfilerStep number, where every
     rank numbers its steps; by position otherwise); none when every rank fits whole. A rank with too few steps
@@ -419,7 +424,7 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
     all_fit = all(c.cut_at_steps(max_events) for c in present if c.stepped)
     by_steps = [c for c in present if c.stepped and all_fit]
     span = shared_span([c for c in present if c not in by_steps], max_events)
-    timed = [c.window(max_events, span=span if c.reaches(span) else None)
+    timed = [c.kept_steps(max_events, span=span if c.reaches(span) else None)
              if c is not None and c not in by_steps and span is not None else None for c in counters]
     if not any(c.events > max_events for c in by_steps):
         return timed
@@ -432,7 +437,7 @@ def agreed_windows(counters: list[Optional[StepCounter]], max_events: int) -> li
         starts = {id(c): n.index(first_number) for n, c in zip(numbers, by_steps)}
     else:
         starts = {id(c): max((min(len(n) for n in numbers) - keep) // 2, 0) for c in by_steps}
-    return [c.window(max_events, at=(starts[id(c)], keep)) if c is not None and c in by_steps else window
+    return [c.kept_steps(max_events, at=(starts[id(c)], keep)) if c is not None and c in by_steps else window
             for c, window in zip(counters, timed)]
 
 
@@ -440,7 +445,7 @@ def shared_span(counters: list[StepCounter], max_events: int) -> Optional[tuple[
     """One span of time for the ranks of a job cut in time, so that their rows compare the same stretch of
     training: as long as the shortest of their own spans, centred on the middle of their own spans' middles;
     None when none of them passes the budget (each is then read whole)."""
-    own = [w for w in (c.window(max_events) for c in counters) if w is not None]
+    own = [w for w in (c.kept_steps(max_events) for c in counters) if w is not None]
     if not own:
         return None
     middle = float(np.median([(w.keep_from + w.keep_until) / 2 for w in own]))
@@ -448,14 +453,14 @@ def shared_span(counters: list[StepCounter], max_events: int) -> Optional[tuple[
     return middle - half, middle + half
 
 
-def spans_in(window: StepWindow, kind: str, parts: Iterable[Spans]) -> list[Spans]:
+def spans_in(window: KeptSteps, kind: str, parts: Iterable[Spans]) -> list[Spans]:
     """The spans of the window's steps and of its lead-in and lead-out steps: the steps themselves, what overlaps
     them in time, and on the device also the work their launches queued, however late it ran."""
     kept = (p.take(np.flatnonzero(_keep(window, kind, p))) for p in parts)
     return [spans for spans in kept if len(spans)]  # (a piece outside the window leaves nothing, not empty arrays)
 
 
-def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
+def _keep(window: KeptSteps, kind: str, spans: Spans) -> np.ndarray:
     if kind == "step" and window.by_time:  # too few to cut at: the span of time is the step
         return np.zeros(len(spans), dtype=bool)
     if kind == "step":  # the main thread's markers only: the analysis then picks that thread again
@@ -470,14 +475,14 @@ def _keep(window: StepWindow, kind: str, spans: Spans) -> np.ndarray:
 
 
 # Allocations and FLOP ops are counted per host step: kept to the lead-out step's end, not to host_until
-def memory_in(window: StepWindow, events: MemoryEvents) -> MemoryEvents:
+def memory_in(window: KeptSteps, events: MemoryEvents) -> MemoryEvents:
     keep = np.flatnonzero((events.ts >= window.keep_from) & (events.ts <= window.keep_until))
     if len(keep) == len(events) or not len(keep):
         return events if len(keep) else MemoryEvents()
     return events.take(keep)
 
 
-def flops_in(window: StepWindow, ops: FlopOps) -> FlopOps:
+def flops_in(window: KeptSteps, ops: FlopOps) -> FlopOps:
     keep = np.flatnonzero((ops.ts + ops.dur >= window.keep_from) & (ops.ts <= window.keep_until))
     if len(keep) == len(ops) or not len(keep):  # (none: not even the piece's table of kinds is kept)
         return ops if len(keep) else FlopOps()

@@ -10,15 +10,15 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.fastparse import begin_rows, fast_rows
-from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
-from diagnose.analysis.memory_events import MemoryEvents, memory_events_between
-from diagnose.analysis.prefetch import text_is_big
-from diagnose.analysis.spans import Spans, present_in_order
-from diagnose.analysis.stream import may_hold, stream_rows
-from diagnose.analysis.trace_file import Parsed, parsed_in_pieces, parsed_whole, read_bytes, window_of_objects
-from diagnose.analysis.window import MAX_EVENTS, StepWindow
 from diagnose.errors import UserError
+from diagnose.trace.fastparse import begin_rows, fast_rows
+from diagnose.trace.flop_ops import FlopOps, read_flop_ops
+from diagnose.trace.kept_steps import MAX_EVENTS, KeptSteps
+from diagnose.trace.memory_events import MemoryEvents, memory_events_between
+from diagnose.trace.prefetch import text_is_big
+from diagnose.trace.spans import Spans, present_in_order
+from diagnose.trace.stream import may_hold, stream_rows
+from diagnose.trace.trace_file import Parsed, kept_steps_of_objects, parsed_in_pieces, parsed_whole, read_bytes
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Trace:
     step_definition: str
     memory: MemoryEvents = field(default_factory=MemoryEvents)  # profile_memory's allocations and frees
     flop_ops: FlopOps = field(default_factory=FlopOps)  # matrix products, convolutions, attention, with shapes
-    window: Optional[StepWindow] = None  # the steps kept of a trace too big to hold whole; None: every event
+    kept_steps: Optional[KeptSteps] = None  # the steps kept of a trace too big to hold whole; None: every event
 
     @property
     def has_gpu(self) -> bool:
@@ -46,27 +46,27 @@ class Trace:
 
 
 def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_EVENTS,
-               window: Optional[StepWindow] = None) -> Trace:
+               kept_steps: Optional[KeptSteps] = None) -> Trace:
     """The fast parser reads a trace laid out as Kineto writes it; any other layout, or any doubt, goes through
     the full JSON parser. A big trace (or any, with `stream`) is read as a stream, and one that may hold more
-    than `max_events` events (0: no limit) too: past that only a window of its steps is kept (window.py), or
-    `window` where the ranks of a job chose theirs together."""
+    than `max_events` events (0: no limit) too: past that only some of its steps are kept (kept_steps.py), or
+    `kept_steps` where the ranks of a job chose theirs together."""
     if stream is None:
-        stream = window is not None or read_as_stream(path, max_events)
+        stream = kept_steps is not None or read_as_stream(path, max_events)
     if stream:
-        streamed = stream_rows(path, max_events=max_events, agreed=window)
+        streamed = stream_rows(path, max_events=max_events, agreed=kept_steps)
         if streamed is not None:
-            metadata, buckets, memory, flop_ops, window = streamed
-            trace = _assemble(str(path), metadata, buckets, window)
-            trace.memory, trace.flop_ops, trace.window = memory, flop_ops, window
+            metadata, buckets, memory, flop_ops, kept_steps = streamed
+            trace = _assemble(str(path), metadata, buckets, kept_steps)
+            trace.memory, trace.flop_ops, trace.kept_steps = memory, flop_ops, kept_steps
             return trace
-        # a layout the expressions do not read: parsed as objects a piece at a time, past the budget a window
+        # a layout the expressions do not read: parsed as objects a piece at a time, past the budget some
         # of its steps chosen by a first pass over its objects (the ranks' agreed one was chosen from that pass
         # too: trace_file.counted)
-        window = window if window is not None else window_of_objects(path, max_events)
-        parsed = parsed_in_pieces(path, window=window)
+        kept_steps = kept_steps if kept_steps is not None else kept_steps_of_objects(path, max_events)
+        parsed = parsed_in_pieces(path, window=kept_steps)
         if parsed is not None:
-            return _parsed_trace(path, parsed, window)
+            return _parsed_trace(path, parsed, kept_steps)
     raw, reading = _ahead.pop(str(path), (None, None))
     raw = read_bytes(path) if raw is None else raw
     # memory events and FLOP ops read with the spans
@@ -99,9 +99,9 @@ def begin_reading(path: Path) -> None:
     _ahead[str(path)] = raw, begin_rows(raw, per_chunk=_events_between)
 
 
-def _parsed_trace(path: Path, parsed: Parsed, window: Optional[StepWindow] = None) -> Trace:
+def _parsed_trace(path: Path, parsed: Parsed, window: Optional[KeptSteps] = None) -> Trace:
     trace = _assemble(str(path), parsed.metadata, parsed.spans, window)
-    trace.memory, trace.flop_ops, trace.window = parsed.memory, parsed.flop_ops, window
+    trace.memory, trace.flop_ops, trace.kept_steps = parsed.memory, parsed.flop_ops, window
     return trace
 
 
@@ -109,7 +109,7 @@ def _events_between(raw: bytes, start: int, end: int) -> tuple[MemoryEvents, Flo
     return memory_events_between(raw, start, end), read_flop_ops(raw, start, end)
 
 
-def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[StepWindow] = None) -> Trace:
+def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[KeptSteps] = None) -> Trace:
     if not any(len(spans) for spans in b.values()):
         raise UserError(f"{path} holds no profiler events with a start and a duration to analyse",
                         "pass a trace written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)")
@@ -119,7 +119,7 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[S
         definition = "ProfilerStep markers"
     else:
         cut_in_time = window is not None and window.by_time  # its markers dropped: their thread stays the main one
-        main = (window.main_thread if cut_in_time else ()) or _busiest_thread(Spans.concat([b["cpu"], b["dl"]]))
+        main = (window.main_thread if cut_in_time else ()) or _busiest_thread(Spans.concat([b["cpu"], b["dataloader"]]))
         definition = (window.step_definition() if cut_in_time
                       else "no ProfilerStep markers: the whole trace is one step")
     main_pid = main[0] if main else None
@@ -128,15 +128,15 @@ def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[S
         return spans if main_pid is None else spans.where_thread(lambda t: t[0] == main_pid)
 
     step_spans = steps.where_thread(lambda t: t == main).sorted() if len(steps) else _whole_trace_step(b, window)
-    loader = b["dl"].where_thread(lambda t: t == main) if len(steps) else b["dl"]
+    loader = b["dataloader"].where_thread(lambda t: t == main) if len(steps) else b["dataloader"]
     return Trace(
         path=path, metadata=metadata,
         steps=step_spans,
         dataloader=loader.sorted(),
         cpu_ops=on_main_pid(b["cpu"]),
-        annotations=on_main_pid(b["ann"]),
+        annotations=on_main_pid(b["annotation"]),
         kernels=b["kernel"], memcpy=b["memcpy"], memset=b["memset"],
-        runtime=on_main_pid(b["rt"]), python=on_main_pid(b["py"]),
+        runtime=on_main_pid(b["runtime"]), python=on_main_pid(b["python"]),
         main_thread=main, step_definition=definition,
     )
 
@@ -160,11 +160,11 @@ def _busiest_thread(spans: Spans) -> Optional[tuple]:
     return table[max(totals, key=totals.get)]
 
 
-def _whole_trace_step(b: dict[str, Spans], window: Optional[StepWindow] = None) -> Spans:
+def _whole_trace_step(b: dict[str, Spans], window: Optional[KeptSteps] = None) -> Spans:
     if window is not None and window.by_time:
         return Spans.from_lists(np.array([window.keep_from]), np.array([window.keep_until]), ["time window"], [None],
                                 np.array([-1], dtype=np.int64))
-    every = [b[kind] for kind in ("cpu", "dl", "kernel", "memcpy", "memset", "rt") if len(b[kind])]
+    every = [b[kind] for kind in ("cpu", "dataloader", "kernel", "memcpy", "memset", "runtime") if len(b[kind])]
     if not every:
         return Spans()
     start = min(float(s.start.min()) for s in every)

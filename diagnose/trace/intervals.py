@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis import jitscan
+from diagnose.trace import jitscan
 
 EMPTY = np.zeros((0, 2), dtype=np.float64)
 

@@ -13,8 +13,8 @@ from typing import Iterator, Optional
 
 import orjson
 
-from diagnose.analysis.fastparse import CLOSED, EVENTS_KEY, _head_metadata, tail_members
-from diagnose.analysis.stream import TAIL_BYTES, _decompressed
+from diagnose.trace.fastparse import CLOSED, EVENTS_KEY, _head_metadata, tail_members
+from diagnose.trace.stream import TAIL_BYTES, _decompressed
 
 # text parsed at once: its objects take far more than its size (a 1M-event trace with sorted keys, whole process:
 # 4.30 s and 238 MiB with 2 MB pieces, 4.44 s and 365 MiB with 8 MB, 4.91 s and 220 MiB with 1 MB; one run each)

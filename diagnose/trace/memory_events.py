@@ -12,8 +12,8 @@ from typing import Iterable, NamedTuple, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import thread_of_text
-from diagnose.analysis.patterns import ID, NUMBER, SEP, compiled
+from diagnose.trace.classify import thread_of_text
+from diagnose.trace.patterns import ID, NUMBER, SEP, compiled
 
 CPU, CUDA = 0, 1  # Kineto's device types ("Device Type"): ROCm's GPUs are written as CUDA too
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from diagnose.analysis import interval_sweeps as _sweeps
-from diagnose.analysis import key_join as _key_join
-from diagnose.analysis.nesting import in_thread_order as _in_thread_order
-from diagnose.analysis.nesting import walk_first_seen as _walk_first_seen
-from diagnose.analysis.nesting import walk_nesting as _walk_nesting
-from diagnose.analysis.nesting import walk_outermost as _walk_outermost
+from diagnose.trace import interval_sweeps as _sweeps
+from diagnose.trace import key_join as _key_join
+from diagnose.trace.nesting import in_thread_order as _in_thread_order
+from diagnose.trace.nesting import walk_first_seen as _walk_first_seen
+from diagnose.trace.nesting import walk_nesting as _walk_nesting
+from diagnose.trace.nesting import walk_outermost as _walk_outermost
 
 NUMBER_WIDTH = 32
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)

@@ -10,25 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Optional
 
-from diagnose.analysis import jitscan
-from diagnose.analysis.classify import KINDS
-from diagnose.analysis.fastparse import (
+from diagnose.trace import jitscan
+from diagnose.trace.classify import KINDS
+from diagnose.trace.fastparse import (
     CLOSED,
     EVENTS_KEY,
-    _cores,
     _forked,
     _head_metadata,
     _read_chunks,
     _tail_metadata,
+    usable_cores,
 )
-from diagnose.analysis.flop_ops import FlopOps, read_flop_ops
-from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
-from diagnose.analysis.inflate import inflater
-from diagnose.analysis.memory_events import MemoryEvents, read_memory_events
-from diagnose.analysis.prefetch import text_bytes
-from diagnose.analysis.release import give_back_freed_memory
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.window import MAX_EVENTS, StepCounter, StepWindow, flops_in, memory_in, spans_in
+from diagnose.trace.flop_ops import FlopOps, read_flop_ops
+from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.trace.inflate import inflater
+from diagnose.trace.kept_steps import MAX_EVENTS, KeptSteps, StepCounter, flops_in, memory_in, spans_in
+from diagnose.trace.memory_events import MemoryEvents, read_memory_events
+from diagnose.trace.prefetch import text_bytes
+from diagnose.trace.release import give_back_freed_memory
+from diagnose.trace.spans import Spans
 
 READ_BYTES = 4 << 20
 PIECE_BYTES = 8 << 20  # text parsed at once: the bound on the text held, beside the arrays
@@ -36,16 +36,16 @@ TAIL_BYTES = 65536
 
 
 def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int = MAX_EVENTS,
-                agreed: Optional[StepWindow] = None):
+                agreed: Optional[KeptSteps] = None):
     """(metadata, spans by kind, memory events, FLOP ops, the window of steps kept or None) of the trace at `path`,
     read as a stream; None when the fast expressions cannot read it all (the caller then parses the whole text).
     With two cores a forked process parses every other piece (both inflate the whole text, which costs far less
     than parsing it). Past `max_events` events only a window of steps is kept (window.py): `agreed`, when the
     ranks of a job chose theirs together, else this trace's own."""
     size = piece_bytes or PIECE_BYTES
-    window = agreed if agreed is not None else step_window(path, max_events)
+    window = agreed if agreed is not None else text_kept_steps(path, max_events)
     jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
-    other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if _cores() > 1 else None
+    other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if usable_cores() > 1 else None
     mine = _read_share(path, size, 0, 2 if other else 1, jit, window)
     theirs = other() if other else None  # False: the helper could not read its pieces; None: it failed
     if other is not None and theirs is None and mine is not None:  # its pieces are read here
@@ -64,19 +64,19 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
     return {**head, **tail}, spans, memory, flops, window
 
 
-def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
+def text_kept_steps(path: Path, max_events: int) -> Optional[KeptSteps]:
     """The window of steps to keep when the trace holds more than `max_events` events (a first pass over its text
     counts them, skipped where the text is too short to hold that many); None: keep every event."""
-    counter = counted(path, max_events)
+    counter = text_counted(path, max_events)
     if counter is None:
         return None
-    window = counter.window(max_events)
+    window = counter.kept_steps(max_events)
     del counter
     give_back_freed_memory()  # before the reading pass forks its helper, which would hold the pages too
     return window
 
 
-def counted(path: Path, max_events: int) -> Optional[StepCounter]:
+def text_counted(path: Path, max_events: int) -> Optional[StepCounter]:
     """The first pass over a trace that may hold more than `max_events` events (None: it cannot, or no budget)."""
     if max_events <= 0 or not may_hold(path, max_events):
         return None
@@ -105,7 +105,7 @@ def may_hold(path: Path, events: int) -> bool:
 class _Share:
     """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""
 
-    def __init__(self, parity: int, of: int, jit: bool, window: Optional[StepWindow] = None):
+    def __init__(self, parity: int, of: int, jit: bool, window: Optional[KeptSteps] = None):
         self.parity, self.of, self.jit, self.window = parity, of, jit, window
         self.pieces: dict[int, tuple] = {}
         self.head: dict = {}
@@ -136,7 +136,7 @@ class _Share:
 
 
 def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool,
-                window: Optional[StepWindow] = None) -> Optional[_Share]:
+                window: Optional[KeptSteps] = None) -> Optional[_Share]:
     """This share's pieces; None when the stream cannot read the file (the whole-text path then reads it, and
     says what is wrong with it in its own words)."""
     share = _Share(parity, of, jit, window)

@@ -19,17 +19,17 @@ from typing import Any, Callable, NamedTuple, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis import jitscan
-from diagnose.analysis.classify import KINDS, event_kind, thread_of_text
-from diagnose.analysis.patterns import ID, ID_TEXT, NUMBER, SEP, STRING, STRING_TEXT, compiled
-from diagnose.analysis.spans import CODE, Spans, codes_of
+from diagnose.trace import jitscan
+from diagnose.trace.classify import KINDS, event_kind, thread_of_text
+from diagnose.trace.patterns import ID, ID_TEXT, NUMBER, SEP, STRING, STRING_TEXT, compiled
+from diagnose.trace.spans import CODE, Spans, codes_of
 
 _LABEL = rb'"cat":\s*"([^"\\]*)"' + SEP + rb'"name":\s*' + STRING
 _THREAD = rb'"pid":\s*' + ID + SEP + rb'"tid":\s*' + ID
 # host categories: their events link nothing (no launch), so their args are not searched for a correlation id
 # (about a third of the expression's time on a trace of host ops); the spans of host kinds drop any id read
 HOST_CATEGORIES = rb"cpu_op|operator|Operator|python_function|user_annotation|gpu_user_annotation"
-LINKED_KINDS = ("kernel", "memcpy", "memset", "rt")  # a launch and its device work, linked by correlation id
+LINKED_KINDS = ("kernel", "memcpy", "memset", "runtime")  # a launch and its device work, linked by correlation id
 # The event's label (category and name: _LABEL's text) and thread (pid and tid: _THREAD's) are each one group, as
 # written: a chunk has few distinct ones, each read into its parts once, not every event's.
 # Every complete event matches, whatever its spacing: read whole (a label), the profiler's own span (its keys in
@@ -84,7 +84,7 @@ class _Reading:
 
     def __init__(self, raw: bytes, metadata: dict, start: int, per_chunk):
         self.raw, self.metadata, self.start, self.per_chunk = raw, metadata, start, per_chunk
-        shared = len(raw) - start > HELPER_OVER_BYTES and _cores() > 1 and hasattr(os, "fork")
+        shared = len(raw) - start > HELPER_OVER_BYTES and usable_cores() > 1 and hasattr(os, "fork")
         self.claims = _Claims(raw, start, shared)
         self.helper = _forked(lambda: self._read(from_end=True)) if shared else None
 
@@ -321,7 +321,7 @@ def _link(digits: bytes) -> int:
     return value if value < 1 << 63 else -1
 
 
-def _cores() -> int:
+def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 

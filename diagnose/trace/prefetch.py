@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from diagnose.analysis.inflate import gunzip
+from diagnose.trace.inflate import gunzip
 
 _pending: dict[str, tuple[threading.Thread, list]] = {}
 # a trace whose text is larger is streamed (stream.py), in bounded memory and as fast; the whole text, held with

@@ -18,12 +18,12 @@ from conftest import (
     one_step_and_its_neighbours,
 )
 
-from diagnose.analysis import stream
-from diagnose.analysis import trace as trace_module
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.trace import load_trace
-from diagnose.analysis.window import ObjectCounter, StepCounter, choose_window
+from diagnose.trace import load as trace_module
+from diagnose.trace import stream
+from diagnose.trace.kept_steps import ObjectCounter, StepCounter, choose_kept_steps
+from diagnose.trace.load import load_trace
+from diagnose.trace.spans import Spans
 
 
 def _counted(path) -> StepCounter:
@@ -43,7 +43,7 @@ def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
     counter = _counted(path)
     budget = one_step_and_its_neighbours(counter)
     windowed = load_trace(path, max_events=budget)
-    window = windowed.window
+    window = windowed.kept_steps
     assert window is not None and 1 <= window.last - window.first + 1 < window.steps
     whole = analyze(Inputs(load_trace(path, max_events=0))).steps[window.first:window.last + 1]
     mine = analyze(Inputs(windowed))
@@ -64,11 +64,11 @@ def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_
     monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
     monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
     path = generated_trace(tmp_path, 100_000, "--no-markers") if name == "generated" else TRACES / name
-    counter = stream.counted(path, 1)
+    counter = stream.text_counted(path, 1)
     assert not counter.stepped and len(counter.starts) > 20
     budget = counter.events // 4
     windowed = load_trace(path, max_events=budget)
-    window = windowed.window
+    window = windowed.kept_steps
     assert window.by_time and window.keep_from < window.keep_until and not (window.lead_in or window.lead_out)
     if counter.marks:  # its marker dropped, the marker's thread stays the main one
         assert windowed.main_thread == window.main_thread != ()
@@ -91,13 +91,13 @@ def test_steps_too_big_for_the_budget_are_cut_in_time_so_memory_stays_bounded(mo
     monkeypatch.setattr(stream, "READ_BYTES", 32 << 10)
     monkeypatch.setattr(StepCounter, "OVERLAP", 2 << 10)
     path = generated_trace(tmp_path, 100_000, "--steps", "5")
-    counter = stream.counted(path, 1)
+    counter = stream.text_counted(path, 1)
     step_events = counter.events // 5
     fits = load_trace(path, max_events=3 * step_events + 100)  # one step and its neighbours fit: cut at steps
-    assert not fits.window.by_time and fits.window.first == fits.window.last == 2
+    assert not fits.kept_steps.by_time and fits.kept_steps.first == fits.kept_steps.last == 2
     budget = 2 * step_events  # fewer than three steps' events
     windowed = load_trace(path, max_events=budget)
-    window = windowed.window
+    window = windowed.kept_steps
     assert window.by_time and window.steps == 5 and not (window.lead_in or window.lead_out)
     assert _spans_held(windowed) < 0.8 * _spans_held(fits)  # about two steps' events, not three
     assert windowed.main_thread == window.main_thread != ()  # the markers' thread, its markers dropped
@@ -108,13 +108,13 @@ def test_steps_too_big_for_the_budget_are_cut_in_time_so_memory_stays_bounded(mo
 
 
 def test_ranks_cut_in_time_where_one_ranks_steps_are_too_big():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_kept_steps
 
     small, big = _counter(range(0, 10), 1000), _counter(range(0, 10), 4000)  # 100 and 400 events a step
     for counter in (small, big):
         counter.starts.extend(float(t) for t in range(0, 1000, 10))
-    assert not small.window(500).by_time and big.window(500).by_time
-    first, second = agreed_windows([small, big], 500)
+    assert not small.kept_steps(500).by_time and big.kept_steps(500).by_time
+    first, second = agreed_kept_steps([small, big], 500)
     assert first.by_time and second.by_time  # the same stretch of training in both
     assert (first.keep_from, first.keep_until) == (second.keep_from, second.keep_until)
     assert "another rank's steps are too big" in first.note()  # (its own steps fit: not said of them)
@@ -122,25 +122,25 @@ def test_ranks_cut_in_time_where_one_ranks_steps_are_too_big():
 
 
 def test_a_rank_with_too_few_steps_is_cut_in_time_beside_ranks_cut_at_steps():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_kept_steps
 
     timed = _counter([], 1000)
     timed.starts.extend(float(t) for t in range(0, 1000, 10))
-    stepped, alone = agreed_windows([_counter(range(0, 10), 1000), timed], 500)
+    stepped, alone = agreed_kept_steps([_counter(range(0, 10), 1000), timed], 500)
     assert stepped.by_time is False and (stepped.first, stepped.last) == (3, 5)
     assert alone.by_time and alone.keep_from == pytest.approx(247.5) and alone.keep_until == pytest.approx(742.5)
 
 
 def test_the_ranks_of_a_job_cut_in_time_share_one_span():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_kept_steps
 
     ranks = [_counter([], events) for events in (1000, 2000, 1000)]
     for counter in ranks[:2]:
         counter.starts.extend(float(t) for t in range(0, 1000, 10))
     ranks[2].starts.extend(float(t) for t in range(5000, 6000, 10))  # another run's trace: no time in common
-    alone = [c.window(500) for c in ranks]
+    alone = [c.kept_steps(500) for c in ranks]
     assert alone[0].keep_until - alone[0].keep_from > alone[1].keep_until - alone[1].keep_from  # half the share
-    first, second, other = agreed_windows(ranks, 500)
+    first, second, other = agreed_kept_steps(ranks, 500)
     assert (first.keep_from, first.keep_until) == (second.keep_from, second.keep_until)
     assert first.keep_until - first.keep_from == pytest.approx(alone[1].keep_until - alone[1].keep_from)
     assert (other.keep_from, other.keep_until) == (alone[2].keep_from, alone[2].keep_until)
@@ -150,7 +150,7 @@ def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
     import gzip
     import itertools
 
-    from diagnose.analysis.window import STEP_MARK
+    from diagnose.trace.kept_steps import STEP_MARK
 
     text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
     monkeypatch.setattr(StepCounter, "OVERLAP", 700)  # blocks of 100 to 5000 bytes: short ones and seams
@@ -169,7 +169,7 @@ def test_the_first_pass_reads_markers_cut_by_block_ends_once(monkeypatch):
 def test_a_marker_cut_anywhere_by_a_block_end_is_read_once(monkeypatch):
     import gzip
 
-    from diagnose.analysis.window import STEP_MARK, STEP_NAME
+    from diagnose.trace.kept_steps import STEP_MARK, STEP_NAME
 
     text = gzip.decompress((TRACES / "v100_ddp_rank1_of2.json.gz").read_bytes())
     monkeypatch.setattr(StepCounter, "OVERLAP", 700)
@@ -185,7 +185,7 @@ def test_a_marker_cut_anywhere_by_a_block_end_is_read_once(monkeypatch):
 
 def test_a_trace_within_the_budget_is_read_whole():
     path = TRACES / "a100_ddp_rank3_of8.json.gz"
-    assert load_trace(path).window is None and load_trace(path, max_events=10 ** 9).window is None
+    assert load_trace(path).kept_steps is None and load_trace(path, max_events=10 ** 9).kept_steps is None
 
 
 MARKS = [(b"1", b"1", float(i * 100), 90.0, str(i).encode()) for i in range(10)]  # ten steps of 100 us, one thread
@@ -201,7 +201,7 @@ WINDOW_CASES = [  # (marks, events, budget, expected (first, last, lead_in, lead
 
 @pytest.mark.parametrize("marks, events, budget, expected", WINDOW_CASES)
 def test_the_window_is_the_middle_steps_that_fit(marks, events, budget, expected):
-    window = choose_window(marks, events, budget, launches=[(b"1", 150.0, 7), (b"1", 950.0, 90)])
+    window = choose_kept_steps(marks, events, budget, launches=[(b"1", 150.0, 7), (b"1", 950.0, 90)])
     if expected is None:
         assert window is None
         return
@@ -213,23 +213,23 @@ def test_the_window_is_the_middle_steps_that_fit(marks, events, budget, expected
 
 def test_the_launch_sample_bounds_the_device_work_kept():
     launches = [(b"1", 150.0, 7), (b"1", 250.0, 11), (b"2", 150.0, 5000), (b"1", 750.0, 60), (b"1", 950.0, 90)]
-    window = choose_window(MARKS, 1000, 500, launches)
+    window = choose_kept_steps(MARKS, 1000, 500, launches)
     assert (window.corr_low, window.corr_high, window.by_launch) == (7, 60, True)  # the main process' own ids
-    unsampled = choose_window(MARKS, 1000, 500, launches[:3])  # none after the window: kept by time instead
+    unsampled = choose_kept_steps(MARKS, 1000, 500, launches[:3])  # none after the window: kept by time instead
     assert not unsampled.by_launch
 
 
 def test_host_events_are_kept_while_the_device_still_runs_the_window():
     launches = [(b"1", 150.0, 7), (b"1", 750.0, 60)]  # the window: steps 3-5, kept 200-690 us with its lead steps
-    lagging = choose_window(MARKS, 1000, 500, launches, kernels=[(600.0, 30), (1200.0, 61), (980.0, 75)])
+    lagging = choose_kept_steps(MARKS, 1000, 500, launches, kernels=[(600.0, 30), (1200.0, 61), (980.0, 75)])
     assert (lagging.keep_until, lagging.host_until) == (690.0, 980.0)  # the first work launched after it ran at 980
-    unsampled = choose_window(MARKS, 1000, 500, launches, kernels=[(300.0, 20), (680.0, 55)])
+    unsampled = choose_kept_steps(MARKS, 1000, 500, launches, kernels=[(300.0, 20), (680.0, 55)])
     assert unsampled.host_until == 690.0  # no later work sampled: the lead-out step's end
 
 
 def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
     from diagnose.analysis.sources import analyze_traces
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_kept_steps
 
     paths = []
     for rank, events in ((0, 60_000), (1, 90_000)):  # ranks of different sizes: alone, different windows
@@ -238,10 +238,10 @@ def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
                         str(events), "--rank", str(rank), "--seed", str(rank), "--world-size", "2"],
                        check=True, capture_output=True, timeout=300)
     budget = 25_000
-    counters = [stream.counted(path, budget) for path in paths]
-    alone = [(w.first, w.last) for w in (c.window(budget) for c in counters)]
+    counters = [stream.text_counted(path, budget) for path in paths]
+    alone = [(w.first, w.last) for w in (c.kept_steps(budget) for c in counters)]
     assert alone[0] != alone[1]
-    agreed = agreed_windows(counters, budget)
+    agreed = agreed_kept_steps(counters, budget)
     assert (agreed[0].first, agreed[0].last) == (agreed[1].first, agreed[1].last)
     analysis = analyze_traces(paths, jobs=2, max_events=budget)
     assert f"steps {agreed[0].first + 1}-{agreed[0].last + 1} of 10 were analysed" in analysis.notes[0]
@@ -251,8 +251,8 @@ def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
 def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tmp_path):
     # rank 1's events have their keys sorted: the text's pass reads nothing of it, its objects are counted instead
     from diagnose.analysis.sources import analyze_traces
-    from diagnose.analysis.trace_file import counted
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_kept_steps
+    from diagnose.trace.trace_file import counted
 
     paths = []
     for rank, events, layout in ((0, 60_000, ()), (1, 90_000, ("--sorted-keys",))):
@@ -264,11 +264,11 @@ def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tm
     counters = [counted(path, budget) for path in paths]
     assert counters[0].kineto_layout is True and isinstance(counters[1], ObjectCounter)
     assert len(counters[1].marks) == 10 and counters[1].stepped
-    alone = [(w.first, w.last) for w in (c.window(budget) for c in counters)]
+    alone = [(w.first, w.last) for w in (c.kept_steps(budget) for c in counters)]
     assert alone[0] != alone[1]
-    agreed = agreed_windows(counters, budget)
+    agreed = agreed_kept_steps(counters, budget)
     assert (agreed[0].first, agreed[0].last) == (agreed[1].first, agreed[1].last)
-    assert load_trace(paths[1], max_events=budget, window=agreed[1]).window == agreed[1]
+    assert load_trace(paths[1], max_events=budget, kept_steps=agreed[1]).kept_steps == agreed[1]
     analysis = analyze_traces(paths, jobs=1, max_events=budget)
     steps = agreed[0].last - agreed[0].first + 1
     assert f"steps {agreed[0].first + 1}-{agreed[0].last + 1} of 10 were analysed" in analysis.notes[0]
@@ -283,9 +283,9 @@ def _counter(numbers, events: int) -> StepCounter:
 
 
 def test_ranks_agree_on_step_numbers_not_positions():
-    from diagnose.analysis.window import agreed_windows
+    from diagnose.trace.kept_steps import agreed_kept_steps
 
-    early, late = agreed_windows([_counter(range(0, 11), 1100), _counter(range(1, 11), 1000), None], 500)[:2]
+    early, late = agreed_kept_steps([_counter(range(0, 11), 1100), _counter(range(1, 11), 1000), None], 500)[:2]
     assert (early.first, late.first) == (4, 3)  # one rank recorded a step more, before the others began
     assert (early.keep_from, early.keep_until) == (late.keep_from, late.keep_until)  # ProfilerStep#4-6, both
 
@@ -310,7 +310,7 @@ def test_max_events_must_not_be_negative(tmp_path):
 def _peak_of_analyze(path, budget: int) -> tuple[int, int]:
     """(peak RSS of a process that loads and analyses the trace, helper included; bytes of the arrays its trace
     holds), the peak the lower of two runs (a process' peak varies by about 10 MiB from run to run here)."""
-    measure = ("import sys; from pathlib import Path; from diagnose.analysis.trace import load_trace; "
+    measure = ("import sys; from pathlib import Path; from diagnose.trace.load import load_trace; "
                "from diagnose.analysis.analyze import Inputs, analyze; "
                "t = load_trace(Path(sys.argv[1]), max_events=int(sys.argv[2])); analyze(Inputs(t)); "
                "held = sum(a.nbytes for s in vars(t).values() if hasattr(s, 'corr') "
@@ -345,8 +345,8 @@ def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its
                                                                                          monkeypatch):
     # its events' keys sorted: the text's first pass cannot read it; a first pass over its parsed objects chooses
     # the window, and the window's steps get the figures the whole trace gives them
-    from diagnose.analysis import event_pieces
-    from diagnose.analysis.trace_file import read_events
+    from diagnose.trace import event_pieces
+    from diagnose.trace.trace_file import read_events
 
     original = TRACES / name
     path = tmp_path / "sorted_keys.json"
@@ -359,7 +359,7 @@ def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its
         objects.feed_events(events)
     assert objects.marks == counter.marks  # the same steps, as the text's pass reads them
     windowed = load_trace(path, max_events=budget)
-    window = windowed.window
+    window = windowed.kept_steps
     assert window is not None and 1 <= window.last - window.first + 1 < window.steps
     whole = analyze(Inputs(load_trace(original, max_events=0))).steps[window.first:window.last + 1]
     mine = analyze(Inputs(windowed))

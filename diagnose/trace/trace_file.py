@@ -7,18 +7,18 @@ from typing import NamedTuple, Optional
 
 import orjson
 
-import diagnose.analysis.prefetch as prefetch
-from diagnose.analysis import stream
-from diagnose.analysis.classify import KINDS, complete_events, correlation_id, empty_buckets, event_kind, thread_value
-from diagnose.analysis.event_pieces import EventPieces, NotEvents
-from diagnose.analysis.flop_ops import FlopOps, flop_ops_of_events
-from diagnose.analysis.inflate import ERRORS as INFLATE_ERRORS
-from diagnose.analysis.inflate import gunzip
-from diagnose.analysis.memory_events import MemoryEvents, memory_of_events
-from diagnose.analysis.release import give_back_freed_memory
-from diagnose.analysis.spans import Spans
-from diagnose.analysis.window import ObjectCounter, StepCounter, StepWindow, flops_in, memory_in, spans_in
+import diagnose.trace.prefetch as prefetch
 from diagnose.errors import UserError
+from diagnose.trace import stream
+from diagnose.trace.classify import KINDS, complete_events, correlation_id, empty_buckets, event_kind, thread_value
+from diagnose.trace.event_pieces import EventPieces, NotEvents
+from diagnose.trace.flop_ops import FlopOps, flop_ops_of_events
+from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.trace.inflate import gunzip
+from diagnose.trace.kept_steps import KeptSteps, ObjectCounter, StepCounter, flops_in, memory_in, spans_in
+from diagnose.trace.memory_events import MemoryEvents, memory_of_events
+from diagnose.trace.release import give_back_freed_memory
+from diagnose.trace.spans import Spans
 
 
 def read_bytes(path: Path) -> bytes:
@@ -63,7 +63,7 @@ def parsed_whole(path: Path, raw: bytes) -> Parsed:
 
 
 def parsed_in_pieces(path: Path, piece_bytes: Optional[int] = None,
-                     window: Optional[StepWindow] = None) -> Optional[Parsed]:
+                     window: Optional[KeptSteps] = None) -> Optional[Parsed]:
     """The trace through the full JSON parser a piece at a time (event_pieces.py): any layout, in memory bounded
     by the spans' arrays and a few pieces of text; with a `window`, only its steps' events are kept. None where the
     file is not a whole trace (the whole-text reader then says what is wrong with it)."""
@@ -88,7 +88,7 @@ def parsed_in_pieces(path: Path, piece_bytes: Optional[int] = None,
                   MemoryEvents.concat(memory), FlopOps.concat(flop_ops))
 
 
-def window_of_objects(path: Path, max_events: int, piece_bytes: Optional[int] = None) -> Optional[StepWindow]:
+def kept_steps_of_objects(path: Path, max_events: int, piece_bytes: Optional[int] = None) -> Optional[KeptSteps]:
     """The window of steps to keep of a trace in another layout that holds more than `max_events` events: a first
     pass parses its pieces and counts (window.ObjectCounter); None: keep every event (or not a whole trace)."""
     if max_events <= 0 or not stream.may_hold(path, max_events):
@@ -96,7 +96,7 @@ def window_of_objects(path: Path, max_events: int, piece_bytes: Optional[int] = 
     counter = object_counted(path, piece_bytes)
     if counter is None:
         return None
-    window = counter.window(max_events)
+    window = counter.kept_steps(max_events)
     del counter
     give_back_freed_memory()  # the pieces' objects: the second pass starts from nothing held
     return window
@@ -116,17 +116,17 @@ def object_counted(path: Path, piece_bytes: Optional[int] = None) -> Optional[Ob
 def counted(path: Path, max_events: int) -> Optional[StepCounter]:
     """The first pass over a trace that may hold more than `max_events` events (None: it cannot, or no budget):
     over its text, or over its objects where its events are in a layout the text's pass does not read."""
-    counter = stream.counted(path, max_events)
+    counter = stream.text_counted(path, max_events)
     if counter is not None and counter.kineto_layout is False:
         return object_counted(path)
     return counter
 
 
-def step_window(path: Path, max_events: int) -> Optional[StepWindow]:
+def kept_steps_of(path: Path, max_events: int) -> Optional[KeptSteps]:
     """The window of steps to keep of a trace in any layout that holds more than `max_events` events (None: keep
     every event), chosen by the first pass its layout needs."""
     counter = counted(path, max_events)
-    window = counter.window(max_events) if counter is not None else None
+    window = counter.kept_steps(max_events) if counter is not None else None
     del counter
     give_back_freed_memory()
     return window

@@ -19,8 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.analysis.spans import CODE
-
+CODE = np.int32  # a span's thread, name or key as an index into its table: the type the compiled walks take
 NUMBER_WIDTH = 32
 FIELDS = 10  # mark, cat start/end, name start/end, pid start/end, tid start/end, correlation
 
@@ -46,7 +45,7 @@ def _load() -> None:
     """Import the kernels and run them once on a sample (numba loads its cached machine code on a first call)."""
     global _compiled
     try:
-        from diagnose.analysis import _jitkernels
+        from diagnose.trace import _jitkernels
     except Exception:  # no numba on this platform, or no place to cache its code: the expression reads every trace
         _compiled = False
         return

@@ -4,6 +4,7 @@ straight from the trace's bytes (one regular expression for the few names that m
 on its own."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -11,10 +12,13 @@ from typing import Iterable, Optional
 import numpy as np
 import orjson
 
-from diagnose.analysis.classify import complete_events, thread_value
-from diagnose.analysis.fastparse import _thread_into
-from diagnose.analysis.patterns import ID, NUMBER, SEP, compiled
-from diagnose.analysis.spans import CODE, merged_table, recoded
+import diagnose.trace.intervals as iv
+from diagnose.trace import jitscan
+from diagnose.trace.classify import complete_events, thread_value
+from diagnose.trace.fastparse import _thread_into
+from diagnose.trace.nesting import walk_outermost
+from diagnose.trace.patterns import ID, NUMBER, SEP, compiled
+from diagnose.trace.spans import CODE, merged_table, recoded
 
 # the ops that do a step's arithmetic; their callers (linear, matmul, scaled_dot_product_attention) are not
 # listed, so each product is counted once, where it is computed
@@ -144,3 +148,21 @@ def _args(raw: bytes) -> dict:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def outermost_in(ops: FlopOps, host_windows: np.ndarray) -> np.ndarray:
+    """The counted ops inside the steps that are not inside another counted op on the same thread, by start."""
+    indices = np.flatnonzero(iv.contains(iv.union(host_windows), ops.ts))
+    # by start, the longest first among equal starts (np.lexsort is stable)
+    order = indices[np.lexsort((-ops.dur[indices], ops.ts[indices]))]
+    kernels = jitscan.for_size(len(order))
+    if kernels is not None:  # a big trace: the walk compiled, over arrays
+        keep = np.empty(len(order), dtype=np.intp)
+        n = kernels.walk_outermost(order.astype(np.intp, copy=False), ops.thread_codes.astype(CODE, copy=False),
+                                   np.ascontiguousarray(ops.ts), np.ascontiguousarray(ops.dur),
+                                   np.full(len(ops.threads), -np.inf), keep)
+        return keep[:n].copy()
+    keep_list = [0] * len(order)
+    n = walk_outermost(order.tolist(), ops.thread_codes.tolist(), ops.ts.tolist(), ops.dur.tolist(),
+                       [-math.inf] * len(ops.threads), keep_list)
+    return np.asarray(keep_list[:n], dtype=np.intp)

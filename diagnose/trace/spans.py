@@ -9,9 +9,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from diagnose.analysis.release import give_back_freed_memory
-
-CODE = np.int32
+from diagnose.trace import jitscan
+from diagnose.trace.jitscan import CODE
+from diagnose.trace.release import give_back_freed_memory
 
 
 def _no_codes() -> np.ndarray:
@@ -145,8 +145,6 @@ def codes_of(values: Sequence) -> tuple[np.ndarray, list]:
 
 def present_in_order(codes: np.ndarray) -> np.ndarray:
     """The codes that occur, in order of their first occurrence."""
-    from diagnose.analysis import jitscan  # (here: jitscan imports this module)
-
     kernels = jitscan.for_size(len(codes))
     if kernels is not None and len(codes) and codes.dtype == CODE:  # a big trace: one pass (np.unique sorts a copy)
         table = int(codes.max()) + 1
@@ -200,3 +198,11 @@ def _join(parts: list[Spans], column: str, size: int, spend: bool, merged: Optio
     if spend:
         give_back_freed_memory()
     return out
+
+
+def in_start_order(starts: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """`calls` in order of start (stably): as they are when they are already (a thread's calls usually are)."""
+    kernels = jitscan.for_size(len(calls))
+    if kernels is not None and kernels.ascending(starts, calls):
+        return calls
+    return calls[np.argsort(starts[calls], kind="stable")]

@@ -21,7 +21,8 @@ COMM_MARKERS = ("nccl", "rccl", "gloo", "c10d::", "allreduce", "all_reduce", "al
                 "reduce_scatter", "record_param_comms")  # not "broadcast": aten::broadcast_tensors is local
 SYNC_RUNTIME = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "hipStreamSynchronize",
                 "hipDeviceSynchronize", "hipEventSynchronize")
-KINDS = ("step", "dl", "cpu", "ann", "kernel", "memcpy", "memset", "rt", "py")  # what event_kind returns
+# what event_kind returns (in this order: the fast parser codes kinds by their place here)
+KINDS = ("step", "dataloader", "cpu", "annotation", "kernel", "memcpy", "memset", "runtime", "python")
 
 
 def empty_buckets() -> dict[str, list]:
@@ -49,7 +50,7 @@ def event_kind(e: dict) -> Optional[str]:
     if _is_step(name):
         return "step"
     if _is_dataloader(name):
-        return "dl"
+        return "dataloader"
     if cat in CPU_OP or (not cat and name.startswith(("aten::", "c10d::"))):
         return "cpu"
     if cat in KERNEL:
@@ -59,11 +60,11 @@ def event_kind(e: dict) -> Optional[str]:
     if cat in MEMSET:
         return "memset"
     if cat in RUNTIME:
-        return "rt"
+        return "runtime"
     if cat in PYTHON:
-        return "py"
+        return "python"
     if cat in ANNOTATION:
-        return "ann"
+        return "annotation"
     return None
 
 
