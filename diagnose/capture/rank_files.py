@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+from diagnose.capture.energy import summed_over_ranks
 from diagnose.model import Capture, Measurement, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
@@ -42,7 +43,8 @@ def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
     notes += [f"rank {r} wrote no results (stopped by the launcher before it could)" for r in silent]
     if capture.error is not None:
         capture = replace(capture, error=replace(capture.error, message=f"rank {chosen}: {capture.error.message}"))
-    merged = replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures))
+    merged = replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures),
+                     energy=summed_over_ranks([c.energy for c in captures.values()]))
     write_json(RunFolder(run_dir).capture, merged)
     return merged
 
