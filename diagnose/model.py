@@ -461,6 +461,10 @@ class Capture:
     worker_failure: Optional[WorkerFailure] = None  # the script's error was a DataLoader worker's death
     run_length: Optional[RunLength] = None  # the run the script is written for, as its loops and trainer say
     energy: tuple[EnergyReading, ...] = ()  # over the timed window, per domain (gpu, host); summed over ranks
+    # what `python train.py` pays before its first line: the interpreter's start and torch's import (diagnose's own
+    # imports and set-up left out); then the script's first line to its first step
+    process_start_s: Optional[float] = None
+    script_to_first_step_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -890,6 +894,23 @@ class GateResult:
 
 
 @dataclass(frozen=True)
+class RunCostChange:
+    """compare: the same run (A's length, else B's) at A's and at B's step time, energy per step and start-up."""
+    length: RunLength
+    a_train_s: float
+    b_train_s: float
+    b_train_s_ci: Optional[tuple[float, float]]  # the step ratio's interval carried through
+    a_device_hours: float
+    b_device_hours: float
+    a_energy_j: Optional[float] = None  # None: that side read no energy counter
+    b_energy_j: Optional[float] = None
+    a_money: Optional[float] = None  # at one set of prices for both (A's, else B's)
+    b_money: Optional[float] = None
+    price_per_hour: Optional[float] = None
+    price_per_kwh: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Comparison:
     """RUN/compare.json: B against A (schema 1)."""
     schema: int
@@ -904,6 +925,7 @@ class Comparison:
     environment_changes: tuple[tuple[str, str, str], ...] = ()  # (what, A, B) where they differ
     gate: Optional[GateResult] = None
     notes: tuple[str, ...] = ()
+    run_cost: Optional[RunCostChange] = None  # the same run's hours, kWh and money on both sides
 
 
 @dataclass(frozen=True)
@@ -923,6 +945,8 @@ class RunCostOption:
     money: Optional[float] = None  # device-hours x price per hour + kWh x price per kWh, where both were given
     money_ci: Optional[tuple[float, float]] = None
     energy_note: str = ""  # why no energy figure for this option
+    saved_s: Optional[float] = None  # the run now less this option's run (None for now itself)
+    saved_money: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ class RaplCounters:
         self.zones: list[Path] = []
         self.why_not = ""
         if not root.is_dir():
-            self.why_not = f"no RAPL on this machine ({root} does not exist)"
+            self.why_not = f"no RAPL on this machine: {root} does not exist"
             return
         zones = sorted(p for p in root.iterdir() if PACKAGE_ZONE.match(p.name))
         if not zones:

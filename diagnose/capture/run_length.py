@@ -78,16 +78,20 @@ def run_length(observed: Optional[Observed], loader_len: Optional[int], micro_pe
     if inner.over_loader and loader_len is not None:
         inner = Loop(inner.location, inner.code, float(loader_len), True)
     steps_per_epoch = inner.count * per_iteration if inner.over_loader else None
-    total, epochs, read = inner.count * per_iteration, 1.0, [f"{inner.location} ({inner.code})"]
+    total, epochs, read = inner.count * per_iteration, 1.0, [_said(inner)]
     for loop in outer:
         if loop.count is None:
             return RunLength(None, steps_per_epoch=steps_per_epoch,
                              note=f"the loop at {loop.location} ({loop.code}) has no count to read; {NO_COUNT}")
         total, epochs = total * loop.count, epochs * loop.count
-        read.append(f"{loop.location} ({loop.code})")
-    source = "the loop" + ("s" if len(read) > 1 else "") + " at " + ", inside ".join(read)
+        read.append(_said(loop))
+    source = " > ".join(reversed(read))  # outermost first, as the script reads
     return RunLength(total, source=source, steps_per_epoch=steps_per_epoch,
                      epochs=epochs if steps_per_epoch is not None else None)
+
+
+def _said(loop: Loop) -> str:
+    return f"`{loop.code}` ({loop.location})"
 
 
 def with_user_length(script: Optional[RunLength], total_steps: Optional[int], epochs: Optional[float]) -> RunLength:
@@ -211,7 +215,7 @@ def _evaluate(node: ast.AST, frame: FrameType) -> Any:
     """Names, attributes held in an object's own fields, constants, indexing of built-in containers, arithmetic
     and len/int/min/max/round: what `range(args.epochs)`, `range(cfg["epochs"])` or `range(len(loader) * 3)` need,
     and nothing that runs the script's code but a container's len()."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):  # str: a key
         return node.value
     if isinstance(node, ast.Name):
         for scope in (frame.f_locals, frame.f_globals):

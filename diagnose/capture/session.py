@@ -17,7 +17,7 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import hang, probe, run_length, worker_failure
+from diagnose.capture import hang, probe, process_start, run_length, worker_failure
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.flop_counter import StepFlops
@@ -475,6 +475,9 @@ class Session(ScriptHost):
             run_length=run_length.run_length(self.script_loops, _length(self._train_loader_object()),
                                              _usual(instr.clock.micro_per_step[self.warmup:]), instr.clock.source),
             energy=self.energy.readings([(row["t_s"], row.get("power_w")) for row in list(self.system.rows)]),
+            process_start_s=process_start.seconds(),
+            script_to_first_step_s=self.first_step_at - self.script_started_at
+            if self.first_step_at is not None and getattr(self, "script_started_at", None) else None,
         )
 
     def _train_loader_object(self):

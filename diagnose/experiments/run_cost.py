@@ -10,6 +10,7 @@ a change's energy is not given, rather than guessed from its time. Money: device
 hour plus kWh at their price per kWh; without them, hours and kWh only."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from diagnose.capture.run_length import with_user_length
@@ -41,12 +42,13 @@ def run_cost(capture: Optional[Capture], analysis: Optional[Analysis], results: 
     if not step_s:
         return None
     length = with_user_length(capture.run_length, inputs.total_steps, inputs.epochs)
-    startup_s = capture.startup.seconds if capture.startup is not None and capture.startup.reached_step else None
+    startup_s = _startup_s(capture)
     devices = _devices(capture)
     samples = _samples_per_step(capture)
     energy_step, sources, energy_note = _energy_per_step(capture.energy)
     now = _option("now", "", 1.0, None, length, step_s, startup_s, energy_step, devices, inputs, "")
-    changes = [_change_option(e, length, step_s, startup_s, devices, inputs) for e in _verified(results)]
+    changes = [_with_saving(_change_option(e, length, step_s, startup_s, devices, inputs), now, devices, inputs)
+               for e in _verified(results)]
     return RunCost(
         length=length,
         step_s=step_s,
@@ -64,6 +66,17 @@ def run_cost(capture: Optional[Capture], analysis: Optional[Analysis], results: 
     )
 
 
+def _startup_s(capture: Capture) -> Optional[float]:
+    """The process's start to the first step, as a plain run pays it once: the interpreter and torch's import before
+    the script's first line, then the script's own start-up; diagnose's own imports and set-up left out (else, from
+    an older capture, the start-up as diagnose measured it)."""
+    if capture.startup is None or not capture.startup.reached_step:
+        return None
+    if capture.process_start_s is not None and capture.script_to_first_step_s is not None:
+        return capture.process_start_s + capture.script_to_first_step_s
+    return capture.startup.seconds
+
+
 def _verified(results: ExperimentResults) -> list[Experiment]:
     """Each change verified faster, the combination last (only when it joins several: one winner is its own); the
     ceiling is no change one can make."""
@@ -74,6 +87,16 @@ def _verified(results: ExperimentResults) -> list[Experiment]:
     if combined is not None and len(combined.setting.get("changes", ())) > 1:
         found.append(combined)
     return found
+
+
+def _with_saving(option: RunCostOption, now: RunCostOption, devices: int, inputs: CostInputs) -> RunCostOption:
+    """The time saved over the run, and its price: device-hours saved at the price per hour (a change's energy is
+    not measured, so no energy saving is priced)."""
+    if now.train_s is None or option.train_s is None:
+        return option
+    saved_s = now.train_s - option.train_s
+    saved_money = saved_s / 3600 * devices * inputs.price_per_hour if inputs.price_per_hour is not None else None
+    return replace(option, saved_s=saved_s, saved_money=saved_money)
 
 
 def _change_option(e: Experiment, length: RunLength, step_s: float, startup_s: Optional[float], devices: int,
