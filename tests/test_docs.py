@@ -26,9 +26,10 @@ def _undocumented(section: str, *classes) -> list[str]:
 
 @pytest.mark.parametrize("heading, classes", [
     ("### diagnosis.json (schema 1)", (model.Diagnosis, model.Experiment, model.Headline, model.Finding,
-                                      model.BudgetReport, model.PhaseStat, model.Startup)),
+                                      model.BudgetReport, model.PhaseStat, model.Startup, model.RunCost,
+                                      model.RunCostOption, model.RunLength)),
     ("### compare.json (schema 1)", (model.Comparison, model.CompareSide, model.StepChange, model.AmountChange,
-                                    model.FindingChange, model.GateResult)),
+                                    model.FindingChange, model.GateResult, model.RunCostChange)),
 ])
 def test_every_field_of_the_written_files_is_documented(heading, classes):
     assert _undocumented(_section(heading), *classes) == []
