@@ -103,7 +103,7 @@ def _change_option(e: Experiment, length: RunLength, step_s: float, startup_s: O
                    inputs: CostInputs) -> RunCostOption:
     label = setting_label(e.optimization, e.setting)
     if e.optimization == "combined":
-        label = "together: " + ", ".join(e.setting.get("changes", ()))
+        label = f"combined ({len(e.setting.get('changes', ()))} verified changes)"  # the headline names them
     startup = startup_s
     if startup is not None and e.first_step_s is not None and e.baseline_first_step_s is not None:
         startup = max(0.0, startup + e.first_step_s - e.baseline_first_step_s)

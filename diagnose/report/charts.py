@@ -318,10 +318,11 @@ def run_cost_chart(labels: Sequence[str], seconds: Sequence[float], cis: Sequenc
     def x_of(value_s: float) -> float:
         return c.left + value_s / per / top_value * (c.right - c.left)
 
-    for k in range(5):
-        x = c.left + (c.right - c.left) * k / 4
+    parts = 4 if round(top_value / 10 ** math.floor(math.log10(top_value)), 6) == 2 else 5  # round ticks
+    for k in range(parts + 1):
+        x = c.left + (c.right - c.left) * k / parts
         c.line(x, c.top, x, c.bottom, "#e3e3e6")
-        c.text(x, c.bottom + 14, f"{top_value * k / 4:g} {unit}", color="#555")
+        c.text(x, c.bottom + 14, f"{top_value * k / parts:g} {unit}", color="#555")
     for i, (label, value, ci, text) in enumerate(zip(labels, seconds, cis, texts)):
         y = c.top + row * i
         c.rect(c.left, y + 4, x_of(value) - c.left, row - 8, "#7f8c8d" if i == 0 else "#1e8449", text)
