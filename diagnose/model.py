@@ -173,6 +173,9 @@ class Measurement:
     rewarm_steps: int = 1  # steps in each epoch start-up: the one that made the iterator, then the refill
     steps_per_epoch: Optional[int] = None  # len() of the training loader, when it has one
     fed: FedRecord = FedRecord()
+    # the energy counters over the timed span (the first window's start to the last one's end, epoch starts
+    # included), per domain; empty where none was read
+    energy: tuple["EnergyReading", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,7 @@ class EnergyReading:
     source: str  # nvml-energy-counter | nvml-power-samples | rapl | unavailable
     devices: int = 0  # devices (GPUs, CPU packages) summed
     note: str = ""
+    samples: Optional[int] = None  # samples fed over the same steps, where counted (experiments' timed runs)
 
 
 @dataclass(frozen=True)
@@ -750,6 +754,9 @@ class Experiment:
     # the baseline's runs, and the variant's (the baseline's x the speedup: the same FLOPs per sample)
     mfu_before: Optional[float] = None
     mfu_after: Optional[float] = None
+    # energy per unit of work (a step, or a sample for samples/s), the variant's over the baseline's: geometric means
+    # of their timed runs' counters; None where the runs read no counter
+    energy_ratio: Optional[float] = None
 
 
 @dataclass(frozen=True)

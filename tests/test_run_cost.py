@@ -16,7 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from diagnose.capture import run_length
 from diagnose.capture.energy import MIN_COUNTER_WINDOW_S, POWERCAP, EnergyMeter, RaplCounters, summed_over_ranks
-from diagnose.experiments.run_cost import run_cost
+from diagnose.capture.runner import run_in_child
+from diagnose.experiments.run_cost import energy_ratio, run_cost
+from diagnose.experiments.scheduler import TIMED_ENTRY
 from diagnose.model import (
     Capture,
     CostInputs,
@@ -25,13 +27,17 @@ from diagnose.model import (
     Experiment,
     ExperimentResults,
     LoaderInfo,
+    Measurement,
+    MeasurePlan,
+    RunConfig,
     RunCost,
     RunLength,
     Startup,
     Verdict,
 )
 from diagnose.report.run_cost import terminal_lines
-from diagnose.serial import dumps, from_jsonable
+from diagnose.runfolder import RunFolder
+from diagnose.serial import dumps, from_jsonable, read_json
 
 # slow_loader.py as it comes: two epochs of 120 steps, about 20 s plainly; of that, 2.5-4.5 s of start-up that
 # moves with the machine's load (a shorter run would test mostly that)
@@ -294,3 +300,35 @@ def test_compare_says_the_same_run_in_hours_and_money_on_both_sides(short_runs, 
     assert change["length"]["total_steps"] == 240
     assert change["b_train_s"] < change["a_train_s"] / 2 and change["b_money"] < change["a_money"]
     assert "The same run (240 steps, 2 epochs" in proc.stderr
+
+
+# -- a change's energy: the experiments' timed runs read the counters too ----------------------------------------------
+def _timed(joules: float, steps: int = 40, samples: int = 640) -> Measurement:
+    """A timed run's record as a GPU machine writes it (the counter's figures stand in for a GPU's)."""
+    reading = EnergyReading("gpu", joules, 2.0, steps, "nvml-energy-counter", 1, samples=samples)
+    return Measurement("completed", (), (), 1.0, 0.1, (), None, steps, energy=(reading,))
+
+
+def test_a_changes_energy_is_its_runs_energy_per_unit_over_the_baselines():
+    baseline, variant = [_timed(400.0), _timed(400.0)], [_timed(100.0), _timed(100.0)]
+    assert energy_ratio(baseline, variant, "steps/s") == pytest.approx(0.25)
+    bigger_batch = [_timed(400.0, steps=10, samples=640)] * 2  # the same samples in fewer, larger steps
+    assert energy_ratio(baseline, bigger_batch, "samples/s") == pytest.approx(1.0)
+    assert energy_ratio(baseline, [_timed(100.0), Measurement("completed", (), (), 1.0, 0.1, (), None, 40)],
+                        "steps/s") is None  # a run that read no counter: no figure
+    faster = Experiment("amp", {}, "steps/s", 2.0, (1.8, 2.2), Verdict.FASTER, None, None, "", energy_ratio=0.6)
+    cost = run_cost(_capture(), _Analysis(), ExperimentResults((faster,)), CostInputs(price_per_kwh=0.36))
+    now, change = cost.options
+    assert change.energy_j == pytest.approx(0.6 * now.energy_j) and change.energy_note == ""
+    assert change.saved_money == pytest.approx(now.money - change.money)
+
+
+def test_a_timed_run_says_its_energy_was_unavailable_here_and_over_which_steps(tmp_path):
+    plan = MeasurePlan(warmup_steps=3, warmup_s=0.2, window_s=0.3, min_window_steps=5, windows=2)
+    config = RunConfig(script=str(SAMPLES / "slow_loader.py"), script_args=("--read-delay", "0.0005"),
+                       out_dir=str(tmp_path), warmup_steps=0, profile_steps=0, max_seconds=60, measure=plan)
+    run_in_child(config, tmp_path, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
+    measurement = read_json(RunFolder(tmp_path).measure, Measurement)
+    (host,) = measurement.energy  # no GPU here: the host's RAPL only, and it is absent
+    assert host.domain == "host" and host.joules is None and "powercap" in host.note
+    assert host.steps == sum(w.wall_steps for w in measurement.windows) and host.samples == 16 * host.steps

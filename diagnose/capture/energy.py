@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -100,20 +101,25 @@ class EnergyMeter:
         self.window: Optional[tuple[float, float, int]] = None  # (start, end, steps), the clock's seconds
         self.gpu_j: Optional[float] = None
         self.host_j: Optional[float] = None
+        self.samples: Optional[int] = None
 
     def start(self) -> None:
         self.window = None
         self.started = (self.clock(), self._gpu_now(), self._host_now())
 
     def stop(self, steps: int) -> None:
+        self.lap(steps)
+        self.started = None
+
+    def lap(self, steps: int, samples: Optional[int] = None) -> None:
+        """The window from the last start() to now, `steps` long; the start stays for a longer window later."""
         if self.started is None:
             return
         begin, gpu0, host0 = self.started
         end, gpu1, host1 = self.clock(), self._gpu_now(), self._host_now()
-        self.window = (begin, end, steps)
+        self.window, self.samples = (begin, end, steps), samples
         self.gpu_j = gpu1 - gpu0 if gpu0 is not None and gpu1 is not None else None
         self.host_j = self.rapl.joules_between(host0, host1) if host0 is not None and host1 is not None else None
-        self.started = None
 
     def _gpu_now(self) -> Optional[float]:
         return self.gpu.read() if self.gpu is not None and not self.gpu.why_not else None
@@ -131,7 +137,7 @@ class EnergyMeter:
         readings = [] if self.gpu is None else [self._gpu_reading(seconds, steps, begin, end, power_samples)]
         if self.rapl is not None:
             readings.append(self._host_reading(seconds, steps))
-        return tuple(readings)
+        return tuple(replace(r, samples=self.samples) for r in readings)
 
     def _gpu_reading(self, seconds, steps, begin, end, power_samples) -> EnergyReading:
         if self.gpu_j is not None and seconds >= MIN_COUNTER_WINDOW_S:

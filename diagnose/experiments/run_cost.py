@@ -5,15 +5,17 @@ with a change, the same work at the experiment's speedup (its 99% interval carri
 the interval's ends) and start-up moved by what the experiment measured of the first step against the baseline's.
 The speedup is a ratio of throughputs (steps/s, or samples/s where the change alters the batch), so the run's same
 samples take the time now over the speedup either way.
-Energy: the counters read over the timed window (capture/energy.py), per step; the experiments' runs read none, so
-a change's energy is not given, rather than guessed from its time. Money: device-hours at the user's price per
-hour plus kWh at their price per kWh; without them, hours and kWh only."""
+Energy: the counters read over the timed window (capture/energy.py), per step; with a change, that times the energy
+per unit of work its timed runs read against the baseline's (`Experiment.energy_ratio`), never guessed from its time
+where they read none. Money: device-hours at the user's price per hour plus kWh at their price per kWh; without
+them, hours and kWh only."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence
 
 from diagnose.capture.run_length import with_user_length
+from diagnose.experiments.stats import geometric_mean
 from diagnose.formatting import setting_label
 from diagnose.model import (
     Analysis,
@@ -22,6 +24,7 @@ from diagnose.model import (
     EnergyReading,
     Experiment,
     ExperimentResults,
+    Measurement,
     RunCost,
     RunCostOption,
     RunLength,
@@ -30,7 +33,7 @@ from diagnose.model import (
 )
 
 JOULES_PER_KWH = 3.6e6
-CHANGE_ENERGY_NOTE = "not measured: the experiments' timed runs read no energy counter"
+CHANGE_ENERGY_NOTE = "not measured: the experiment's timed runs read no energy counter"
 
 
 def run_cost(capture: Optional[Capture], analysis: Optional[Analysis], results: ExperimentResults,
@@ -47,8 +50,8 @@ def run_cost(capture: Optional[Capture], analysis: Optional[Analysis], results: 
     samples = _samples_per_step(capture)
     energy_step, sources, energy_note = _energy_per_step(capture.energy)
     now = _option("now", "", 1.0, None, length, step_s, startup_s, energy_step, devices, inputs, "")
-    changes = [_with_saving(_change_option(e, length, step_s, startup_s, devices, inputs), now, devices, inputs)
-               for e in _verified(results)]
+    changes = [_with_saving(_change_option(e, length, step_s, startup_s, energy_step, devices, inputs), now, devices,
+                            inputs) for e in _verified(results)]
     return RunCost(
         length=length,
         step_s=step_s,
@@ -90,25 +93,33 @@ def _verified(results: ExperimentResults) -> list[Experiment]:
 
 
 def _with_saving(option: RunCostOption, now: RunCostOption, devices: int, inputs: CostInputs) -> RunCostOption:
-    """The time saved over the run, and its price: device-hours saved at the price per hour (a change's energy is
-    not measured, so no energy saving is priced)."""
+    """The time saved over the run, and its price: the difference of the two costs where both count the same parts,
+    else the device-hours saved at the price per hour (a change whose energy was not measured saves no priced
+    energy)."""
     if now.train_s is None or option.train_s is None:
         return option
     saved_s = now.train_s - option.train_s
-    saved_money = saved_s / 3600 * devices * inputs.price_per_hour if inputs.price_per_hour is not None else None
+    same_parts = now.money is not None and option.money is not None and \
+        (inputs.price_per_kwh is None or (now.energy_j is None) == (option.energy_j is None))
+    if same_parts:
+        saved_money = now.money - option.money
+    else:
+        saved_money = saved_s / 3600 * devices * inputs.price_per_hour if inputs.price_per_hour is not None else None
     return replace(option, saved_s=saved_s, saved_money=saved_money)
 
 
-def _change_option(e: Experiment, length: RunLength, step_s: float, startup_s: Optional[float], devices: int,
-                   inputs: CostInputs) -> RunCostOption:
+def _change_option(e: Experiment, length: RunLength, step_s: float, startup_s: Optional[float],
+                   energy_step_j: Optional[float], devices: int, inputs: CostInputs) -> RunCostOption:
     label = setting_label(e.optimization, e.setting)
     if e.optimization == "combined":
         label = f"combined ({len(e.setting.get('changes', ()))} verified changes)"  # the headline names them
     startup = startup_s
     if startup is not None and e.first_step_s is not None and e.baseline_first_step_s is not None:
         startup = max(0.0, startup + e.first_step_s - e.baseline_first_step_s)
-    return _option(label, e.optimization, e.speedup, e.ci, length, step_s, startup, None, devices, inputs,
-                   CHANGE_ENERGY_NOTE)
+    energy_step = energy_step_j * e.energy_ratio if energy_step_j is not None and e.energy_ratio else None
+    # a change of the batch changes the steps, not the samples: per step of now's size, as the ratio is per sample
+    return _option(label, e.optimization, e.speedup, e.ci, length, step_s, startup, energy_step, devices, inputs,
+                   "" if energy_step is not None else CHANGE_ENERGY_NOTE)
 
 
 def _option(label: str, optimization: str, speedup: float, ci: Optional[tuple[float, float]], length: RunLength,
@@ -173,3 +184,29 @@ def _energy_per_step(readings: tuple[EnergyReading, ...]) -> tuple[Optional[floa
     if missing:
         notes = "not counted: " + notes
     return sum(r.joules / r.steps for r in read), sources, notes
+
+
+def energy_ratio(baseline_runs: Sequence[Measurement], runs: Sequence[Measurement], metric: str) -> Optional[float]:
+    """Energy per unit of work (a sample where the metric counts samples, else a step), the runs' over the
+    baseline's: geometric means over each side's runs, every run reading the same domains. None when any run read
+    no counter (on this machine, always: no NVML, no RAPL)."""
+    per_sample = metric != "steps/s"
+    base = [_joules_per_unit(m, per_sample) for m in baseline_runs]
+    mine = [_joules_per_unit(m, per_sample) for m in runs]
+    values = base + mine
+    if not base or not mine or any(v is None for v in values) or len({v[1] for v in values}) != 1:
+        return None
+    if any(v[0] <= 0 for v in values):  # a counter that did not move: no figure
+        return None
+    return geometric_mean([v[0] for v in mine]) / geometric_mean([v[0] for v in base])
+
+
+def _joules_per_unit(m: Measurement, per_sample: bool) -> Optional[tuple[float, tuple[str, ...]]]:
+    """(joules per step or sample, the domains read) of one timed run; None when it read none."""
+    read = [r for r in m.energy if r.joules is not None and r.steps]
+    if not read:
+        return None
+    units = [(r.samples if per_sample else r.steps) for r in read]
+    if any(not u for u in units):
+        return None
+    return sum(r.joules / u for r, u in zip(read, units)), tuple(sorted(r.domain for r in read))
