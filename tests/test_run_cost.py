@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from diagnose.capture import run_length
 from diagnose.capture.energy import MIN_COUNTER_WINDOW_S, POWERCAP, EnergyMeter, RaplCounters, summed_over_ranks
 from diagnose.capture.runner import run_in_child
-from diagnose.experiments.run_cost import energy_ratio, run_cost
+from diagnose.experiments.run_cost import energy_ratio, run_cost, with_user_length
 from diagnose.experiments.scheduler import TIMED_ENTRY
 from diagnose.model import (
     Capture,
@@ -109,10 +109,10 @@ def test_a_while_loop_leaves_the_length_unknown_and_says_what_gives_it():
 
 def test_the_users_total_steps_or_epochs_win_over_the_script():
     script = RunLength(240.0, source="the loops", steps_per_epoch=120.0, epochs=2.0)
-    assert run_length.with_user_length(script, 1000, None).total_steps == 1000
-    by_epochs = run_length.with_user_length(script, None, 90)
+    assert with_user_length(script, 1000, None).total_steps == 1000
+    by_epochs = with_user_length(script, None, 90)
     assert (by_epochs.total_steps, by_epochs.source.startswith("--epochs")) == (10800, True)
-    stream = run_length.with_user_length(RunLength(None, note="a while loop"), None, 3)
+    stream = with_user_length(RunLength(None, note="a while loop"), None, 3)
     assert stream.total_steps is None and "--total-steps" in stream.note
 
 

@@ -94,20 +94,6 @@ def _said(loop: Loop) -> str:
     return f"`{loop.code}` ({loop.location})"
 
 
-def with_user_length(script: Optional[RunLength], total_steps: Optional[int], epochs: Optional[float]) -> RunLength:
-    """What the user said (`--total-steps`, `--epochs`) over what the script says: theirs is the run they launch."""
-    script = script or RunLength(None, note=NO_COUNT)
-    if total_steps:
-        return RunLength(float(total_steps), source="--total-steps", steps_per_epoch=script.steps_per_epoch)
-    if epochs and script.steps_per_epoch:
-        return RunLength(epochs * script.steps_per_epoch, source="--epochs, with the loader's steps per epoch",
-                         steps_per_epoch=script.steps_per_epoch, epochs=epochs)
-    if epochs:
-        return RunLength(None, note="--epochs needs the training loader's length, and it has none (a stream?): "
-                                    "give --total-steps N")
-    return script
-
-
 # -- frameworks --------------------------------------------------------------------------------------------------
 def _framework_length(name: str, trainer: Any) -> RunLength:
     if name == "huggingface":

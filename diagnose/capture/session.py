@@ -17,13 +17,14 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import hang, probe, process_start, run_length, worker_failure
+from diagnose.capture import hang, probe, run_length, worker_failure
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.memory import StepMemory
+from diagnose.capture.run_facts import cost_facts
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.startup import StartupWatch
 from diagnose.model import (
@@ -472,17 +473,8 @@ class Session(ScriptHost):
             flops=self.flops,
             flops_note=self.flops_note if self.flops is None else "",
             tf32_matmuls=_tf32_matmuls(),
-            run_length=run_length.run_length(self.script_loops, _length(self._train_loader_object()),
-                                             _usual(instr.clock.micro_per_step[self.warmup:]), instr.clock.source),
-            energy=self.energy.readings([(row["t_s"], row.get("power_w")) for row in list(self.system.rows)]),
-            process_start_s=process_start.seconds(),
-            script_to_first_step_s=self.first_step_at - self.script_started_at
-            if self.first_step_at is not None and getattr(self, "script_started_at", None) else None,
+            **cost_facts(self, _usual(instr.clock.micro_per_step[self.warmup:])),  # the run's length, energy, start-up
         )
-
-    def _train_loader_object(self):
-        index = self.instr.train_loader_index()
-        return self.instr.seen.loaders_alive[index] if index is not None else None
 
 
 def loss_check(losses: list[tuple[int, torch.Tensor]]) -> Optional[LossCheck]:
@@ -614,14 +606,6 @@ def timed_steps(profiled: int) -> int:
 def _usual(counts: list[int]) -> int:
     """The most common count (the larger on a tie); 1 when none."""
     return max(set(counts), key=lambda c: (counts.count(c), c)) if counts else 1
-
-
-def _length(loader) -> Optional[int]:
-    """len() of the training loader; None for a stream (an IterableDataset without one) or no loader."""
-    try:
-        return len(loader) if loader is not None else None
-    except Exception:
-        return None
 
 
 def _read_or_none(read):

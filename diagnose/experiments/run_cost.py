@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from diagnose.capture.run_length import with_user_length
 from diagnose.experiments.stats import geometric_mean
 from diagnose.formatting import setting_label
 from diagnose.model import (
@@ -33,6 +32,7 @@ from diagnose.model import (
 )
 
 JOULES_PER_KWH = 3.6e6
+NO_COUNT = "give the run's length with --total-steps N or --epochs N"  # as capture/run_length.py says it
 CHANGE_ENERGY_NOTE = "not measured: the experiment's timed runs read no energy counter"
 
 
@@ -67,6 +67,20 @@ def run_cost(capture: Optional[Capture], analysis: Optional[Analysis], results: 
         price_per_kwh=inputs.price_per_kwh,
         options=(now, *changes),
     )
+
+
+def with_user_length(script: Optional[RunLength], total_steps: Optional[int], epochs: Optional[float]) -> RunLength:
+    """What the user said (`--total-steps`, `--epochs`) over what the script says: theirs is the run they launch."""
+    script = script or RunLength(None, note=NO_COUNT)
+    if total_steps:
+        return RunLength(float(total_steps), source="--total-steps", steps_per_epoch=script.steps_per_epoch)
+    if epochs and script.steps_per_epoch:
+        return RunLength(epochs * script.steps_per_epoch, source="--epochs, with the loader's steps per epoch",
+                         steps_per_epoch=script.steps_per_epoch, epochs=epochs)
+    if epochs:
+        return RunLength(None, note="--epochs needs the training loader's length, and it has none (a stream?): "
+                                    "give --total-steps N")
+    return script
 
 
 def _startup_s(capture: Capture) -> Optional[float]:
