@@ -2,7 +2,8 @@
 # Is the step time diagnose reports the one the script runs at? On a CUDA machine, in one call of a few minutes:
 # each GPU sample under `diagnose run --experiments none`, then the same script timed plainly (no profiler, no
 # diagnose, the device synchronised at the timed window's edges only). Prints a table and exits 1 when a reported
-# (unprofiled) step time is more than GPU_CHECK_TOLERANCE (default 0.15) away from the plain one.
+# (unprofiled) step time is more than GPU_CHECK_TOLERANCE (default 0.15) away from the plain one. It also prints each
+# run's energy per step as diagnose read it, and NVML's energy counter against its power samples over 3 s of work.
 #
 #   bash benchmarks/gpu_check.sh                                   # results under $OUT (default: a new temp folder)
 #   GPU_CHECK_DEVICE=cpu bash benchmarks/gpu_check.sh              # the plumbing, on a CPU, with small sizes
@@ -100,6 +101,36 @@ if [[ "$DEVICE" == cuda || -n "${GPU_CHECK_MEMORY:-}" ]]; then
     >"$RESULTS/memory.diagnose.log" 2>&1 || echo "   diagnose exited $? (5: out of memory, as intended)" >&2
 fi
 
+# energy: NVML's total-energy counter over 3 s of matmuls beside the power samples' mean over the same time (the
+# counter diagnose reads at the timed window's edges, and its fallback); each run's energy per step is in the table
+if [[ "$DEVICE" == cuda ]]; then
+  echo "== energy: the NVML counter against the power samples" >&2
+  "$PYTHON" - >"$RESULTS/energy.txt" 2>&1 <<'EOF' || echo "   the energy check exited $?" >&2
+import threading, time
+import pynvml, torch
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+a = torch.randn(8192, 8192, device="cuda")
+watts, done = [], threading.Event()
+def sample():
+    while not done.wait(0.05):
+        watts.append(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000)
+torch.cuda.synchronize()
+sampler = threading.Thread(target=sample); sampler.start()
+start, begin = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
+while time.monotonic() - begin < 3.0:
+    for _ in range(10):
+        a @ a
+    torch.cuda.synchronize()
+end, seconds = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic() - begin
+done.set(); sampler.join()
+counter_w = (end - start) / 1000 / seconds
+mean_w = sum(watts) / len(watts)
+print(f"energy counter: {(end - start) / 1000:.1f} J over {seconds:.2f} s = {counter_w:.0f} W; "
+      f"{len(watts)} power samples: mean {mean_w:.0f} W (counter / samples {counter_w / mean_w:.2f})")
+EOF
+fi
+
 "$PYTHON" - "$RESULTS" "$TOLERANCE" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -121,6 +152,16 @@ for name, text in plain.items():
     verdict = "ok" if ok else ("no figure" if ratio is None else f"off by more than {tolerance:.0%}")
     print(f"{name:<18} {ms(reported):>14} {ms(profiled):>14} {ms(reference):>12} "
           f"{(f'{ratio:.2f}' if ratio else 'n/a'):>7}  {verdict}")
+for name in plain:  # what each diagnosed run read of the device's energy (not a check: the figures, or why none)
+    path = results / name / "diagnosis.json"
+    cost = json.loads(path.read_text()).get("run_cost") if path.exists() else None
+    if cost and cost.get("energy_per_step_j") is not None:
+        print(f"energy {name}: {cost['energy_per_step_j']:.3g} J per step ({'; '.join(cost['energy_sources'])})")
+    elif cost:
+        print(f"energy {name}: unavailable ({cost.get('energy_note', '')})")
+energy = results / "energy.txt"
+if energy.exists():
+    print(energy.read_text().rstrip())
 peak = results / "peak.txt"
 if peak.exists():
     print(peak.read_text().rstrip())

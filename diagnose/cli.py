@@ -299,10 +299,18 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
 @click.option("--master-addr", metavar="HOST", help="torchrun: address of the rank 0 node.")
 @click.option("--master-port", metavar="PORT", help="torchrun: port on the rank 0 node.")
 @click.option("--standalone", is_flag=True, help="torchrun: single-node rendezvous on a free port.")
+@click.option("--total-steps", type=click.IntRange(min=1), metavar="N",
+              help="Optimizer steps in the run you will launch, where the script's loops do not say it.")
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), metavar="N",
+              help="Epochs of the run you will launch (steps per epoch from the training loader's length).")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="PRICE",
+              help="What one device-hour costs you (your cloud price): the run's cost and each change's saving.")
+@click.option("--price-per-kwh", type=click.FloatRange(min=0), metavar="PRICE",
+              help="What one kWh costs you, for the energy the device counters measured.")
 @SCRIPT
 def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiments, budget_seconds, rules_dirs,
-        templates_dir, as_json, open_report, baseline, fail_if_slower, run_noise, memory_limit, script, script_args,
-        **torchrun):
+        templates_dir, as_json, open_report, baseline, fail_if_slower, run_noise, memory_limit, total_steps, epochs,
+        price_per_hour, price_per_kwh, script, script_args, **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
 
@@ -323,12 +331,13 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
                             "--baseline RUN_DIR")
     from diagnose.commands.options import BaselineGate, OutputOptions
     from diagnose.commands.run import run_command
-    from diagnose.model import RunConfig
+    from diagnose.model import CostInputs, RunConfig
 
     config = RunConfig(script=script, script_args=_script_args(script_args), out_dir=out or "", warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, startup_seconds=startup_seconds,
                        with_stack=with_stack, experiments=_experiments(experiments), budget_seconds=budget_seconds,
-                       launcher=_torchrun_args(torchrun), memory_limit_bytes=limit_bytes)
+                       launcher=_torchrun_args(torchrun), memory_limit_bytes=limit_bytes,
+                       cost=CostInputs(total_steps, epochs, price_per_hour, price_per_kwh))
     sys.exit(run_command(config, OutputOptions(tuple(rules_dirs), templates_dir, as_json, open_report),
                          BaselineGate(baseline, fail_if_slower, run_noise)))
 

@@ -107,6 +107,16 @@ class MeasurePlan:
 
 
 @dataclass(frozen=True)
+class CostInputs:
+    """What the user said about the run they will launch (`--total-steps`, `--epochs`, `--price-per-hour`,
+    `--price-per-kwh`): the run's length where the script does not say it, and their prices (no built-in list)."""
+    total_steps: Optional[int] = None  # optimizer steps in the whole run
+    epochs: Optional[float] = None  # passes over the training loader
+    price_per_hour: Optional[float] = None  # what one device-hour costs the user
+    price_per_kwh: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class RunConfig:
     script: str
     script_args: tuple[str, ...]
@@ -123,6 +133,7 @@ class RunConfig:
     # set in the child's environment before it starts: settings read once, when torch starts (an allocator's)
     environment: tuple[tuple[str, str], ...] = ()
     startup_seconds: Optional[float] = None  # the limit on the time before the first step (compiling, loading)
+    cost: CostInputs = CostInputs()  # the run's length and prices, for what the run costs (diagnosis.json run_cost)
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,9 @@ class Measurement:
     rewarm_steps: int = 1  # steps in each epoch start-up: the one that made the iterator, then the refill
     steps_per_epoch: Optional[int] = None  # len() of the training loader, when it has one
     fed: FedRecord = FedRecord()
+    # the energy counters over the timed span (the first window's start to the last one's end, epoch starts
+    # included), per domain; empty where none was read
+    energy: tuple["EnergyReading", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -376,6 +390,32 @@ class Startup:
 
 
 @dataclass(frozen=True)
+class RunLength:
+    """How long the run the script is written for is, as read from it while it ran (capture/run_length.py) or as
+    the user said: optimizer steps in all, and where that was read ("the loop at train.py:40, range(args.epochs)")."""
+    total_steps: Optional[float]  # None: not known (the note says why)
+    source: str = ""
+    steps_per_epoch: Optional[float] = None  # len(training loader) / micro-batches per step
+    epochs: Optional[float] = None
+    note: str = ""  # why it could not be read
+
+
+@dataclass(frozen=True)
+class EnergyReading:
+    """Energy used over the timed (unprofiled) window by one kind of device of this process (capture/energy.py):
+    `gpu` (NVML's total-energy counter read at the window's edges, else its power samples integrated) or `host`
+    (RAPL's package counters). joules None: unavailable, and the note says why; never estimated otherwise."""
+    domain: str  # gpu | host
+    joules: Optional[float]
+    seconds: float  # the window the joules cover
+    steps: int
+    source: str  # nvml-energy-counter | nvml-power-samples | rapl | unavailable
+    devices: int = 0  # devices (GPUs, CPU packages) summed
+    note: str = ""
+    samples: Optional[int] = None  # samples fed over the same steps, where counted (experiments' timed runs)
+
+
+@dataclass(frozen=True)
 class Capture:
     """What the child process saw while running the user's script (RUN/capture.json)."""
     status: str  # a Status's value
@@ -431,6 +471,12 @@ class Capture:
     loss: Optional[LossCheck] = None  # the losses passed to backward(): finite or not (None: none seen)
     hang: Optional[Hang] = None  # status hung: where the step that never ended waited
     worker_failure: Optional[WorkerFailure] = None  # the script's error was a DataLoader worker's death
+    run_length: Optional[RunLength] = None  # the run the script is written for, as its loops and trainer say
+    energy: tuple[EnergyReading, ...] = ()  # over the timed window, per domain (gpu, host); summed over ranks
+    # what `python train.py` pays before its first line: the interpreter's start and torch's import (diagnose's own
+    # imports and set-up left out); then the script's first line to its first step
+    process_start_s: Optional[float] = None
+    script_to_first_step_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -716,6 +762,9 @@ class Experiment:
     # the baseline's runs, and the variant's (the baseline's x the speedup: the same FLOPs per sample)
     mfu_before: Optional[float] = None
     mfu_after: Optional[float] = None
+    # energy per unit of work (a step, or a sample for samples/s), the variant's over the baseline's: geometric means
+    # of their timed runs' counters; None where the runs read no counter
+    energy_ratio: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -860,6 +909,23 @@ class GateResult:
 
 
 @dataclass(frozen=True)
+class RunCostChange:
+    """compare: the same run (A's length, else B's) at A's and at B's step time, energy per step and start-up."""
+    length: RunLength
+    a_train_s: float
+    b_train_s: float
+    b_train_s_ci: Optional[tuple[float, float]]  # the step ratio's interval carried through
+    a_device_hours: float
+    b_device_hours: float
+    a_energy_j: Optional[float] = None  # None: that side read no energy counter
+    b_energy_j: Optional[float] = None
+    a_money: Optional[float] = None  # at one set of prices for both (A's, else B's)
+    b_money: Optional[float] = None
+    price_per_hour: Optional[float] = None
+    price_per_kwh: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Comparison:
     """RUN/compare.json: B against A (schema 1)."""
     schema: int
@@ -874,6 +940,46 @@ class Comparison:
     environment_changes: tuple[tuple[str, str, str], ...] = ()  # (what, A, B) where they differ
     gate: Optional[GateResult] = None
     notes: tuple[str, ...] = ()
+    run_cost: Optional[RunCostChange] = None  # the same run's hours, kWh and money on both sides
+
+
+@dataclass(frozen=True)
+class RunCostOption:
+    """The whole run now, or with one verified change (or all of them, `combined`): its time, energy and money.
+    Intervals (`_ci`) carry the experiment's 99% interval of the speedup through; None where nothing was measured."""
+    label: str  # "now", or the change as optimization(setting)
+    optimization: str  # "" for now; an optimization id or "combined"
+    speedup: float  # 1.0 for now
+    speedup_ci: Optional[tuple[float, float]]
+    train_s: Optional[float]  # the whole run: steps x step time (over the speedup) + start-up, once
+    train_s_ci: Optional[tuple[float, float]]
+    startup_s: Optional[float]
+    energy_j: Optional[float] = None  # the whole run, where energy per step was measured for this option
+    energy_j_ci: Optional[tuple[float, float]] = None
+    device_hours: Optional[float] = None  # train_s x devices
+    money: Optional[float] = None  # device-hours x price per hour + kWh x price per kWh, where both were given
+    money_ci: Optional[tuple[float, float]] = None
+    energy_note: str = ""  # why no energy figure for this option
+    saved_s: Optional[float] = None  # the run now less this option's run (None for now itself)
+    saved_money: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """What the run the script is written for costs, now and after each verified change (diagnosis.json run_cost)."""
+    length: RunLength
+    step_s: float  # the unprofiled step time the projection runs at
+    step_basis: str  # unprofiled | profiled
+    startup_s: Optional[float]  # measured, added once
+    devices: int  # devices the price per hour is paid for (every rank's GPUs; 1 for a CPU-only run)
+    samples_per_step: Optional[int] = None
+    energy_per_step_j: Optional[float] = None  # every domain read, summed (gpu + host)
+    energy_per_sample_j: Optional[float] = None
+    energy_sources: tuple[str, ...] = ()  # "gpu: nvml-energy-counter (1 device)", ...
+    energy_note: str = ""  # why energy is unavailable, or what it leaves out
+    price_per_hour: Optional[float] = None
+    price_per_kwh: Optional[float] = None
+    options: tuple[RunCostOption, ...] = ()  # now first, then each verified change, the combination last
 
 
 def unprofiled_step_s(capture: Optional[Capture]) -> Optional[float]:
@@ -918,3 +1024,4 @@ class Diagnosis:
     predictions_off: int = 0
     hang: Optional[Hang] = None  # status hung: where the step that never ended waited
     worker_failure: Optional[WorkerFailure] = None  # the script's error was a DataLoader worker's death
+    run_cost: Optional[RunCost] = None  # the run's time, energy and money, now and with each verified change

@@ -54,6 +54,9 @@ def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(t
     for finding in run.findings:
         assert _line(finding["location"]) == arguments, finding
         assert "TrainingArguments(..., " in finding["fix_code"] and "DataLoader(" not in finding["fix_code"]
+    length = run.diagnosis["run_cost"]["length"]  # 4096 samples at batch 2, one epoch: the Trainer's own count
+    assert (length["total_steps"], length["epochs"]) == (2048, 1), length
+    assert length["source"].startswith("TrainingArguments (num_train_epochs=1)"), length
     fixes = " ".join(f["fix_code"] for f in run.findings)
     assert run.findings, "batch 2 with logging every step: per-op overhead or host work should be found"
     assert "per_device_train_batch_size=32" in fixes or "logging_steps=" in fixes
@@ -92,6 +95,8 @@ def test_lightning_slow_dataset_is_found_at_the_modules_dataloader_and_more_work
     script, run = _run(tmp_path, "lightning_slow_data.py", options=(
         "--warmup", "3", "--steps", "8", "--experiments", "dataloader.num_workers", "--budget-seconds", "100"))
     loader_line = line_of(script, "return DataLoader(")
+    length = run.diagnosis["run_cost"]["length"]  # 2048 items at batch 8 for max_epochs=2
+    assert (length["total_steps"], length["steps_per_epoch"], length["source"]) == (512, 256, "Trainer(max_epochs=2)")
     top = run.findings[0]
     assert top["rule"] == "data-loading.slow-loader" and _line(top["location"]) == loader_line
     workers = [e for e in run.diagnosis["experiments"] if e["optimization"] == "dataloader.num_workers"]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional
+
+ENTERED_AT = time.time()  # the interpreter has started (wall clock: the process's start is the kernel's wall time)
 
 # `python -m` put the cwd first on sys.path; the script's folder goes there instead (as `python SCRIPT` does).
 if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -18,6 +21,9 @@ def main(run: Optional[Callable[[Path], int]] = None) -> None:
     stop_with_parent()
     try:
         if run is None:
+            from diagnose.capture.process_start import import_torch_timed
+
+            import_torch_timed(ENTERED_AT)
             from diagnose.capture.session import run_child as run  # imports torch: seconds, and Ctrl-C may land here
 
         code = run(Path(sys.argv[1]).resolve())

@@ -216,6 +216,7 @@ class ScriptHost:
 
         try:
             self.script_running = True
+            self.script_started_at = time.monotonic()  # the script's first line: its own start-up begins
             runpy.run_path(script, run_name="__main__")
             self.script_running = False
             return Status.SCRIPT_FINISHED, None

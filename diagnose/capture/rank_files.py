@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+from diagnose.capture.energy import summed_over_ranks
 from diagnose.model import Capture, Hang, Measurement, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
@@ -56,7 +57,8 @@ def merged_rank_capture(run_dir: Path) -> Optional[Capture]:
         others = tuple(f"rank {r}: " + (hang_line(c.hang) if c.hang else f"{c.status} after {c.steps_seen} steps")
                        for r, c in captures.items() if r != chosen)
         capture = replace(capture, hang=replace(capture.hang, ranks=others))
-    return replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures))
+    return replace(capture, notes=capture.notes + tuple(notes), ranks=tuple(captures),
+                   energy=summed_over_ranks([c.energy for c in captures.values()]))
 
 
 def hang_line(hang: Hang) -> str:

@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -18,13 +19,15 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import hang, probe, worker_failure, worker_stacks
+from diagnose.capture import hang, probe, run_length, worker_failure, worker_stacks
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
+from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.limits import cgroup_candidates, oom_kill_count
 from diagnose.capture.memory import StepMemory
+from diagnose.capture.run_facts import cost_facts
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.startup import StartupWatch
 from diagnose.model import (
@@ -92,6 +95,9 @@ class Session(ScriptHost):
         self.plain_timer: Optional[UnprofiledTimer] = None  # set while the steps are timed without the profiler
         self.unprofiled: Optional[UnprofiledWindow] = None
         self.system = SystemSampler(self.t0)
+        self.energy = EnergyMeter(getattr(self.system.nvml, "nvml", None), self.system.nvml.handle,
+                                  clock=lambda: time.monotonic() - self.t0)  # read at the timed window's edges
+        self.script_loops: Optional[run_length.Observed] = None  # the loops around the step: the run's length
         self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
         self.memory_sizes: Optional[MemorySizes] = None
         self.stacks = StackSampler(threading.main_thread().ident)
@@ -153,6 +159,8 @@ class Session(ScriptHost):
         if step <= self.warmup:
             self._fit_to_time(step)
         self._count_flops(step)
+        if step == self.warmup:
+            self.script_loops = run_length.observe(sys._getframe())
         if step == self.warmup and self.timed:
             self._start_unprofiled()
         elif step == self.warmup or self._timed_window_closed():
@@ -292,7 +300,8 @@ class Session(ScriptHost):
         per_step = typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
         budget = PROFILED_COST * self.timed * per_step if per_step and current_rank() is None else None
         burst, backlog, rewarm = self._timing_overheads()
-        self.plain_timer = UnprofiledTimer(self.timed, budget, rewarm_steps=rewarm, burst=burst, backlog=backlog)
+        self.plain_timer = UnprofiledTimer(self.timed, budget, rewarm_steps=rewarm, burst=burst, backlog=backlog,
+                                           meter=self.energy)
 
     def _timing_overheads(self, warmup: Optional[int] = None) -> tuple[int, int, int]:
         """(burst, backlog, re-warm-up steps) of the timed window: N loader workers deliver N batches at a time,
@@ -496,6 +505,7 @@ class Session(ScriptHost):
             flops=self.flops,
             flops_note=self.flops_note if self.flops is None else "",
             tf32_matmuls=_tf32_matmuls(),
+            **cost_facts(self, _usual(instr.clock.micro_per_step[self.warmup:])),  # the run's length, energy, start-up
         )
 
 
@@ -542,7 +552,8 @@ class UnprofiledTimer:
     REWARM_STEPS = 2
 
     def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
-                 backlog: int = 0):
+                 backlog: int = 0, meter: Optional[EnergyMeter] = None):
+        self.meter = meter  # the energy counters, read at the window's edges as its clock is
         self.burst = max(1, burst)
         self.least = self.least_steps(self.burst)
         self.target = self.target_steps(steps, self.burst)
@@ -601,6 +612,8 @@ class UnprofiledTimer:
     def _window(self, steps: int) -> UnprofiledWindow:
         synced = sync_device()
         seconds = time.perf_counter() - self.start
+        if self.meter is not None:
+            self.meter.stop(steps)
         # the last step's end as the synchronised clock saw it: queued device work counts in the last block
         ends = (*self.step_ends[:steps - 1], seconds)
         return UnprofiledWindow(steps, seconds, synced, ends, self.burst)
@@ -610,6 +623,8 @@ class UnprofiledTimer:
             sync_device()
             self.start = time.perf_counter()
             self.step_ends = []
+            if self.meter is not None:
+                self.meter.start()
 
     def _over_budget(self) -> bool:
         return (self.budget_s is not None and self.steps >= self.least

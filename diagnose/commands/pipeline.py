@@ -9,7 +9,7 @@ from typing import Optional
 from diagnose import rules as rule_engine
 from diagnose.analysis.sources import analyze_run
 from diagnose.commands.rules import load_rules
-from diagnose.model import Analysis, Capture, Diagnosis, ExperimentResults, Finding, Status
+from diagnose.model import Analysis, Capture, CostInputs, Diagnosis, ExperimentResults, Finding, RunConfig, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
@@ -28,8 +28,9 @@ def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...])
 
 
 def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
-                    experiments: ExperimentResults) -> Diagnosis:
+                    experiments: ExperimentResults, cost_inputs: CostInputs = CostInputs()) -> Diagnosis:
     from diagnose.experiments.predictions import check_predictions, count_off
+    from diagnose.experiments.run_cost import run_cost
 
     empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0, "unprofiled": None}
     metrics = analysis.metrics if analysis else {}
@@ -59,7 +60,18 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         predictions_off=count_off(predictions),
         hang=capture.hang if capture else None,
         worker_failure=capture.worker_failure if capture else None,
+        run_cost=run_cost(capture, analysis, experiments, cost_inputs),
     )
+
+
+def _cost_inputs(run_dir: Path) -> CostInputs:
+    """The run's length and prices as `diagnose run` was given them (config.json), so `diagnose report` re-renders
+    the same costs; none for traces analysed without a run."""
+    from diagnose.runfolder import has_own_config
+
+    if not has_own_config(run_dir):
+        return CostInputs()
+    return read_json(RunFolder(run_dir).config, RunConfig).cost
 
 
 def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
@@ -102,7 +114,7 @@ def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analys
                   trace_files: Optional[tuple[str, ...]] = None, tensorboard_dir: str = "") -> RunResult:
     from diagnose.report.render import write_reports
 
-    diagnosis = build_diagnosis(script, capture, analysis, findings, experiments)
+    diagnosis = build_diagnosis(script, capture, analysis, findings, experiments, _cost_inputs(run_dir))
     write_json(RunFolder(run_dir).diagnosis, diagnosis)
     report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir, trace_files, tensorboard_dir)
     return RunResult(run_dir, capture, analysis, diagnosis, report)

@@ -6,6 +6,7 @@ from typing import Optional
 
 from diagnose.compare.interval import gate, step_change
 from diagnose.compare.optable import Amount
+from diagnose.compare.run_cost import run_cost_change
 from diagnose.compare.sides import LoadedSide, same_script
 from diagnose.errors import UserError
 from diagnose.formatting import fmt_ms
@@ -27,7 +28,7 @@ def compare_sides(a: LoadedSide, b: LoadedSide, *, force: bool = False, fail_if_
         kernels=_most_changed({(k, ""): v for k, v in _pairs(a.profile.kernels, b.profile.kernels).items()}, scale),
         findings=_findings(a, b), environment_changes=_environment_changes(a, b),
         gate=gate(step, fail_if_slower_pct) if fail_if_slower_pct is not None else None,
-        notes=_notes(a, b, same_basis))
+        notes=_notes(a, b, same_basis), run_cost=run_cost_change(a, b, step))
 
 
 def _check_comparable(a: LoadedSide, b: LoadedSide, force: bool) -> None:

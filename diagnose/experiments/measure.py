@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 import torch
 
-from diagnose.capture.device import device_in_use, peak_memory, sync_device
+from diagnose.capture.device import Nvml, device_in_use, peak_memory, sync_device
+from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.fingerprint import sample_fingerprints
 from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
@@ -123,6 +124,8 @@ class MeasureSession(ScriptHost):
         self.epoch_started = False  # the next step begins a new epoch (worker start-up, sampler reset)
         self.restart_steps: list[float] = []
         self.steps_per_epoch: Optional[int] = None
+        self.energy = _energy_meter()  # read at the timed span's edges: the last warm-up boundary, each window's end
+        self.energy_from: Optional[int] = None  # the boundary the span starts at
         self._seed()
 
     def _seed(self) -> None:
@@ -180,9 +183,11 @@ class MeasureSession(ScriptHost):
         self.unique_at.append(self.fed.unique)
         kind = self._classify_last_step()
         if kind == "warmup":
+            self.energy.start()  # the span may start here: the next step may be the first timed one
             return
         if self.wall_start is None:
             self.wall_start = len(self.boundaries) - 2
+            self.energy_from = self.wall_start if self.energy_from is None else self.energy_from
             self.progress("measuring")
         if kind == "restart":
             self._close_window(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
@@ -239,8 +244,17 @@ class MeasureSession(ScriptHost):
         """Keep a timed window; True when the run has windows enough (the plan's count, or agreeing ones)."""
         self.windows.append(window)
         self.wall_start = next_wall_start
+        self._energy_lap(next_wall_start)
         self.progress(f"window {len(self.windows)} {self.plan.windows}")
         return len(self.windows) >= self.plan.windows or self._windows_agree()
+
+    def _energy_lap(self, end: int) -> None:
+        """The counters from the span's start to boundary `end` (len(boundaries): now), with its steps and samples."""
+        if self.energy_from is None:
+            return
+        samples_end = self.samples_at[end] if end < len(self.samples_at) else self.samples
+        samples = samples_end - self.samples_at[self.energy_from] if self.samples_known else None
+        self.energy.lap(end - self.energy_from, samples)
 
     def _windows_agree(self) -> bool:
         """The last windows' rates agree: another window would tell little more (a shorter run, more runs)."""
@@ -322,6 +336,7 @@ class MeasureSession(ScriptHost):
             steps_per_epoch=self.steps_per_epoch,
             rewarm_steps=self.span_steps,
             fed=self.fed.record(),
+            energy=self.energy.readings(),
         )
         write_json(RunFolder(self.run_dir).measure, measurement)
         return 0 if Status.is_ok(status) else 1
@@ -333,3 +348,8 @@ class MeasureSession(ScriptHost):
             return self.memory.peak_in_use_bytes()
         peak, _ = peak_memory()
         return peak if peak is not None else peak_rss_bytes()
+
+
+def _energy_meter() -> EnergyMeter:
+    nvml = Nvml()
+    return EnergyMeter(getattr(nvml, "nvml", None), nvml.handle)

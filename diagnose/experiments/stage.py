@@ -25,6 +25,7 @@ from diagnose.experiments.plan import (
     run_estimate_s,
 )
 from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
+from diagnose.experiments.run_cost import energy_ratio
 from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENCE, DataCheck, check_variant
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, geometric_mean, loss_drift
@@ -230,7 +231,8 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                       first_step_s=ok[0].startup_s,  # to the first step: start-up, worker start, compilation
                       baseline_first_step_s=baseline.ok_runs()[0].startup_s if baseline.ok_runs() else None,
                       change=change_text(arm.changes, ctx), fidelity_warning=warning, data_check=data.verdict,
-                      data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm))
+                      data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm),
+                      energy_ratio=energy_ratio(baseline.ok_runs(), ok, metric))
 
 
 def _baseline_mfu(baseline: Arm, ctx: Context) -> Optional[float]:

@@ -301,3 +301,34 @@ def _flops_label(value: float) -> str:
         if value >= scale:
             return f"{value / scale:g} {unit}FLOP/s"
     return f"{value:g} FLOP/s"
+
+
+def run_cost_chart(labels: Sequence[str], seconds: Sequence[float], cis: Sequence[Optional[tuple[float, float]]],
+                   texts: Sequence[str]) -> str:
+    """The whole run's time now (first) and with each verified change: a bar each, its interval as a whisker, and
+    its time (and cost) written beside it; the axis in the unit that suits the longest."""
+    row = 24
+    c = Canvas(40 + row * len(labels), left=260, right=WIDTH - 170, top=8)
+    c.bottom = c.top + row * len(labels)
+    longest = max([*seconds, *(ci[1] for ci in cis if ci)], default=0.0)
+    unit, per = next((u, s) for u, s in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)) if longest >= 2 * s
+                     or s == 1)
+    top_value = _nice_max(longest / per)
+
+    def x_of(value_s: float) -> float:
+        return c.left + value_s / per / top_value * (c.right - c.left)
+
+    parts = 4 if round(top_value / 10 ** math.floor(math.log10(top_value)), 6) == 2 else 5  # round ticks
+    for k in range(parts + 1):
+        x = c.left + (c.right - c.left) * k / parts
+        c.line(x, c.top, x, c.bottom, "#e3e3e6")
+        c.text(x, c.bottom + 14, f"{top_value * k / parts:g} {unit}", color="#555")
+    for i, (label, value, ci, text) in enumerate(zip(labels, seconds, cis, texts)):
+        y = c.top + row * i
+        c.rect(c.left, y + 4, x_of(value) - c.left, row - 8, "#7f8c8d" if i == 0 else "#1e8449", text)
+        if ci:
+            c.line(x_of(ci[0]), y + row / 2, x_of(ci[1]), y + row / 2, "#222", width=1.5)
+        c.text(c.left - 8, y + row / 2 + 4, label if len(label) <= 40 else label[:39] + "…", anchor="end")
+        c.text(max(x_of(value), x_of(ci[1]) if ci else 0) + 6, y + row / 2 + 4, text, anchor="start")
+    c.text((c.left + c.right) / 2, c.bottom + 30, "the whole run's time (99% interval)", color="#555")
+    return c.svg("the whole run's time now and with each verified change")

@@ -14,6 +14,7 @@ from diagnose.compare.interval import RUN_NOISE_FLOOR_SD
 from diagnose.formatting import fmt_ms
 from diagnose.model import AmountChange, Comparison, GateResult, Verdict
 from diagnose.report.charts import LABELS, breakdown_pair_chart
+from diagnose.report.run_cost import compare_sentence
 from diagnose.runfolder import RunFolder
 
 FINDING_WORDS = {"resolved": "resolved", "new": "new", "unchanged": "still there"}
@@ -83,6 +84,8 @@ def print_comparison(console: Console, c: Comparison, html: Optional[Path]) -> N
     say(f"B: {c.b.path}", "dim")
     say(step_sentence(c), "bold " + STATUS_STYLE.get(c.step.verdict, ""))
     say(f"  {basis_sentence(c)}", "dim")
+    if c.run_cost is not None:
+        say(f"  {compare_sentence(c.run_cost)}")
     buckets = " · ".join(f"{LABELS[r.name]} {change_text(r)}" for r in c.buckets)
     say(f"  by bucket (profiled, per step): {buckets}")
     for status in ("resolved", "new", "unchanged"):
@@ -117,6 +120,7 @@ class CompareView:
     chart: str
     generated: str
     version: str
+    run_cost_sentence: str = ""  # the same run's hours, kWh and money on both sides
 
 
 def build_compare_view(c: Comparison) -> CompareView:
@@ -124,7 +128,7 @@ def build_compare_view(c: Comparison) -> CompareView:
     b_ms = {r.name: r.b * 1000 for r in c.buckets}
     return CompareView(c, f"diagnose compare: {Path(c.a.path).name} vs {Path(c.b.path).name}", step_sentence(c),
                        basis_sentence(c), gate_sentence(c.gate), breakdown_pair_chart(a_ms, b_ms),
-                       dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"), __version__)
+                       dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"), __version__, compare_sentence(c.run_cost))
 
 
 def write_compare_html(out_dir: Path, c: Comparison, templates_dir: Optional[str] = None) -> Path:

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from diagnose.formatting import fmt_ms, setting_label
 from diagnose.model import Diagnosis, Status, Verdict
+from diagnose.report.run_cost import terminal_lines as run_cost_lines
 from diagnose.report.view import step_time_view
 from diagnose.report.wording import (
     CATEGORY_NAMES,
@@ -47,6 +48,8 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     if startup:
         console.print(startup, style="dim", soft_wrap=True, markup=False, highlight=False)
     _print_headline(console, diagnosis)
+    for i, line in enumerate(run_cost_lines(diagnosis.run_cost)):
+        console.print(line, style="bold" if i == 0 else None, soft_wrap=True, markup=False, highlight=False)
     console.print(verdict, style="bold", soft_wrap=True, markup=False, highlight=False)
     if diagnosis.breakdown:
         step = step_time_view(diagnosis)

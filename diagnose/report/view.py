@@ -23,6 +23,8 @@ from diagnose.model import (
     Verdict,
     stated_step_s,
 )
+from diagnose.report.run_cost import basis_sentence, energy_sentence, length_sentence
+from diagnose.report.run_cost import rows as cost_rows
 from diagnose.report.wording import (
     CATEGORY_NAMES,
     batch_search_sentence,
@@ -140,6 +142,8 @@ class ReportView:
     speed: str = ""  # FLOPs per step against the device's peak
     step_time: Optional[StepTimeView] = None
     predictions: str = ""  # how many findings' predictions their experiments held within 2x
+    run_cost: tuple = ()  # the run's time, energy and money now and with each verified change (run_cost.CostRow)
+    run_cost_sentences: tuple[str, ...] = ()  # its length and source, the projection's basis, the energy
 
 
 def snippet(location: Optional[str]) -> Optional[Snippet]:
@@ -177,7 +181,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         tuple(str(p) for p in sorted(tb.glob("*.json*"))),
         tensorboard_dir=tensorboard_dir or (str(tb) if tb.is_dir() else ""),
         charts={**_charts(analysis), **utilization_charts(samples), **_speedup_chart(experiments),
-                **memory_charts(diagnosis.memory)},
+                **memory_charts(diagnosis.memory), **_run_cost_chart(diagnosis.run_cost)},
         bucket_labels=charts.LABELS,
         verdict_style=verdict_style(diagnosis, analysis),
         experiments=experiments,
@@ -195,7 +199,26 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         memory=memory_sentence(diagnosis.memory),
         speed=speed_sentence(diagnosis.speed_of_light),
         step_time=step_time_view(diagnosis),
+        run_cost=cost_rows(diagnosis.run_cost) if diagnosis.run_cost else (),
+        run_cost_sentences=_run_cost_sentences(diagnosis.run_cost),
     )
+
+
+def _run_cost_sentences(cost) -> tuple[str, ...]:
+    if cost is None:
+        return ()
+    return (length_sentence(cost.length), basis_sentence(cost), energy_sentence(cost))
+
+
+def _run_cost_chart(cost) -> dict[str, str]:
+    """Only with a known length and one change at least: the bars compare a run with the same run changed."""
+    if cost is None or len(cost.options) < 2 or cost.options[0].train_s is None:
+        return {}
+    shown = cost_rows(cost)
+    texts = [r.time + (f" · {r.money}" if r.option.money is not None else "") for r in shown]
+    seconds = [o.train_s for o in cost.options]
+    return {"run_cost": charts.run_cost_chart([r.label for r in shown], seconds,
+                                              [o.train_s_ci for o in cost.options], texts)}
 
 
 def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
