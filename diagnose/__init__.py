@@ -1,7 +1,17 @@
 """diagnose: find what holds a PyTorch training script back, and say which line to change."""
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
+
+# The Python doors, loaded on first use so that `import diagnose` (and the capture child that imports it for
+# diagnose.step) stays free of torch, numpy and the pipeline. The top layer (diagnose.api) is reached by name, not
+# imported: nothing below it depends on it (tests/test_layers.py).
+PUBLIC = {"run": "diagnose.api.calls", "analyze": "diagnose.api.calls", "compare": "diagnose.api.calls",
+          "Result": "diagnose.api.results", "ComparisonResult": "diagnose.api.results", "load": "diagnose.api.calls",
+          "UserError": "diagnose.errors"}
+__all__ = ["step", "__version__", *PUBLIC]
 
 _step_hook = None  # set by the capture child; None when the script runs on its own
 
@@ -16,3 +26,9 @@ def step() -> None:
     """
     if _step_hook is not None:
         _step_hook()
+
+
+def __getattr__(name: str):
+    if name not in PUBLIC:
+        raise AttributeError(f"module 'diagnose' has no attribute {name!r}")
+    return getattr(importlib.import_module(PUBLIC[name]), name)

@@ -1,6 +1,6 @@
 """The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
 
-    model/serial/errors <- capture <- analysis <- rules <- experiments <- compare <- report <- commands <- cli
+    model/serial/errors <- capture <- analysis <- rules <- experiments <- compare <- report <- commands <- api <- cli
 
 Every import counts, those inside functions too (a lazy import is still a dependency). A new module must be given
 a layer here; a new import against the direction fails with the module, the line and the two layers named."""
@@ -22,6 +22,7 @@ LAYERS = (
     ("compare", ("diagnose.compare",)),
     ("report", ("diagnose.report",)),
     ("commands", ("diagnose.commands",)),
+    ("api", ("diagnose.api",)),
     ("cli", ("diagnose.cli", "diagnose.__main__")),
 )
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
