@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 # imported: nothing below it depends on it (tests/test_layers.py).
 PUBLIC = {"run": "diagnose.api.calls", "analyze": "diagnose.api.calls", "compare": "diagnose.api.calls",
           "Result": "diagnose.api.results", "ComparisonResult": "diagnose.api.results", "load": "diagnose.api.calls",
-          "UserError": "diagnose.errors"}
+          "window": "diagnose.api.window", "Window": "diagnose.api.window", "UserError": "diagnose.errors",
+          "HuggingFaceCallback": "diagnose.api.hf", "LightningCallback": "diagnose.api.lightning"}
 __all__ = ["step", "__version__", *PUBLIC]
 
 _step_hook = None  # set by the capture child; None when the script runs on its own
