@@ -7,7 +7,6 @@ Outside the window each step costs one clock read, a subtraction and a deque app
 comparison against a median recomputed every MEDIAN_EVERY steps): the figure is in the README's callbacks section."""
 from __future__ import annotations
 
-import datetime as dt
 import os
 import statistics
 import subprocess
@@ -80,8 +79,9 @@ class Window:
                             "e.g. when_slower=0.5 profiles after a step 50% slower than the running median")
         self.at_step, self.steps, self.quiet = at_step, steps, quiet
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        self.run_dir = Path(out) if out else _default_run_dir(name or _script_name(), at_step, self.world)
-        self.folder = RunFolder(self.run_dir)
+        self.out, self.name = out, name
+        self.run_dir: Optional[Path] = None  # made when the window opens: a run that never reaches it leaves none
+        self.folder: Optional[RunFolder] = None
         self.clock = StepClock(when_slower)
         self.count = -1  # step() calls so far, less one: the number of the step that starts
         self.last_number: Optional[int] = None
@@ -149,6 +149,8 @@ class Window:
     def _open(self, current: int) -> None:
         import torch
 
+        self.run_dir = _run_dir(self.out, self.name or _script_name(), self.at_step, self.world)
+        self.folder = RunFolder(self.run_dir)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -240,17 +242,15 @@ def _script_name() -> str:
     return Path(path).stem if path and not path.startswith("-") else "window"
 
 
-def _default_run_dir(name: str, at_step: Optional[int], world: int) -> Path:
-    """diagnose_runs/<timestamp>-<name>-window; with several ranks a name they all agree on (the launcher's run
-    id), since their clocks may straddle a second."""
+def _run_dir(out: Union[str, Path, None], name: str, at_step: Optional[int], world: int) -> Path:
+    """`out`, else diagnose_runs/<timestamp>-<name>-window-step<N>; with several ranks a name they all agree on (the
+    launcher's run id), since their clocks may straddle a second."""
     where = f"step{at_step}" if at_step is not None else "slower"
+    if out:
+        return Path(out)
     if world > 1:
         job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "job")
         return Path("diagnose_runs") / f"{name}-window-{where}-{job}"
-    stamp = dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
-    path = Path("diagnose_runs") / f"{stamp}-{name}-window-{where}"
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = Path("diagnose_runs") / f"{stamp}-{name}-window-{where}-{suffix}"
-    return path
+    from diagnose.commands.output import new_run_dir
+
+    return new_run_dir(None, f"{name}-window-{where}")
