@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 PUBLIC = {"run": "diagnose.api.calls", "analyze": "diagnose.api.calls", "compare": "diagnose.api.calls",
           "Result": "diagnose.api.results", "ComparisonResult": "diagnose.api.results", "load": "diagnose.api.calls",
           "window": "diagnose.api.window", "Window": "diagnose.api.window", "UserError": "diagnose.errors",
-          "HuggingFaceCallback": "diagnose.api.hf", "LightningCallback": "diagnose.api.lightning"}
+          "HuggingFaceCallback": "diagnose.api.hf", "LightningCallback": "diagnose.api.lightning",
+          "load_ipython_extension": "diagnose.api.magic", "unload_ipython_extension": "diagnose.api.magic"}
 __all__ = ["step", "__version__", *PUBLIC]
 
 _step_hook = None  # set by the capture child; None when the script runs on its own

@@ -70,6 +70,9 @@ class Result:
 
         return summary_text(self.diagnosis, self.verdict, self.status, Path(self.run_dir), self._report_path())
 
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(str(self))  # IPython's plain-text display: the summary, not the dataclass's fields
+
     def _repr_html_(self) -> str:
         from diagnose.report.inline import inline_view, render_inline_html
 
@@ -100,6 +103,9 @@ class ComparisonResult:
         from diagnose.report.inline import comparison_text
 
         return comparison_text(self.comparison, Path(self.report) if self.report else None)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         from diagnose.report.inline import render_comparison_inline

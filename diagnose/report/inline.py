@@ -57,7 +57,7 @@ def summary_text(diagnosis: Diagnosis, verdict: str, status: str, run_dir: Path,
 
     from diagnose.report.terminal import print_summary
 
-    console = Console(file=io.StringIO(), width=120, record=True, color_system=None)
+    console = Console(file=io.StringIO(), width=120, record=True, color_system=None, force_jupyter=False)
     print_summary(console, diagnosis, verdict, status, run_dir, report_path)
     return console.export_text().strip("\n")
 
@@ -67,7 +67,7 @@ def comparison_text(comparison: Comparison, html_path: Optional[Path]) -> str:
 
     from diagnose.report.comparison import print_comparison
 
-    console = Console(file=io.StringIO(), width=120, record=True, color_system=None)
+    console = Console(file=io.StringIO(), width=120, record=True, color_system=None, force_jupyter=False)
     print_comparison(console, comparison, html_path)
     return console.export_text().strip("\n")
 
