@@ -311,6 +311,23 @@ def peak(device, fresh, as_json):
     sys.exit(peak_command(device, fresh, as_json))
 
 
+@cli.command(name="sample", short_help="List the bundled sample scripts, or copy one here to run.")
+@click.argument("name", required=False)
+@click.option("--to", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder to copy the sample into.")
+def sample(name, to):
+    """List the sample training scripts bundled with diagnose, or copy sample NAME into --to (never over a file),
+    e.g. `diagnose sample slow_loader && diagnose run slow_loader.py`."""
+    from diagnose.commands.sample import sample_command, samples, summary
+
+    if name is None:
+        for known, path in samples().items():
+            click.echo(f"{known:<20} {summary(path)}")
+        return
+    command = sample_command(name, to)
+    click.echo(f"copied; run it with: {command}")
+
+
 def _show_notes(message, category, filename, lineno, file=None, line=None) -> None:
     """diagnose's own warnings as one line to the user, without the source line; others as Python shows them."""
     if issubclass(category, UnknownFieldsWarning):
