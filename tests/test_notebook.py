@@ -45,7 +45,7 @@ def test_the_example_notebook_shows_the_diagnosis_inline_and_keeps_the_cells_sta
     html = _outputs(cell, "text/html")
     assert "Training waits for the DataLoader" in html and "<svg" in html and "report.html" in html
     assert "Training waits for the DataLoader" in _outputs(cell, "text/plain")  # a plain-text front end too
-    assert "steps at each next" in _outputs(cell, "stderr")
+    assert "diagnosis came" in _outputs(cell, "stderr") and "steps at each next" in _outputs(cell, "stderr")
     assert "trained 256 steps" in _outputs(notebook.cells[-1], "stdout"), "the loop ran to its end in the kernel"
     [run] = (tmp_path / "diagnose_runs").iterdir()
     assert (run / "report.html").exists() and list((run / "tb").glob("rank0.*.json"))

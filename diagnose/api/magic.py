@@ -129,6 +129,7 @@ def diagnose_cell(line: str, cell: str, shell) -> None:
     window = Window(options.warmup, options.steps, out=options.out, name="notebook", quiet=True)
     with StepBoundaries(window) as boundaries:
         outcome = shell.run_cell(cell)
+    cell_s = time.monotonic() - started
     window.close()
     if window.analysis is None:
         print(f"diagnose: the cell ran {max(window.count + 1, 0)} step(s) (found at each "
@@ -141,9 +142,9 @@ def diagnose_cell(line: str, cell: str, shell) -> None:
         print(f"diagnose: {exc.message} ({exc.hint})", file=sys.stderr)
         return
     display(result)
-    print(f"diagnose: inline result {time.monotonic() - started:.1f} s after the cell started "
-          f"(steps at each {boundaries.kind}; profiled {window.first_step}-{window.first_step + window.profiled - 1})",
-          file=sys.stderr)
+    print(f"diagnose: the cell ran {cell_s:.1f} s; its diagnosis came {time.monotonic() - started - cell_s:.1f} s "
+          f"later (steps at each {boundaries.kind}; profiled {window.first_step}-"
+          f"{window.first_step + window.profiled - 1})", file=sys.stderr)
     if options.experiments == "none" or not outcome.success:
         return
     history = list(shell.user_ns.get("In", [])[1:-1])  # In[0] is empty; the last is this cell's magic call
