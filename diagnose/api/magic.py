@@ -126,7 +126,11 @@ def diagnose_cell(line: str, cell: str, shell) -> None:
         display(HTML(f"<pre>{_parser().format_help()}</pre>"))
         return
     started = time.monotonic()
-    window = Window(options.warmup, options.steps, out=options.out, name="notebook", quiet=True)
+    try:
+        window = Window(options.warmup, options.steps, out=options.out, name="notebook", quiet=True)
+    except UserError as exc:  # a bad option: said, and the cell not run (as a command refuses before running)
+        print(f"diagnose: {exc.message} ({exc.hint})", file=sys.stderr)
+        return
     with StepBoundaries(window) as boundaries:
         outcome = shell.run_cell(cell)
     cell_s = time.monotonic() - started

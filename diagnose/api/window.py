@@ -51,12 +51,12 @@ class StepClock:
             return False
         self.recent.append(now - previous)
         slower = (self.when_slower is not None and self.median is not None
-                  and self._latest_median() > self.median * (1.0 + self.when_slower))
+                  and self.latest_median() > self.median * (1.0 + self.when_slower))
         if self.boundaries % MEDIAN_EVERY == 0 and len(self.recent) >= LEAST_STEPS_FOR_MEDIAN:
             self.median = statistics.median(self.recent)
         return slower
 
-    def _latest_median(self) -> float:
+    def latest_median(self) -> float:
         latest = sorted(self.recent[-i] for i in range(1, SUSTAINED_STEPS + 1))
         return latest[SUSTAINED_STEPS // 2]
 
@@ -125,6 +125,9 @@ class Window:
 
     def result(self, timeout: Optional[float] = None) -> Result:
         """Wait for the background analysis (on rank 0) and return its diagnosis."""
+        if self.rank != 0 and self.run_dir is not None:
+            raise UserError(f"rank {self.rank} wrote its trace; rank 0 writes the report into {self.run_dir}",
+                            "call result() on rank 0, or diagnose.load(RUN_DIR) once its report is written")
         if self.analysis is None:
             raise UserError("no window was profiled yet",
                             f"the window opens at step {self.at_step}" if self.at_step is not None else
@@ -141,7 +144,7 @@ class Window:
             self.trigger = f"at step {current}"
             return True
         if slower:
-            self.trigger = (f"after {SUSTAINED_STEPS} steps at {self.clock._latest_median() / self.clock.median:.1f}x "
+            self.trigger = (f"after {SUSTAINED_STEPS} steps at {self.clock.latest_median() / self.clock.median:.1f}x "
                             f"the running median of {self.clock.median * 1e3:.1f} ms")
             return True
         return False
