@@ -13,13 +13,16 @@ PUBLIC = {"run": "diagnose.api.calls", "analyze": "diagnose.api.calls", "compare
           "window": "diagnose.api.window", "Window": "diagnose.api.window", "UserError": "diagnose.errors",
           "HuggingFaceCallback": "diagnose.api.hf", "LightningCallback": "diagnose.api.lightning",
           "load_ipython_extension": "diagnose.api.magic", "unload_ipython_extension": "diagnose.api.magic"}
-__all__ = ["step", "__version__", *PUBLIC]
+# a star import takes the cheap names only: the callbacks and the magic would import transformers, Lightning, IPython
+__all__ = ["step", "__version__", "run", "analyze", "compare", "load", "window", "Window", "Result",
+           "ComparisonResult", "UserError"]
 
 _step_hook = None  # set by the capture child; None when the script runs on its own
 
 
 def step() -> None:
-    """Mark the start of a training step. A no-op unless the script runs under `diagnose run`.
+    """Mark the start of a training step. A no-op unless the script runs under `diagnose run` (or in a %%diagnose
+    notebook cell).
 
     Only needed when diagnose cannot find steps by itself (no DataLoader, no backward(), no optimizer):
         for batch in my_batches():
