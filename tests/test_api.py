@@ -44,6 +44,8 @@ def test_analyze_returns_what_the_command_writes_and_renders_it(tmp_path):
 
 
 def test_compare_returns_the_comparison_and_its_exit_code(tmp_path):
+    import diagnose.compare.diff  # noqa: F401  (the compare stage's package shares the name: the call must win)
+
     compared = diagnose.compare(TRACE, TRACE, out=tmp_path / "ab")
     assert compared.exit_code == 0 and (compared.path / "compare.json").exists()
     assert json.loads(dumps(compared.comparison)) == json.loads((compared.path / "compare.json").read_text())
