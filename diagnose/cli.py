@@ -13,41 +13,6 @@ from diagnose import __version__
 from diagnose.errors import UserError
 from diagnose.serial import UnknownFieldsWarning
 
-
-def _experiments(value: str) -> str:
-    from diagnose.optimizations import REGISTRY
-
-    if value in ("none", "all", "findings"):
-        return value
-    unknown = [v for v in value.split(",") if v not in REGISTRY]
-    if unknown:
-        raise UserError(f"--experiments: unknown optimization id(s) {', '.join(unknown)}",
-                        f"use none, all, or ids among: {', '.join(REGISTRY)}")
-    return value
-
-
-SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-              "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
-
-
-def _memory_size(value: Optional[str]) -> Optional[int]:
-    """'24GB', '1.5GiB', '800M', '1000000' -> bytes."""
-    if value is None:
-        return None
-    import re
-
-    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", value)
-    unit = match.group(2).lower() if match else ""
-    try:
-        size = float(match.group(1)) * SIZE_UNITS[unit] if match else 0
-    except (KeyError, ValueError):
-        size = 0
-    if size < 2**20:
-        raise UserError(f"--memory-limit {value}: not a memory size of at least 1 MiB",
-                        "give a number with a unit, e.g. --memory-limit 24GB or --memory-limit 1.5GiB")
-    return int(size)
-
-
 _entry_point = False  # main() runs: this process is diagnose's own, not a caller's
 
 
@@ -91,15 +56,9 @@ def _check_script_is_not_an_option(script: str) -> None:
 
 
 def _check_templates(templates_dir: Optional[str]) -> None:
-    """A missing folder or a template that does not parse is an error now, not after a long run."""
-    if templates_dir is None:
-        return
-    if not Path(templates_dir).is_dir():
-        raise UserError(f"templates folder not found: {templates_dir}",
-                        "pass a folder holding report.html.j2 and/or report.css to --templates")
-    from diagnose.report.render import check_templates
+    from diagnose.api.calls import _check_templates as check
 
-    check_templates(templates_dir)
+    check(templates_dir)
 
 
 def _check_run_folder(run_dir: Path) -> None:
@@ -116,26 +75,6 @@ def _check_run_folder(run_dir: Path) -> None:
     if foreign:  # report rewrites analysis.json, report.html and the traces: never over files not ours
         raise UserError(f"{run_dir} holds files diagnose did not write: {', '.join(foreign[:5])}",
                         "pass the run folder itself, as `diagnose run` or `diagnose capture` made it")
-
-
-def _torchrun_args(options: dict) -> tuple[str, ...]:
-    """torchrun's own options, passed on as given; none at all means a single process (no torchrun)."""
-    if not any(options.values()):
-        return ()
-    if not options.get("nproc_per_node"):
-        raise UserError("torchrun options need --nproc-per-node", "e.g. diagnose run --nproc-per-node 2 train.py")
-    count = str(options["nproc_per_node"])
-    if not (count.isdigit() and int(count) >= 1) and count not in ("auto", "cpu", "gpu", "xpu"):
-        raise UserError(f"--nproc-per-node {count}: not a number of processes",
-                        "give a whole number of at least 1 (or auto, cpu, gpu, as torchrun takes)")
-    args: list[str] = []
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if value is True:
-            args.append(flag)
-        elif value:
-            args += [flag, str(value)]
-    return tuple(args)
 
 
 def _options(*decorators):
@@ -223,12 +162,10 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, ma
         from diagnose.trace.load import begin_reading
 
         begin_reading(path)  # a helper parses while the rest is imported
-    _check_templates(templates_dir)
-    from diagnose.commands.analyze import analyze_command
+    from diagnose.api.calls import analyze as analyze_traces
 
-    _leave(analyze_command(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                           open_report=open_report, jobs=jobs,
-                           max_events=prefetch.MAX_EVENTS if max_events is None else max_events))
+    _leave(analyze_traces(path, out=out, rules=rules_dirs, templates=templates_dir, as_json=as_json,
+                          open_report=open_report, jobs=jobs, max_events=max_events).exit_code)
 
 
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
@@ -244,11 +181,10 @@ def compare(a, b, out, fail_if_slower, run_noise, force, rules_dirs, templates_d
 
     A and B are run folders (from `diagnose run` or `diagnose capture`) or traces and folders of traces, as
     `diagnose analyze` takes them. Exit codes: 0 done, 2 bad input, 4 B slower than --fail-if-slower allows."""
-    _check_templates(templates_dir)
-    from diagnose.commands.compare import compare_command
+    from diagnose.api.calls import compare as compare_runs
 
-    sys.exit(compare_command(a, b, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                             force=force, fail_if_slower=fail_if_slower, run_noise=run_noise))
+    sys.exit(compare_runs(a, b, out=out, rules=rules_dirs, templates=templates_dir, as_json=as_json, force=force,
+                          fail_if_slower=fail_if_slower, run_noise=run_noise).exit_code)
 
 
 @cli.command(context_settings=SCRIPT_SETTINGS,
@@ -324,22 +260,23 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
     """
     _check_script_is_not_an_option(script)
     _check_templates(templates_dir)
-    limit_bytes = _memory_size(memory_limit)
+    from diagnose.api.calls import run_config
+    from diagnose.api.options import experiments_selection, memory_size, torchrun_args
+    from diagnose.model import CostInputs, RunConfig
+
+    limit_bytes = memory_size(memory_limit)
     for option, value in (("--fail-if-slower", fail_if_slower), ("--run-noise", run_noise)):
         if value is not None and baseline is None:
             raise UserError(f"{option} needs --baseline", "pass the earlier run folder to compare with: "
                             "--baseline RUN_DIR")
-    from diagnose.commands.options import BaselineGate, OutputOptions
-    from diagnose.commands.run import run_command
-    from diagnose.model import CostInputs, RunConfig
-
     config = RunConfig(script=script, script_args=_script_args(script_args), out_dir=out or "", warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, startup_seconds=startup_seconds,
-                       with_stack=with_stack, experiments=_experiments(experiments), budget_seconds=budget_seconds,
-                       launcher=_torchrun_args(torchrun), memory_limit_bytes=limit_bytes,
+                       with_stack=with_stack, experiments=experiments_selection(experiments),
+                       budget_seconds=budget_seconds, launcher=torchrun_args(torchrun), memory_limit_bytes=limit_bytes,
                        cost=CostInputs(total_steps, epochs, price_per_hour, price_per_kwh))
-    sys.exit(run_command(config, OutputOptions(tuple(rules_dirs), templates_dir, as_json, open_report),
-                         BaselineGate(baseline, fail_if_slower, run_noise)))
+    sys.exit(run_config(config, rules=tuple(rules_dirs), templates=templates_dir, baseline=baseline,
+                        fail_if_slower=fail_if_slower, run_noise=run_noise, as_json=as_json,
+                        open_report=open_report).exit_code)
 
 
 @cli.command(short_help="Analyse a run folder again and re-render its report.")
@@ -381,6 +318,23 @@ def peak(device, fresh, as_json):
     from diagnose.commands.peak import peak_command
 
     sys.exit(peak_command(device, fresh, as_json))
+
+
+@cli.command(name="sample", short_help="List the bundled sample scripts, or copy one here to run.")
+@click.argument("name", required=False)
+@click.option("--to", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder to copy the sample into.")
+def sample(name, to):
+    """List the sample training scripts bundled with diagnose, or copy sample NAME into --to (never over a file),
+    e.g. `diagnose sample slow_loader && diagnose run slow_loader.py`."""
+    from diagnose.commands.sample import sample_command, samples, summary
+
+    if name is None:
+        for known, path in samples().items():
+            click.echo(f"{known:<20} {summary(path)}")
+        return
+    command = sample_command(name, to)
+    click.echo(f"copied; run it with: {command}")
 
 
 def _show_notes(message, category, filename, lineno, file=None, line=None) -> None:

@@ -38,6 +38,7 @@ class RunFolder:
     experiment_runs = _Entry("experiments")  # one folder per timed run
     compare = _Entry("compare.json")  # `diagnose run --baseline`: this run against the baseline
     compare_report = _Entry("compare.html")
+    analysis_log = _Entry("analysis.log")  # a profiled window's background analysis: its output
 
     def __init__(self, path):
         self.path = Path(path)

@@ -1,6 +1,7 @@
 """The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
 
-    model/serial/errors <- trace <- capture <- analysis <- rules <- experiments <- compare <- report <- commands <- cli
+    model/serial/errors <- trace <- capture <- analysis <- rules <- experiments <- compare <- report <- commands
+        <- api <- cli
 
 The trace package reads traces behind one surface (diagnose/trace/__init__.py): analysis/ and compare/ import
 that surface, never a module inside the package (test_analysis_and_compare_read_traces_through_the_surface).
@@ -26,6 +27,7 @@ LAYERS = (
     ("compare", ("diagnose.compare",)),
     ("report", ("diagnose.report",)),
     ("commands", ("diagnose.commands",)),
+    ("api", ("diagnose.api",)),
     ("cli", ("diagnose.cli", "diagnose.__main__")),
 )
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from diagnose.analysis.sources import analyze_traces, default_jobs, find_traces
 from diagnose.commands.output import check_out_dir, new_run_dir
-from diagnose.commands.pipeline import diagnose_analysis, write_outputs
+from diagnose.commands.pipeline import RunResult, diagnose_analysis, write_outputs
 from diagnose.commands.rules import load_rules
 from diagnose.model import ExperimentResults, Status
 from diagnose.report.terminal import print_summary
@@ -25,16 +25,27 @@ from diagnose.trace.prefetch import MAX_EVENTS
 def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                     as_json: bool, open_report: bool, jobs: Optional[int] = None,
                     max_events: int = MAX_EVENTS) -> int:
+    return analyze_and_report(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
+                              open_report=open_report, jobs=jobs, max_events=max_events)[1]
+
+
+def analyze_and_report(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...] = (),
+                       templates_dir: Optional[str] = None, as_json: bool = False, open_report: bool = False,
+                       jobs: Optional[int] = None, max_events: int = MAX_EVENTS, into: Optional[Path] = None,
+                       script: str = "") -> tuple[RunResult, int]:
+    """The analysis as `diagnose analyze` prints it; the result (its folder, diagnosis) and the exit code.
+    `into`: a folder of diagnose's own that already holds the traces (a profiled window's run folder), written into
+    in place of a new one; `script`: what the diagnosis names as its script (default: PATH)."""
     traces = find_traces(path)
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
-    check_out_dir(out)  # as does a used --out: a big trace takes minutes to read
+    check_out_dir(None if into else out)  # as does a used --out: a big trace takes minutes to read
     console = Console(stderr=True)
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces, jobs or default_jobs(), max_events)
-    run_dir = new_run_dir(out, f"analyze-{stem(path)}")
+    run_dir = into or new_run_dir(out, f"analyze-{stem(path)}")
     write_json(RunFolder(run_dir).analysis, analysis)
     findings = diagnose_analysis(analysis, rules_dirs)
-    result = write_outputs(run_dir, str(path), None, analysis, findings, ExperimentResults(), templates_dir,
+    result = write_outputs(run_dir, script or str(path), None, analysis, findings, ExperimentResults(), templates_dir,
                            trace_files=tuple(str(p.resolve()) for p in traces),
                            tensorboard_dir=_tensorboard_dir(traces))
     status = f"Analysed {len(analysis.steps)} step(s) from {len(traces)} trace(s): {analysis.step_definition}."
@@ -45,7 +56,7 @@ def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ..
         import webbrowser
 
         webbrowser.open(result.report_path.resolve().as_uri())
-    return Status.COMPLETED.exit_code if analysis.steps else Status.NO_STEPS.exit_code  # as a run would exit
+    return result, Status.COMPLETED.exit_code if analysis.steps else Status.NO_STEPS.exit_code  # as a run would
 
 
 @contextlib.contextmanager

@@ -24,6 +24,15 @@ EXIT_SLOWER = 4  # --fail-if-slower: B is slower than A by more than allowed, be
 def compare_command(a_path: Path, b_path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...],
                     templates_dir: Optional[str], as_json: bool, force: bool, fail_if_slower: Optional[float],
                     run_noise: Optional[float] = None) -> int:
+    return compare_and_report(a_path, b_path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir,
+                              as_json=as_json, force=force, fail_if_slower=fail_if_slower, run_noise=run_noise)[2]
+
+
+def compare_and_report(a_path: Path, b_path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...] = (),
+                       templates_dir: Optional[str] = None, as_json: bool = False, force: bool = False,
+                       fail_if_slower: Optional[float] = None,
+                       run_noise: Optional[float] = None) -> tuple[Comparison, Path, int]:
+    """The comparison as `diagnose compare` prints it; the comparison, its folder and the exit code."""
     check_out_dir(out)  # before the parsing: a refusal costs nothing
     rules = load_rules(rules_dirs)
     console = Console(stderr=True)
@@ -32,7 +41,7 @@ def compare_command(a_path: Path, b_path: Path, *, out: Optional[str], rules_dir
         b = load_side(b_path, "B", rules)
     comparison = compare_sides(a, b, force=force, fail_if_slower_pct=fail_if_slower, run_noise_pct=run_noise)
     out_dir = new_run_dir(out, f"compare-{stem(a_path.resolve())}-vs-{stem(b_path.resolve())}")
-    return write_comparison(console, out_dir, comparison, templates_dir, as_json)
+    return comparison, out_dir, write_comparison(console, out_dir, comparison, templates_dir, as_json)
 
 
 def compare_with_baseline(console: Console, baseline: LoadedSide, run_dir: Path, rules: list[Rule],

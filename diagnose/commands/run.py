@@ -13,7 +13,13 @@ from rich.console import Console
 from diagnose.capture.runner import check_script, restore_abandoned, run_in_child
 from diagnose.commands.options import BaselineGate, OutputOptions
 from diagnose.commands.output import check_out_dir, finish_output, new_run_dir, progress_bar
-from diagnose.commands.pipeline import can_experiment, diagnose_capture, run_experiments_stage, write_outputs
+from diagnose.commands.pipeline import (
+    RunResult,
+    can_experiment,
+    diagnose_capture,
+    run_experiments_stage,
+    write_outputs,
+)
 from diagnose.commands.rules import load_rules
 from diagnose.errors import UserError
 from diagnose.model import ExperimentResults, RunConfig, Status
@@ -25,6 +31,12 @@ PROFILER_NOISE = ("USDT:", "CPUAllocator.cpp", "Profiler clears events", "_warn_
 
 def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = BaselineGate()) -> int:
     """`config` as the command line gave it; its out_dir empty for a new folder under diagnose_runs/."""
+    return run_and_report(config, output, gate)[1]
+
+
+def run_and_report(config: RunConfig, output: OutputOptions,
+                   gate: BaselineGate = BaselineGate()) -> tuple[RunResult, int]:
+    """The whole run, as `diagnose run` prints it; the result (run folder, diagnosis) and the exit code."""
     import torch
 
     from diagnose import __version__
@@ -74,13 +86,13 @@ def run_command(config: RunConfig, output: OutputOptions, gate: BaselineGate = B
     result = write_outputs(run_dir, script, outcome.capture, analysis, findings, results, templates_dir)
     finish_output(console, result, output.as_json, output.open_report)
     if outcome.interrupted or results.interrupted:
-        return Status.INTERRUPTED.exit_code
+        return result, Status.INTERRUPTED.exit_code
     code = Status.exit_code_of(result.diagnosis.status)
     if baseline_side is not None:
         gate_code = _compare_baseline(console, baseline_side, result, rules, templates_dir,
                                       (gate.fail_if_slower, gate.run_noise))
-        return code or gate_code
-    return code
+        return result, code or gate_code
+    return result, code
 
 
 def _analysis_sentence(analysis_s: float, run_s: float) -> str:

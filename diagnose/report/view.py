@@ -175,7 +175,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         diagnosis=diagnosis,
         capture=capture,
         analysis=analysis,
-        findings=tuple(_finding_view(f, diagnosis, experiments) for f in diagnosis.findings),
+        findings=tuple(finding_view(f, diagnosis, experiments) for f in diagnosis.findings),
         predictions=predictions_sentence(diagnosis),
         trace_files=trace_files if trace_files is not None else
         tuple(str(p) for p in sorted(tb.glob("*.json*"))),
@@ -258,7 +258,7 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value >= 0.1 else fmt_ms(value)  # a fast first step reads better in ms
 
 
-def _finding_view(finding: Finding, diagnosis: Diagnosis, experiments: tuple[ExperimentView, ...]) -> FindingView:
+def finding_view(finding: Finding, diagnosis: Diagnosis, experiments: tuple[ExperimentView, ...]) -> FindingView:
     check = next((c for c in diagnosis.predictions if c.rule == finding.rule), None)
     return FindingView(finding, CATEGORY_NAMES[finding.category], snippet(finding.location),
                        _measured(finding, experiments), prediction_text(finding, check),

@@ -1,0 +1,24 @@
+"""`python -m diagnose.api.window_analysis RUN SCRIPT`: the analysis of a profiled window's traces (RUN/tb, one per
+rank) into RUN itself, run by the window's rank 0 in a process of its own while training goes on."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(run_dir: str, script: str) -> int:
+    from diagnose.commands.analyze import analyze_and_report
+    from diagnose.errors import UserError
+    from diagnose.runfolder import RunFolder
+    from diagnose.trace import MAX_EVENTS
+
+    folder = Path(run_dir)
+    try:
+        return analyze_and_report(RunFolder(folder).tb, out=None, into=folder, script=script, max_events=MAX_EVENTS)[1]
+    except UserError as exc:
+        print(f"error: {exc.message}\n  {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
