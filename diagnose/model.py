@@ -364,6 +364,16 @@ class Hang:
     workers: tuple[str, ...] = ()  # each DataLoader worker process: where it was, or that it had exited
     ranks: tuple[str, ...] = ()  # under torchrun, each other rank: where it waited, or how it had ended
 
+    def place(self) -> str:
+        """'at train.py:16 in read_next_shard (time.sleep(3600))', or '' when no line of the user's was on the
+        stack."""
+        return f"at {self.location} in {self.function} ({without_comment(self.code)})" if self.location else ""
+
+
+def without_comment(code: str) -> str:
+    """A source line without its trailing comment."""
+    return code.split("  #")[0].strip()
+
 
 @dataclass(frozen=True)
 class LossCheck:

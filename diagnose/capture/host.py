@@ -142,8 +142,7 @@ class ScriptHost:
         def on_deadline(signum, frame):
             if self.script_running and self.deadline_stacks is None:
                 self.deadline_at = time.monotonic()
-                self.deadline_stacks = hang.snapshot(frame)  # where the script was: a step that never ends waits here
-                self.on_deadline_stacks()
+                self._take_deadline_stacks(frame)  # where the script was: a step that never ends waits here
             self.on_stop_signal(Status.TIMEOUT)
 
         def on_terminate(signum, frame):  # e.g. torchrun stopping the other ranks after one failed
@@ -186,13 +185,16 @@ class ScriptHost:
             if looks_left > 1:  # diagnose's own work holds the signal back for now
                 self._look_for_native_wait(looks_left - 1)
             return
-        self.deadline_stacks = hang.snapshot(frame)
         self.native_wait = True
-        self.on_deadline_stacks()
+        self._take_deadline_stacks(frame)
         code = self.finish(Status.TIMEOUT, None)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+    def _take_deadline_stacks(self, frame) -> None:
+        self.deadline_stacks = hang.snapshot(frame)
+        self.on_deadline_stacks()
 
     def _run_script(self, script: str) -> tuple[str, Optional[ScriptError]]:
         try:

@@ -63,8 +63,8 @@ def merged_rank_capture(run_dir: Path) -> Optional[Capture]:
 
 def hang_line(hang: Hang) -> str:
     """'at train.py:16 in read_next_shard (time.sleep(3600)), waiting on a sleep'"""
-    where = f"at {hang.location} in {hang.function} ({hang.code.split('  #')[0].strip()}), " if hang.location else ""
-    return f"{where}waiting on {hang.waiting_on}"
+    where = hang.place()
+    return f"{where}, waiting on {hang.waiting_on}" if where else f"waiting on {hang.waiting_on}"
 
 
 # what a rank's collective says when another rank died under it (gloo, NCCL): a consequence, not the cause

@@ -66,9 +66,10 @@ class SystemSampler(threading.Thread):
                     rss += by_pid[p.pid]
             except psutil.Error:
                 continue
-        self.recent_memory.append(MemorySample(time.monotonic() - self.t0, by_pid, psutil.virtual_memory().available))
+        t_s = time.monotonic() - self.t0
+        self.recent_memory.append(MemorySample(t_s, by_pid, psutil.virtual_memory().available))
         row = {
-            "t_s": time.monotonic() - self.t0,
+            "t_s": t_s,
             "per_core_frac": per_core,
             "cpu_frac": sum(per_core) / max(1, len(per_core)),
             "process_cpu_frac": cpu_pct / 100.0 / self.cpu_count,

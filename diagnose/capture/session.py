@@ -120,20 +120,23 @@ class Session(ScriptHost):
     def usual_step_s(self) -> Optional[float]:
         return typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
 
+    def _open_step_s(self) -> Optional[float]:
+        """How long the step open when the deadline came had lasted (None: no deadline, or no step yet)."""
+        if self.deadline_at is None or not self.boundaries_s:
+            return None
+        return self.deadline_at - (self.t0 + self.boundaries_s[-1])
+
     def on_deadline_stacks(self) -> None:
         """A hang (not slow steps): ask the DataLoader's workers where they are before the iterator goes away."""
-        if self.deadline_at is not None and self.boundaries_s and hang.is_hang(
-                self.deadline_at - (self.t0 + self.boundaries_s[-1]), self.usual_step_s()):
+        open_s = self._open_step_s()
+        if open_s is not None and hang.is_hang(open_s, self.usual_step_s()):
             self.workers_at_deadline = worker_stacks.worker_stacks(list(self.instr.seen.iterators),
                                                                    self.instr.worker_stack_folder)
 
     def _hang(self) -> Optional[Hang]:
         """The deadline found a step open for HANG_FACTOR typical steps (HANG_MIN_S at least): where it waited."""
-        if self.deadline_stacks is None or not self.boundaries_s or self.deadline_at is None:
-            return None
-        open_s = self.deadline_at - (self.t0 + self.boundaries_s[-1])
-        typical = typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
-        if not hang.is_hang(open_s, typical):
+        open_s, typical = self._open_step_s(), self.usual_step_s()
+        if self.deadline_stacks is None or open_s is None or not hang.is_hang(open_s, typical):
             return None
         stack, threads = self.deadline_stacks
         return hang.describe(stack, len(self.boundaries_s) - 1, open_s, typical, threads, self.native_wait,

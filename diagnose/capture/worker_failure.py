@@ -88,9 +88,10 @@ def worker_failure(error: Optional[ScriptError], loader: Optional[LoaderInfo], o
     shm_total, shm_free = _shm()
     before = last_memory_of(dead_worker_pids(text, around.recent_memory), around.recent_memory)
     # the memory before the death decides: the kill gave back what the worker held
-    available = before.available_bytes if before else psutil.virtual_memory().available
+    machine = psutil.virtual_memory()
+    available = before.available_bytes if before else machine.available
     cause = _cause(signal_name, text, in_flight, shm_total)
-    if cause == "memory" and available > SPARE_MEMORY * psutil.virtual_memory().total and not around.oom_kills:
+    if cause == "memory" and available > SPARE_MEMORY * machine.total and not around.oom_kills:
         cause = "killed"
     why, fix = CAUSES[cause]
     return WorkerFailure(signal=signal_name or "", exit_code=exit_code, step=error.step, cause=cause, why=why,

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Optional
 
 from diagnose.capture import hang
 from diagnose.capture.sites import is_user_file
+from diagnose.model import without_comment
 
 DUMP_SIGNAL = signal.SIGUSR2
 DUMP_WAIT_S = 1.0  # how long a worker may take to write its stacks
@@ -85,7 +86,7 @@ def _worker_state(worker, dump: Optional[Path]) -> str:
         return "it did not answer within a second"
     loops = [i for i, (file, _, function) in enumerate(frames) if function == "_worker_loop"]
     inner = frames[loops[-1] + 1:] if loops else frames  # a forked worker's stack holds its parent's frames too
-    parsed = [(f, line, fn, hang.code_at(f, line).split("  #")[0]) for f, line, fn in inner]
+    parsed = [(f, line, fn, without_comment(hang.code_at(f, line))) for f, line, fn in inner]
     user = next((p for p in reversed(parsed) if is_user_file(p[0])), None)
     if user is None and (not parsed or hang.waiting_on(parsed).startswith("a queue")):
         return IDLE

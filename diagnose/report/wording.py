@@ -184,8 +184,7 @@ def hang_sentence(capture: Capture) -> str:
     (lock.acquire()), waiting on a lock. Stopped at --max-seconds 12.'"""
     hang = capture.hang
     typical = f" of about {fmt_ms(hang.typical_step_s)}" if hang.typical_step_s else ""
-    where = (f" at {hang.location} in {hang.function} ({hang.code.split('  #')[0].strip()})" if hang.location
-             else "")
+    where = f" {hang.place()}" if hang.location else ""
     stuck = [w for w in hang.workers if " in " in w.partition(": ")[2]]  # a worker at a line: not idle, not gone
     workers = f" DataLoader {stuck[0].split(', waiting on')[0]}." if stuck else ""
     away = [r for r in hang.ranks if "waiting on a collective" not in r and " at " in r]  # a rank elsewhere
