@@ -107,10 +107,19 @@ def test_host_ops_link_nothing_whatever_their_args_say_and_device_work_keeps_its
         assert list(Spans.concat(parts["kernel"]).correlations()) == [5]
 
 
-def test_a_number_longer_than_the_scanner_reads_leaves_the_chunk_to_the_expression():
-    long_ts = event('"cat": "cpu_op", "name": "k", "pid": 1, "tid": 1, "ts": ' + "1" * 40 + ', "dur": 1')
-    text = ('{"traceEvents": [' + long_ts + "]}").encode()
-    assert jitscan.scan(text, 0, len(text)) is None
+NUMBERS = ["1" * 40, "0.1", "5628317421947.704", "9007199254740993", "9007199254740992", "1.5e300",
+           "4.9e-324", "123456789012345678901234567890e-25", "-0", "-0.0", "1e22", "1e23", "2.5E-22", "3e-23", "15.",
+           "1700000000895278.125", "0.30000000000000004", "7.0e+1"]
+
+
+def test_numbers_the_kernel_reads_are_those_python_reads():
+    # where one exact IEEE operation gives the value, the kernel computes it; else numpy parses the text: both
+    # as Python's float() does, to the bit (and a sign of zero)
+    events = [event(f'"cat": "cpu_op", "name": "k", "pid": 1, "tid": 1, "ts": {n}, "dur": {n}') for n in NUMBERS]
+    text = ('{"traceEvents": [' + ",".join(events) + "]}").encode()
+    scanned = jitscan.scan(text, 0, len(text))
+    expected = np.array([float(n) for n in NUMBERS])
+    assert scanned.begin.tobytes() == scanned.duration.tobytes() == expected.tobytes()
     assert_same(read(text, jit=True), read(text, jit=False))
 
 

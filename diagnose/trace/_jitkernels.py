@@ -22,12 +22,13 @@ from diagnose.trace.nesting import walk_first_seen as _walk_first_seen
 from diagnose.trace.nesting import walk_nesting as _walk_nesting
 from diagnose.trace.nesting import walk_outermost as _walk_outermost
 
-NUMBER_WIDTH = 32
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 QUOTE, BACKSLASH, COMMA, COLON = 34, 92, 44, 58
 # what _scan returns instead of a row count: a chunk it cannot read (the expression then reads it), or rows run out
-CORRELATION_TOO_LONG, NUMBER_TOO_LONG, FULL = -2, -3, -4
+CORRELATION_TOO_LONG, FULL = -2, -4
+EXACT_DIGITS = 1 << 53  # an integer up to this is a double exactly
+POWERS_OF_TEN = np.array([10.0 ** k for k in range(23)])  # each exact: 5**22 < 2**53
 
 
 @njit(cache=True, nogil=True)
@@ -193,18 +194,48 @@ def _hash(t, a, b, c, d):
 
 
 @njit(cache=True, nogil=True)
-def _copy_number(t, a, b, numbers, n, offset):
-    if b - a > NUMBER_WIDTH:
-        return False
-    for k in range(a, b):
-        numbers[n, offset + k - a] = t[k]
-    return True
+def _exact_number(t, a, b):
+    """The number t[a:b] (the grammar's NUMBER) where one IEEE operation gives it correctly rounded, as Python's
+    float() does: its digits an integer up to 2**53 and its decimal exponent within 22 either way, so that both
+    operands are exact doubles (Clinger's fast path). NaN otherwise: numpy then parses its text."""
+    i = a + 1 if t[a] == 45 else a
+    digits, exponent = 0, 0
+    while i < b and _digit(t[i]):
+        digits = digits * 10 + (t[i] - 48)
+        if digits > EXACT_DIGITS:
+            return np.nan
+        i += 1
+    if i < b and t[i] == 46:
+        i += 1
+        while i < b and _digit(t[i]):
+            digits = digits * 10 + (t[i] - 48)
+            if digits > EXACT_DIGITS:
+                return np.nan
+            exponent -= 1
+            i += 1
+    if i < b:  # the exponent: the grammar matched its digits
+        i += 1
+        sign = 1
+        if t[i] == 45 or t[i] == 43:
+            sign = -1 if t[i] == 45 else 1
+            i += 1
+        written = 0
+        while i < b:
+            written = written * 10 + (t[i] - 48)
+            if written > 1000:
+                return np.nan
+            i += 1
+        exponent += sign * written
+    if exponent < -22 or exponent > 22:
+        return np.nan
+    value = float(digits) / POWERS_OF_TEN[-exponent] if exponent <= 0 else float(digits) * POWERS_OF_TEN[exponent]
+    return -value if t[a] == 45 else value
 
 
 @njit(cache=True, nogil=True)
-def _match(t, p, end, keys, ints, numbers, hashes, n):
+def _match(t, p, end, keys, ints, values, hashes, n):
     """The event whose '"ph":' is at p into row n; returns where the match ends, -1 where it does not match, or
-    CORRELATION_TOO_LONG / NUMBER_TOO_LONG where the scanner cannot read it."""
+    CORRELATION_TOO_LONG where the scanner cannot read it."""
     i = _skip_space(t, p + 5, end)
     i = _literal(t, i, end, keys, 0)  # "X"
     if i < 0:
@@ -248,8 +279,8 @@ def _match(t, p, end, keys, ints, numbers, hashes, n):
     corr, corr_end = _correlation(t, i, end, keys)
     if corr == CORRELATION_TOO_LONG:
         return CORRELATION_TOO_LONG
-    if not (_copy_number(t, ts, ts_end, numbers, n, 0) and _copy_number(t, dur, dur_end, numbers, n, NUMBER_WIDTH)):
-        return NUMBER_TOO_LONG
+    values[n, 0], values[n, 1] = _exact_number(t, ts, ts_end), _exact_number(t, dur, dur_end)
+    ints[n, 10], ints[n, 11], ints[n, 12], ints[n, 13] = ts, ts_end, dur, dur_end
     ints[n, 0], ints[n, 1], ints[n, 2], ints[n, 3], ints[n, 4] = p, cat + 1, cat_end - 1, name + 1, name_end - 1
     ints[n, 5], ints[n, 6], ints[n, 7], ints[n, 8], ints[n, 9] = pid, pid_end, tid, tid_end, corr
     hashes[n, 0] = _hash(t, cat + 1, cat_end - 1, name + 1, name_end - 1)
@@ -258,7 +289,7 @@ def _match(t, p, end, keys, ints, numbers, hashes, n):
 
 
 @njit(cache=True, nogil=True)
-def _scan(t, start, end, keys, ints, numbers, hashes, counts):
+def _scan(t, start, end, keys, ints, values, hashes, counts):
     """Each '"ph":' found by Horspool's search (the byte under the pattern's end says how far it may move).
     counts: the complete events ('"ph":\\s*"X"'), matched or not, and the profiler's own spans among them
     ('"cat":\\s*"Trace"' next), which the expression's reader counts with two passes over the text."""
@@ -280,7 +311,7 @@ def _scan(t, start, end, keys, ints, numbers, hashes, counts):
                     counts[1] += 1
             if n >= len(ints):
                 return FULL  # the caller grows the rows and scans again
-            after = _match(t, i, end, keys, ints, numbers, hashes, n)
+            after = _match(t, i, end, keys, ints, values, hashes, n)
             if after < -1:
                 return after
             if after >= 0:
@@ -298,11 +329,12 @@ for _row, _word in enumerate(WORDS):
     KEYS[_row, :len(_word)] = np.frombuffer(_word, dtype=np.uint8)
 
 
-def scan(text, start, end, ints, numbers, hashes, counts) -> int:
-    """Rows filled (ints: mark, category, name, pid and tid spans, correlation; numbers: ts and dur's bytes;
+def scan(text, start, end, ints, values, hashes, counts) -> int:
+    """Rows filled (ints: mark, category, name, pid and tid spans, correlation, ts and dur spans; values: ts and
+    dur, NaN where numpy parses the text;
     hashes: label and thread; counts: complete events, the profiler's spans among them), or a negative code where
     the chunk is left to the expression."""
-    return _scan(text, start, end, KEYS, ints, numbers, hashes, counts)
+    return _scan(text, start, end, KEYS, ints, values, hashes, counts)
 
 
 @njit(cache=True, nogil=True)
