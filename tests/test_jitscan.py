@@ -305,3 +305,95 @@ def test_a_traces_ops_get_the_walks_self_times_from_array_operations(path):
     assert found is not None or "kernel_heavy" in path.name  # (its ops overlap without nesting: walked)
     if found is not None:
         assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
+
+
+def assert_same_piece(text: bytes):
+    """The compiled scanner's one pass gives the spans, memory events and FLOP ops the expressions give."""
+    mine, theirs = stream.read_piece(text, jit=True), stream.read_piece(text, jit=False)
+    assert_same(mine[:3], theirs[:3])
+    (memory, flops), (their_memory, their_flops) = mine[3:], theirs[3:]
+    for column in ("ts", "allocated", "reserved", "nbytes", "device_type"):
+        assert getattr(memory, column).tobytes() == getattr(their_memory, column).tobytes(), column
+    assert memory.tids == their_memory.tids
+    assert flops.ts.tobytes() == their_flops.ts.tobytes() and flops.dur.tobytes() == their_flops.dur.tobytes()
+    assert [k.key for k in flops.kinds] == [k.key for k in their_flops.kinds]
+    assert flops.kind_codes.tolist() == their_flops.kind_codes.tolist()
+    assert flops.threads == their_flops.threads and flops.thread_codes.tolist() == their_flops.thread_codes.tolist()
+    return mine
+
+
+def events_of(path) -> bytes:
+    """The trace's events, as a stream's piece holds them (from the first event's object to the list's end)."""
+    text = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    first = text.find(b'"ph"')
+    return text[text.rfind(b"{", 0, first):text.rfind(b"]")]
+
+
+@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+def test_memory_events_and_flop_ops_read_in_the_scanners_pass_are_the_expressions(path):
+    text = events_of(path)
+    memory, flops = assert_same_piece(text)[3:]
+    if "h200" in str(path):  # recorded with profile_memory and record_shapes: read in the scanner's pass
+        assert len(memory) > 100 and len(flops) > 0 and jitscan.scan(text, 0, len(text)).memory is not None
+
+
+def memory_event(args: str, head: str = '"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]"',
+                 tail: str = '"pid": 7, "tid": 8, "ts": 12.5') -> str:
+    return "{" + head + ", " + tail + ', "args": {' + args + "}}"
+
+
+ALLOCATION = '"Total Reserved": 0, "Total Allocated": 512, "Bytes": 512, "Device Id": -1, "Device Type": 0'
+# each: one memory event (or event like one) -- what it tests
+MEMORY_CASES = {
+    "torch 2.13": memory_event(ALLOCATION + ', "Addr": 94595681298176, "finished": false, "Ev Idx": 40360'),
+    "keys in torch 1.x's order": memory_event('"Device Type": 1, "Device Id": 0, "Addr": 1, "Bytes": -64, '
+                                              '"Total Allocated": 0, "Total Reserved": 2097152'),
+    "no Total Allocated: not an allocator's": memory_event('"Bytes": 5, "Device Type": 0'),
+    "a key twice: the first read": memory_event(ALLOCATION + ', "Bytes": 9'),
+    "Bytes not an integer": memory_event('"Total Allocated": 5, "Bytes": 1.5e2, "Device Type": 0'),
+    "an amount past 18 digits": memory_event('"Total Allocated": 1234567890123456789, "Bytes": 1'),
+    "a string value": memory_event('"Total Allocated": 5, "Bytes": 3, "note": "a, b}", "Device Type": 0'),
+    "compact": memory_event(ALLOCATION.replace(" ", ""), '"ph":"i","cat":"cpu_instant_event","s":"t",'
+                            '"name":"[memory]"', '"pid":7,"tid":"eight","ts":3'),
+    "torch 2.13's lines": memory_event('\n      ' + ALLOCATION + '\n    ', '"ph": "i",\n    \n    '
+                                       '"cat": "cpu_instant_event",\n    "s": "t",\n    "name": "[memory]"',
+                                       '"pid": 7,\n    "tid": 8,\n    "ts": 5628317421947.704\n    '),
+    "a list in the args": memory_event(ALLOCATION + ', "shape": [1, 2]'),
+    "name first": '{"name": "[memory]", "ph": "i", "pid": 7, "tid": 8, "ts": 1, "args": {' + ALLOCATION + '}}',
+    "another instant": memory_event(ALLOCATION, '"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "mark"'),
+    "an instant named before ph": '{"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 1}',
+    "a complete event named [memory]": memory_event(ALLOCATION, '"ph": "X", "cat": "cpu_op", "name": "[memory]"',
+                                                    '"pid": 7, "tid": 8, "ts": 1, "dur": 2'),
+    "a ts past 2**53": memory_event(ALLOCATION, tail='"pid": 7, "tid": 8, "ts": 1700000000895278.125'),
+}
+
+
+# the kernel leaves the others' chunk to the expressions
+NOT_READ_BY_THE_KERNEL = {"Bytes not an integer", "an amount past 18 digits", "a list in the args", "name first",
+                          "a complete event named [memory]"}
+
+
+@pytest.mark.parametrize("case", sorted(MEMORY_CASES))
+def test_each_kind_of_memory_event_is_read_as_the_expressions_read_it(case):
+    plain = event(CASES["plain"])
+    text = ",\n".join([plain, MEMORY_CASES["torch 2.13"], MEMORY_CASES[case], plain]).encode()
+    assert len(assert_same_piece(text)[3]) >= 1
+    assert (jitscan.scan(text, 0, len(text)).memory is None) == (case in NOT_READ_BY_THE_KERNEL)
+
+
+FLOP_CASES = {
+    "shapes": '"Input Dims": [[64, 256], [256, 256]], "Input type": ["float", "float"]',
+    "concrete inputs": '"Input Dims": [[256], [64, 256], [256, 256], [], []], '
+                       '"Concrete Inputs": ["", "", "", "1", "1"]',
+    "no shapes": '"External id": 3',
+    "an object in the args": '"Input Dims": [[2, 2]], "extra": {"a": 1}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLOP_CASES))
+def test_flop_ops_are_read_in_the_scanners_pass_as_the_expression_reads_them(case):
+    op = event('"cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 3.25, "dur": 4', ', "args": {'
+               + FLOP_CASES[case] + '}')
+    bare = event('"cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 2, "ts": 9, "dur": 1')
+    text = ",\n".join([event(CASES["plain"]), op, bare, op]).encode()
+    assert len(assert_same_piece(text)[4]) == 3

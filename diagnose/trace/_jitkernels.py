@@ -150,13 +150,19 @@ def _stops_scalar(c):
 
 
 @njit(cache=True, nogil=True)
-def _correlation(t, i, end, keys):
-    """(value, end) of the optional args group from i (just after dur), or (-1, -1) where it does not match;
-    value CORRELATION_TOO_LONG for an id past int64 (the caller then gives up on the chunk)."""
+def _args_at(t, i, end, keys):
+    r"""Where the args object's `{` is when `\s*,\s*"args":\s*{` follows i (just after dur), else -1."""
     i = _key(t, i, end, keys, 7)
-    if i < 0 or i >= end or t[i] != 123:
+    return i if 0 <= i < end and t[i] == 123 else -1
+
+
+@njit(cache=True, nogil=True)
+def _correlation(t, args, end, keys):
+    """(value, end) of the optional args group whose `{` is at args (-1: none), or (-1, -1) where it does not
+    match; value CORRELATION_TOO_LONG for an id past int64 (the caller then gives up on the chunk)."""
+    if args < 0:
         return -1, -1
-    i = _skip_space(t, i + 1, end)
+    i = _skip_space(t, args + 1, end)
     while i < end:
         j = _literal(t, i, end, keys, 8)
         if j >= 0:
@@ -276,11 +282,12 @@ def _match(t, p, end, keys, ints, values, hashes, n):
     if i < 0:
         return -1
     dur_end = i
-    corr, corr_end = _correlation(t, i, end, keys)
+    args = _args_at(t, i, end, keys)
+    corr, corr_end = _correlation(t, args, end, keys)
     if corr == CORRELATION_TOO_LONG:
         return CORRELATION_TOO_LONG
     values[n, 0], values[n, 1] = _exact_number(t, ts, ts_end), _exact_number(t, dur, dur_end)
-    ints[n, 10], ints[n, 11], ints[n, 12], ints[n, 13] = ts, ts_end, dur, dur_end
+    ints[n, 10], ints[n, 11], ints[n, 12], ints[n, 13], ints[n, 14] = ts, ts_end, dur, dur_end, args
     ints[n, 0], ints[n, 1], ints[n, 2], ints[n, 3], ints[n, 4] = p, cat + 1, cat_end - 1, name + 1, name_end - 1
     ints[n, 5], ints[n, 6], ints[n, 7], ints[n, 8], ints[n, 9] = pid, pid_end, tid, tid_end, corr
     hashes[n, 0] = _hash(t, cat + 1, cat_end - 1, name + 1, name_end - 1)
@@ -289,12 +296,148 @@ def _match(t, p, end, keys, ints, values, hashes, n):
 
 
 @njit(cache=True, nogil=True)
-def _scan(t, start, end, keys, ints, values, hashes, counts):
+def _is_word(t, a, b, keys, word):
+    """Whether t[a:b] is keys' word, exactly."""
+    return _literal(t, a, b, keys, word) == b
+
+
+@njit(cache=True, nogil=True)
+def _integer(t, a, b):
+    """-?\\d+ in t[a:b], at most 18 digits (fits int64), and True; (0, False) for any other number."""
+    i = a + 1 if t[a] == 45 else a
+    if b - i > 18 or b == i:
+        return 0, False
+    value = 0
+    for k in range(i, b):
+        if not _digit(t[k]):
+            return 0, False
+        value = value * 10 + (t[k] - 48)
+    return (-value if t[a] == 45 else value), True
+
+
+@njit(cache=True, nogil=True)
+def _member_value_end(t, v, end):
+    """After a member's value that is not read (a string, or a scalar: no list or object), or -1."""
+    return _string(t, v, end) if v < end and t[v] == QUOTE else _scalar(t, v, end)
+
+
+@njit(cache=True, nogil=True)
+def _member_key(t, i, end):
+    """(key start, key end, value start) of the member `"key":\\s*` at i, or (-1, -1, -1)."""
+    k = _plain_string(t, i, end)
+    if k < 0:
+        return -1, -1, -1
+    c = _skip_space(t, k, end)
+    if c >= end or t[c] != COLON:
+        return -1, -1, -1
+    return i, k, _skip_space(t, c + 1, end)
+
+
+@njit(cache=True, nogil=True)
+def _memory_args(t, i, end, keys, amounts, m):
+    """The args object from i (its `{`) into amounts[m] (Total Allocated, Total Reserved, Bytes, Device Type: 0
+    where absent); returns (end, whether Total Allocated was there), end -1 where the kernel does not read it."""
+    for column in range(4):
+        amounts[m, column] = 0
+    seen = 0
+    i = _skip_space(t, i + 1, end)
+    if i < end and t[i] == 125:
+        return i + 1, False
+    while i < end:
+        a, b, v = _member_key(t, i, end)
+        if a < 0:
+            return -1, False
+        column = -1
+        for c in range(4):
+            if _is_word(t, a, b, keys, MEMORY_KEYS + c):
+                column = c
+        if column >= 0 and not (seen >> column) & 1:  # the first of a key, as the expressions read it
+            k = _number(t, v, end)
+            value, whole = _integer(t, v, k) if k > v else (0, False)
+            if not whole:
+                return -1, False  # a number that is not an integer's: the expressions read that chunk
+            amounts[m, column] = value
+            seen |= 1 << column
+        else:
+            k = _member_value_end(t, v, end)
+        k = _skip_space(t, k, end) if k >= 0 else k
+        if k < 0 or k >= end:
+            return -1, False
+        if t[k] == 125:
+            return k + 1, (seen & 1) == 1
+        if t[k] != COMMA:
+            return -1, False
+        i = _skip_space(t, k + 1, end)
+    return -1, False
+
+
+@njit(cache=True, nogil=True)
+def _named_before(t, p, start, keys):
+    """0 when the object whose '"ph":' is at p holds no "[memory]" before it, else -1 (or where its `{` is not
+    found near)."""
+    j = p - 1
+    while j >= start and p - j < 4096:
+        if t[j] == 123:
+            return 0
+        if t[j] == QUOTE and _literal(t, j, p, keys, 12) >= 0:
+            return -1
+        j -= 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _instant(t, p, x, start, end, keys, rows, times, amounts, hashes, m):
+    """The instant event whose '"ph":' is at p and "i" ends at x: 1 when it is a memory event read into row m
+    (rows: mark, pid and tid spans, ts span, whether an allocator's), 0 when it is not one, -1 when the kernel does
+    not read it (its name past a member it cannot skip, or a memory event laid out otherwise): the expressions then
+    read that chunk. An instant whose name comes before "ph" (Kineto's "Record Window End") has its head looked
+    at."""
+    i = x
+    while True:  # the members before the name ("cat", "s")
+        i = _skip_space(t, i, end)
+        if i < end and t[i] == 125:
+            return _named_before(t, p, start, keys)
+        if i >= end or t[i] != COMMA:
+            return -1
+        a, b, v = _member_key(t, _skip_space(t, i + 1, end), end)
+        if a < 0:
+            return -1
+        if _is_word(t, a, b, keys, 11):  # "name"
+            break
+        i = _member_value_end(t, v, end)
+        if i < 0:
+            return -1
+    after = _literal(t, v, end, keys, 12)  # "[memory]"
+    if after < 0:
+        return 0
+    pid = _key(t, after, end, keys, 3)
+    pid_end = _id(t, pid, end) if pid >= 0 else -1
+    tid = _key(t, pid_end, end, keys, 4) if pid_end >= 0 else -1
+    tid_end = _id(t, tid, end) if tid >= 0 else -1
+    ts = _key(t, tid_end, end, keys, 5) if tid_end >= 0 else -1
+    ts_end = _number(t, ts, end) if ts >= 0 else -1
+    args = _key(t, ts_end, end, keys, 7) if ts_end >= 0 else -1
+    if args < 0 or args >= end or t[args] != 123:
+        return -1
+    args_end, allocator = _memory_args(t, args, end, keys, amounts, m)
+    if args_end < 0:
+        return -1
+    rows[m, 0], rows[m, 1], rows[m, 2], rows[m, 3], rows[m, 4] = p, pid, pid_end, tid, tid_end
+    rows[m, 5], rows[m, 6], rows[m, 7] = ts, ts_end, 1 if allocator else 0
+    times[m] = _exact_number(t, ts, ts_end)
+    hashes[m] = _hash(t, pid, pid_end, tid, tid_end)
+    return 1
+
+
+@njit(cache=True, nogil=True)
+def _scan(t, start, end, keys, ints, values, hashes, counts, memory):
     """Each '"ph":' found by Horspool's search (the byte under the pattern's end says how far it may move).
     counts: the complete events ('"ph":\\s*"X"'), matched or not, and the profiler's own spans among them
-    ('"cat":\\s*"Trace"' next), which the expression's reader counts with two passes over the text."""
-    n = 0
-    counts[0] = counts[1] = 0
+    ('"cat":\\s*"Trace"' next), which the expression's reader counts with two passes over the text; the memory
+    events read into `memory` (rows, times, amounts, hashes), and those the kernel could not read."""
+    rows, times, amounts, memory_hashes = memory
+    n = m = 0
+    counts[0] = counts[1] = counts[2] = counts[3] = 0
     i = start
     limit = end - 5
     while i <= limit:
@@ -303,38 +446,54 @@ def _scan(t, start, end, keys, ints, values, hashes, counts):
             i += 1 if c == QUOTE else 2 if c == 104 else 3 if c == 112 else 5
             continue
         if t[i] == QUOTE and t[i + 1] == 112 and t[i + 2] == 104 and t[i + 3] == QUOTE:
-            x = _literal(t, _skip_space(t, i + 5, end), end, keys, 0)  # "X"
+            value = _skip_space(t, i + 5, end)
+            x = _literal(t, value, end, keys, 0)  # "X"
             if x >= 0:
                 counts[0] += 1
                 category = _key(t, x, end, keys, 1)
                 if category >= 0 and _literal(t, category, end, keys, 9) >= 0:  # "Trace"
                     counts[1] += 1
-            if n >= len(ints):
-                return FULL  # the caller grows the rows and scans again
-            after = _match(t, i, end, keys, ints, values, hashes, n)
-            if after < -1:
-                return after
-            if after >= 0:
-                n += 1
-                i = after
-                continue
+                if n >= len(ints):
+                    return FULL  # the caller grows the rows and scans again
+                after = _match(t, i, end, keys, ints, values, hashes, n)
+                if after < -1:
+                    return after
+                if after >= 0:
+                    if _is_word(t, ints[n, 3] - 1, ints[n, 4] + 1, keys, 12):  # a complete event named "[memory]"
+                        counts[3] += 1
+                    n += 1
+                    i = after
+                    continue
+            else:
+                x = _literal(t, value, end, keys, 10)  # "i"
+                if x >= 0:
+                    if m >= len(rows):
+                        return FULL
+                    read = _instant(t, i, x, start, end, keys, rows, times, amounts, memory_hashes, m)
+                    if read > 0:
+                        m += 1
+                    elif read < 0:
+                        counts[3] += 1
         i += 5  # ':' is only the pattern's last byte, and the pattern cannot overlap itself
+    counts[2] = m
     return n
 
 
 WORDS = (b'"X"', b'"cat":', b'"name":', b'"pid":', b'"tid":', b'"ts":', b'"dur":', b'"args":', b'"correlation":',
-         b'"Trace"')
-KEYS = np.zeros((len(WORDS), 16), dtype=np.uint8)  # one word a row, NUL-padded
+         b'"Trace"', b'"i"', b'"name"', b'"[memory]"',
+         b'"Total Allocated"', b'"Total Reserved"', b'"Bytes"', b'"Device Type"')  # memory_events.ARG_KEYS' order
+MEMORY_KEYS = 13
+KEYS = np.zeros((len(WORDS), 24), dtype=np.uint8)  # one word a row, NUL-padded
 for _row, _word in enumerate(WORDS):
     KEYS[_row, :len(_word)] = np.frombuffer(_word, dtype=np.uint8)
 
 
-def scan(text, start, end, ints, values, hashes, counts) -> int:
-    """Rows filled (ints: mark, category, name, pid and tid spans, correlation, ts and dur spans; values: ts and
-    dur, NaN where numpy parses the text;
-    hashes: label and thread; counts: complete events, the profiler's spans among them), or a negative code where
-    the chunk is left to the expression."""
-    return _scan(text, start, end, KEYS, ints, values, hashes, counts)
+def scan(text, start, end, ints, values, hashes, counts, memory) -> int:
+    """Rows filled (ints: mark, category, name, pid and tid spans, correlation, ts and dur spans, the args' `{`;
+    values: ts and dur, NaN where numpy parses their text; hashes: label and thread; counts: complete events, the
+    profiler's spans among them, memory events read into `memory`'s rows, memory events not read), or a negative
+    code where the chunk is left to the expression."""
+    return _scan(text, start, end, KEYS, ints, values, hashes, counts, memory)
 
 
 @njit(cache=True, nogil=True)

@@ -259,17 +259,23 @@ def _scanned_into(parts: dict[str, list[Spans]], raw: bytes, scanned, caches: tu
     """Add what the compiled scanner read to `parts`, as the expression's results are added, and return the
     complete events matched (the profiler's own span not counted); None (nothing added) when two different labels
     or threads share a hash, which the expression then sorts out."""
-    ints = scanned.ints
-    if not len(ints):
+    if not len(scanned.ints):
         return 0
+    events = scanned_coded(raw, scanned)
+    return _coded_into(parts, events, caches) if events is not None else None
+
+
+def scanned_coded(raw: bytes, scanned) -> Optional[_Coded]:
+    """The scanner's events with their labels and threads decoded once each; None when two different labels or
+    threads share a hash."""
+    ints = scanned.ints
     label_rows, label_of = _distinct(raw, scanned.label_hash, ints[:, 1:5])
     thread_rows, thread_of = _distinct(raw, scanned.thread_hash, ints[:, 5:9])
     if label_rows is None or thread_rows is None:
         return None
     labels = [(raw[a:b], raw[c:d]) for a, b, c, d in ints[label_rows, 1:5].tolist()]
     threads = [(raw[a:b], raw[c:d]) for a, b, c, d in ints[thread_rows, 5:9].tolist()]
-    events = _Coded(labels, label_of, threads, thread_of, scanned.begin, scanned.duration, ints[:, 9])
-    return _coded_into(parts, events, caches)
+    return _Coded(labels, label_of, threads, thread_of, scanned.begin, scanned.duration, ints[:, 9])
 
 
 def _coded_into(parts: dict[str, list[Spans]], events: _Coded, caches: tuple[dict, dict, dict]) -> int:

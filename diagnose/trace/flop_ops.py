@@ -98,6 +98,30 @@ def read_flop_ops(raw: bytes, start: int = 0, end: Optional[int] = None) -> Flop
     return ops.flop_ops()
 
 
+COUNTED_NAMES = frozenset(name.encode() for name in COUNTED)
+
+
+def flop_ops_of_rows(raw: bytes, rows: Iterable[tuple[bytes, tuple, float, float, int]]) -> FlopOps:
+    """The FLOP ops among complete events the compiled scanner read: (name's text, (pid, tid)'s texts, ts, dur,
+    where its args' `{` is, -1: no args right after dur), each op's args read as the expression reads them."""
+    ops = _Collected()
+    known_threads: dict[tuple, tuple] = {}
+    for name, pid_tid, begin, length, args_at in rows:
+        thread = known_threads.get(pid_tid) or _thread_into(known_threads, pid_tid)
+        ops.add(name, _args(_args_text(raw, args_at)), thread, begin, length)
+    return ops.flop_ops()
+
+
+def _args_text(raw: bytes, at: int) -> bytes:
+    """The args object whose `{` is at `at` when it holds no object (the expression's `\\{[^{}]*\\}`), else b""."""
+    if at < 0:
+        return b""
+    close = raw.find(b"}", at + 1)
+    if close < 0 or raw.find(b"{", at + 1, close) >= 0:
+        return b""
+    return raw[at:close + 1]
+
+
 def flop_ops_of_events(events: Iterable) -> FlopOps:
     """The FLOP ops among parsed event objects (a trace in a layout the expression does not read): complete
     events of the counted names, their args as the expression reads them."""

@@ -21,7 +21,8 @@ from typing import Optional
 import numpy as np
 
 CODE = np.int32  # a span's thread, name or key as an index into its table: the type the compiled walks take
-FIELDS = 14  # mark, cat start/end, name start/end, pid start/end, tid start/end, correlation, ts and dur start/end
+FIELDS = 15  # mark, cat, name, pid and tid start/end, correlation, ts and dur start/end, the args' `{` (-1: none)
+MEMORY_FIELDS = 8  # mark, pid and tid start/end, ts start/end, whether an allocator's ("Total Allocated" there)
 
 _compiled = None
 PASS_FROM = 4096
@@ -126,13 +127,23 @@ def loaded():
 
 
 class Scanned:
-    """What the compiled scanner read from one chunk: one row per complete event it matched."""
+    """What the compiled scanner read from one chunk: one row per complete event it matched, and one per memory
+    event (`memory`: None when it met one it could not read, and the expressions read the chunk's)."""
 
     def __init__(self, ints: np.ndarray, begin: np.ndarray, duration: np.ndarray, label_hash: np.ndarray,
-                 thread_hash: np.ndarray, complete: int):
+                 thread_hash: np.ndarray, complete: int, memory: Optional["ScannedMemory"] = None):
         self.ints, self.begin, self.duration = ints, begin, duration
         self.label_hash, self.thread_hash = label_hash, thread_hash
         self.complete = complete  # the chunk's complete events, matched or not, beside the profiler's own span
+        self.memory = memory
+
+
+class ScannedMemory:
+    """The memory events of a chunk: where each one's pid, tid and ts lie, whether it is an allocator's, its ts,
+    its amounts (Total Allocated, Total Reserved, Bytes, Device Type) and a hash of its thread."""
+
+    def __init__(self, rows: np.ndarray, ts: np.ndarray, amounts: np.ndarray, thread_hash: np.ndarray):
+        self.rows, self.ts, self.amounts, self.thread_hash = rows, ts, amounts, thread_hash
 
 
 def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
@@ -142,31 +153,45 @@ def scan(raw: bytes, start: int, end: int) -> Optional[Scanned]:
     text = np.frombuffer(raw, dtype=np.uint8)
     end = min(end, len(raw))  # the kernel reads up to `end` unchecked
     capacity = (end - start) // 256 + 64  # Kineto's events take 300 bytes and more; fewer rows are grown
-    counts = np.zeros(2, dtype=np.int64)
+    counts = np.zeros(4, dtype=np.int64)
     while True:
         ints = np.empty((capacity, FIELDS), dtype=np.int64)
         values = np.empty((capacity, 2), dtype=np.float64)
         hashes = np.empty((capacity, 2), dtype=np.uint64)
-        count = kernels.scan(text, start, end, ints, values, hashes, counts)
+        memory = (np.empty((capacity, MEMORY_FIELDS), dtype=np.int64), np.empty(capacity, dtype=np.float64),
+                  np.empty((capacity, 4), dtype=np.int64), np.empty(capacity, dtype=np.uint64))
+        count = kernels.scan(text, start, end, ints, values, hashes, counts, memory)
         if count != kernels.FULL:
             break
         capacity *= 4
     if count < 0:
         return None
     ints, values, hashes = ints[:count], values[:count], hashes[:count]
-    if not _parse_rest(raw, ints, values):
+    if not _parse_rest(raw, ints, values, ((10, 11), (12, 13))):
         return None
     return Scanned(ints, values[:, 0].copy(), values[:, 1].copy(), hashes[:, 0].copy(), hashes[:, 1].copy(),
-                   int(counts[0] - counts[1]))
+                   int(counts[0] - counts[1]), _memory_read(raw, memory, int(counts[2]), int(counts[3])))
 
 
-def _parse_rest(raw: bytes, ints: np.ndarray, values: np.ndarray) -> bool:
-    """ts and dur the kernel left (NaN: too many digits, or an exponent past 22, for one exact operation) parsed
-    from their text by numpy, the same correctly rounded parse; False where one does not parse."""
+def _memory_read(raw: bytes, memory: tuple, count: int, unread: int) -> Optional[ScannedMemory]:
+    if unread:
+        return None
+    rows, ts, amounts, thread_hash = (a[:count] for a in memory)
+    ts = ts.reshape(-1, 1)
+    if not _parse_rest(raw, rows, ts, ((5, 6),)):
+        return None
+    return ScannedMemory(rows, ts[:, 0].copy(), amounts.copy(), thread_hash.copy())
+
+
+def _parse_rest(raw: bytes, ints: np.ndarray, values: np.ndarray, spans: tuple) -> bool:
+    """The numbers the kernel left (NaN: too many digits, or an exponent past 22, for one exact operation) parsed
+    from their text by numpy, the same correctly rounded parse; False where one does not parse. spans: the
+    columns of ints where each column of values' text begins and ends."""
     rows, columns = np.nonzero(np.isnan(values))
     if not len(rows):
         return True
-    bounds = ints[rows, 10 + 2 * columns], ints[rows, 11 + 2 * columns]
+    begins, ends = (np.array([pair[k] for pair in spans]) for k in (0, 1))
+    bounds = ints[rows, begins[columns]], ints[rows, ends[columns]]
     try:
         values[rows, columns] = np.array([raw[a:b] for a, b in zip(*(x.tolist() for x in bounds))]).astype(np.float64)
     except ValueError:

@@ -12,6 +12,7 @@ from typing import Iterable, NamedTuple, Optional
 import numpy as np
 import orjson
 
+from diagnose.trace import jitscan
 from diagnose.trace.classify import thread_of_text
 from diagnose.trace.patterns import ID, NUMBER, SEP, compiled
 
@@ -91,6 +92,25 @@ def memory_events_between(raw: bytes, start: int, end: int) -> MemoryEvents:
     pids, tids, ts, args = zip(*found)  # the args in several orders: each key read apart
     joined = ARGS_APART + ARGS_APART.join(args)
     return _events(pids, tids, ts, {column: ARG_VALUES[column].findall(joined) for column, _ in ARG_KEYS})
+
+
+def memory_of_scan(raw: bytes, scanned: jitscan.ScannedMemory) -> Optional[MemoryEvents]:
+    """The memory events the compiled scanner read (the expressions' values: the allocator's events, integers as
+    int() reads them, ts as float()), each thread decoded once; None when two threads share a hash (the
+    expressions then read them)."""
+    keep = np.flatnonzero(scanned.rows[:, 7] == 1)
+    if not len(keep):
+        return MemoryEvents()
+    rows = scanned.rows[keep]
+    _, first, inverse = np.unique(scanned.thread_hash[keep], return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if not jitscan.same_bytes(raw, np.ascontiguousarray(rows[:, 1:5]), first[inverse]):
+        return None
+    table = [(thread_of_text(raw[a:b]), thread_of_text(raw[c:d])) for a, b, c, d in rows[first, 1:5].tolist()]
+    amounts = scanned.amounts[keep]
+    return MemoryEvents(ts=scanned.ts[keep], allocated=amounts[:, 0].copy(), reserved=amounts[:, 1].copy(),
+                        nbytes=amounts[:, 2].copy(), device_type=amounts[:, 3].copy(),
+                        tids=tuple(map(table.__getitem__, inverse.tolist())))
 
 
 def _events(pids: tuple, tids: tuple, ts: tuple, values: dict[str, tuple]) -> MemoryEvents:

@@ -10,22 +10,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Optional
 
+import numpy as np
+
 from diagnose.trace import jitscan
 from diagnose.trace.classify import KINDS
 from diagnose.trace.fastparse import (
     CLOSED,
     EVENTS_KEY,
+    _coded_into,
     _forked,
     _head_metadata,
     _read_chunks,
     _tail_metadata,
+    scanned_coded,
     usable_cores,
 )
-from diagnose.trace.flop_ops import FlopOps, read_flop_ops
+from diagnose.trace.flop_ops import COUNTED_NAMES, FlopOps, flop_ops_of_rows, read_flop_ops
 from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.trace.inflate import inflater
 from diagnose.trace.kept_steps import MAX_EVENTS, KeptSteps, StepCounter, flops_in, memory_in, spans_in
-from diagnose.trace.memory_events import MemoryEvents, read_memory_events
+from diagnose.trace.memory_events import MemoryEvents, memory_of_scan, read_memory_events
 from diagnose.trace.prefetch import text_bytes
 from diagnose.trace.release import give_back_freed_memory
 from diagnose.trace.spans import Spans
@@ -117,10 +121,9 @@ class _Share:
         self.last = piece[-TAIL_BYTES:] if len(piece) >= TAIL_BYTES else (self.last + piece)[-TAIL_BYTES:]
         if index % self.of != self.parity:
             return True
-        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], self.jit)
+        parts, matched, complete, memory, flops = read_piece(piece, self.jit)
         if matched != complete:
             return False
-        memory, flops = read_memory_events(piece), read_flop_ops(piece)
         if self.window is not None:  # only the window's events are kept: memory bounded by its size
             parts = {kind: spans_in(self.window, kind, spans) for kind, spans in parts.items()}
             memory, flops = memory_in(self.window, memory), flops_in(self.window, flops)
@@ -133,6 +136,34 @@ class _Share:
         """The text must end as a whole trace does; the keys after the events are kept."""
         self.tail = _tail_metadata(self.last)
         return bool(self.tail) or bool(CLOSED.search(self.last[-256:]))
+
+
+def read_piece(piece: bytes, jit: bool) -> tuple[dict[str, list[Spans]], int, int, MemoryEvents, FlopOps]:
+    """(spans by kind, complete events matched, complete events there are, memory events, FLOP ops) of a piece of
+    whole events: all from the compiled scanner's one pass where it reads the piece, else by the expressions."""
+    scanned = jitscan.scan(piece, 0, len(piece)) if jit else None
+    events = scanned_coded(piece, scanned) if scanned is not None and len(scanned.ints) else None
+    if events is None:
+        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], jit)
+        return parts, matched, complete, read_memory_events(piece), read_flop_ops(piece)
+    parts: dict[str, list[Spans]] = {kind: [] for kind in KINDS}
+    matched = _coded_into(parts, events, ({}, {}, {}))
+    memory = memory_of_scan(piece, scanned.memory) if scanned.memory is not None else None
+    return (parts, matched, scanned.complete, read_memory_events(piece) if memory is None else memory,
+            _scanned_flop_ops(piece, scanned, events))
+
+
+def _scanned_flop_ops(piece: bytes, scanned, events) -> FlopOps:
+    """The FLOP ops among the scanner's events: those whose name is a counted one."""
+    counted = np.array([name in COUNTED_NAMES for _, name in events.labels])
+    rows = np.flatnonzero(counted[events.label_of])
+    if not len(rows):
+        return FlopOps()
+    ints = scanned.ints
+    return flop_ops_of_rows(piece, zip([events.labels[code][1] for code in events.label_of[rows].tolist()],
+                                       [events.threads[code] for code in events.thread_of[rows].tolist()],
+                                       scanned.begin[rows].tolist(), scanned.duration[rows].tolist(),
+                                       ints[rows, 14].tolist()))
 
 
 def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool,
