@@ -366,3 +366,35 @@ def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its
     assert [s.buckets_s for s in mine.steps] == [s.buckets_s for s in whole]
     assert [s.duration_s for s in mine.steps] == pytest.approx([s.duration_s for s in whole], abs=1e-9)
     assert "were analysed (the middle ones)" in mine.notes[0]
+
+
+A100 = TRACES / "a100_ddp_rank3_of8.json.gz"  # 109,123 events in 35 MB of text
+
+
+@pytest.mark.parametrize("budget, over", [(10 ** 9, False), (300_000, False), (150_000, True), (20_000, True)])
+def test_the_first_pass_is_made_only_where_the_texts_head_says_the_budget_may_well_be_passed(budget, over):
+    # 300,000: the text could hold that many 100-byte events, but its head's density gives it about 110,000
+    assert stream.likely_over(A100, budget) is over
+
+
+@pytest.mark.parametrize("path", STEPPED[:3], ids=[p.name for p in STEPPED[:3]])
+def test_a_trace_that_passes_the_budget_unforeseen_stops_there_and_gets_the_window(path, monkeypatch):
+    budget = one_step_and_its_neighbours(_counted(path))
+    expected = load_trace(path, max_events=budget)
+    monkeypatch.setattr(stream, "likely_over", lambda *_: False)  # its head as sparse as can be
+    streamed = []
+    monkeypatch.setattr(stream, "_streamed", lambda *args, real=stream._streamed: streamed.append(real(*args))
+                        or streamed[-1])
+    windowed = load_trace(path, max_events=budget)
+    assert streamed[0] == stream.OVER_BUDGET and len(streamed) == 2  # stopped, then read with the window
+    assert windowed.kept_steps == expected.kept_steps is not None
+    mine, theirs = analyze(Inputs(windowed)), analyze(Inputs(expected))
+    assert [s.buckets_s for s in mine.steps] == [s.buckets_s for s in theirs.steps]
+
+
+def test_a_share_stops_reading_once_past_its_limit():
+    share = stream._read_share(A100, 1 << 20, 0, 1, False, None, 20_000)
+    assert share == stream.OVER_BUDGET
+    whole = stream._read_share(A100, 1 << 20, 0, 1, False, None, 200_000)
+    complete = sum(block.count(b'"ph": "X"') for block in stream._decompressed(A100))
+    assert whole.events == complete - 1  # the profiler's own span not counted

@@ -8,7 +8,7 @@ whole-text parser, which says what is wrong with it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
@@ -44,17 +44,37 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
     """(metadata, spans by kind, memory events, FLOP ops, the window of steps kept or None) of the trace at `path`,
     read as a stream; None when the fast expressions cannot read it all (the caller then parses the whole text).
     With two cores a forked process parses every other piece (both inflate the whole text, which costs far less
-    than parsing it). Past `max_events` events only a window of steps is kept (window.py): `agreed`, when the
-    ranks of a job chose theirs together, else this trace's own."""
+    than parsing it). Past `max_events` events only a window of steps is kept (kept_steps.py): `agreed`, when the
+    ranks of a job chose theirs together, else this trace's own, chosen by a first pass over the text. That pass
+    is skipped where the text's head says the trace holds well under the budget: it is read at once, and should
+    it pass the budget after all, the read stops there (holding no more than the budget) and the pass is made."""
     size = piece_bytes or PIECE_BYTES
+    if agreed is None and not likely_over(path, max_events):
+        limit = max_events if max_events > 0 and may_hold(path, max_events) else 0
+        read = _streamed(path, size, None, limit)
+        if read is not OVER_BUDGET:
+            return read
     window = agreed if agreed is not None else text_kept_steps(path, max_events)
+    return _streamed(path, size, window, 0)
+
+
+OVER_BUDGET = "over budget"  # (a string: it comes back from the forked reader too)
+
+
+def _streamed(path: Path, size: int, window: Optional[KeptSteps], limit: int):
+    """stream_rows' reading, keeping `window`'s events (None: all); OVER_BUDGET when `limit` (0: none) complete
+    events are passed."""
     jit = jitscan.usable()  # a trace read as a stream is big: numba's import pays for itself
-    other = _forked(lambda: _read_share(path, size, 1, 2, jit, window) or False) if usable_cores() > 1 else None
-    mine = _read_share(path, size, 0, 2 if other else 1, jit, window)
+    share_limit = -(-limit // 2)  # each process reads about half the events
+    other = (_forked(lambda: _read_share(path, size, 1, 2, jit, window, share_limit) or False)
+             if usable_cores() > 1 else None)
+    mine = _read_share(path, size, 0, 2 if other else 1, jit, window, share_limit if other else limit)
     theirs = other() if other else None  # False: the helper could not read its pieces; None: it failed
-    if other is not None and theirs is None and mine is not None:  # its pieces are read here
-        theirs = _read_share(path, size, 1, 2, jit, window)
+    if other is not None and theirs is None and mine is not None and mine is not OVER_BUDGET:
+        theirs = _read_share(path, size, 1, 2, jit, window, share_limit)  # its pieces are read here
     shares = [mine] + ([theirs] if other else [])
+    if OVER_BUDGET in shares:
+        return OVER_BUDGET
     if not all(shares):
         return None
     head, tail = mine.head, mine.tail
@@ -66,6 +86,47 @@ def stream_rows(path: Path, piece_bytes: Optional[int] = None, max_events: int =
     del parts, pieces, shares, mine, theirs
     give_back_freed_memory()  # the pieces' text and temporaries: the analysis starts from the arrays alone
     return {**head, **tail}, spans, memory, flops, window
+
+
+HEAD_SAMPLE_BYTES = 16 << 20
+
+
+def likely_over(path: Path, max_events: int) -> bool:
+    """Whether the trace may well hold more than `max_events` complete events: its text long enough to, and its
+    head's events (the first HEAD_SAMPLE_BYTES) so dense that the whole text at that density holds half as many
+    or more (torch's events take 250-400 bytes, a budget's worth of them 2.5 GB and more; the shortest, 100)."""
+    if max_events <= 0 or not may_hold(path, max_events):
+        return False
+    try:
+        size, sampled, events = _head_sample(path)
+    except (OSError, *INFLATE_ERRORS):
+        return True  # the first pass says what is wrong with it
+    return not sampled or size * events / sampled >= max_events / 2
+
+
+def _head_sample(path: Path) -> tuple[float, int, int]:
+    """(the text's length, or an estimate of it, text sampled from its head, complete events in that sample). A big
+    .gz's size field wraps at 4 GiB: its text is then estimated from the head's compression ratio."""
+    with path.open("rb") as file:
+        if file.read(2) != b"\x1f\x8b":
+            file.seek(0)
+            head = file.read(HEAD_SAMPLE_BYTES)
+            return path.stat().st_size, len(head), _complete_in(head)
+        file.seek(0)
+        inflate, sampled, events, fed = inflater(), 0, 0, 0
+        while sampled < HEAD_SAMPLE_BYTES and not inflate.eof:
+            block = file.read(256 << 10)
+            if not block:
+                break
+            fed += len(block)
+            text = inflate.decompress(block)
+            sampled, events = sampled + len(text), events + _complete_in(text)
+    size = text_bytes(path)
+    return (size if size is not None else path.stat().st_size * sampled / max(fed, 1)), sampled, events
+
+
+def _complete_in(text: bytes) -> int:
+    return text.count(b'"ph": "X"') + text.count(b'"ph":"X"')
 
 
 def text_kept_steps(path: Path, max_events: int) -> Optional[KeptSteps]:
@@ -109,21 +170,31 @@ def may_hold(path: Path, events: int) -> bool:
 class _Share:
     """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""
 
-    def __init__(self, parity: int, of: int, jit: bool, window: Optional[KeptSteps] = None):
+    def __init__(self, parity: int, of: int, jit: bool, window: Optional[KeptSteps] = None, limit: int = 0):
         self.parity, self.of, self.jit, self.window = parity, of, jit, window
+        self.limit, self.events = limit, 0  # stop past `limit` complete events (0: no limit)
         self.pieces: dict[int, tuple] = {}
+        self.started = False  # the events' list found (the pieces before are read by every share)
         self.head: dict = {}
         self.tail: dict = {}
         self.last = b""
 
-    def take(self, index: int, piece: bytes) -> bool:
+    def wants(self, index: int) -> bool:
+        """Whether this share reads the piece at `index` (every piece until the events' list began)."""
+        return not self.started or index % self.of == self.parity
+
+    def take(self, index: int, piece) -> bool:
         """Read one piece of whole events when it is this share's; False when the fast expressions cannot."""
-        self.last = piece[-TAIL_BYTES:] if len(piece) >= TAIL_BYTES else (self.last + piece)[-TAIL_BYTES:]
+        text = piece.tail if isinstance(piece, Skipped) else piece
+        self.last = text[-TAIL_BYTES:] if len(text) >= TAIL_BYTES else (self.last + text)[-TAIL_BYTES:]
         if index % self.of != self.parity:
             return True
         parts, matched, complete, memory, flops = read_piece(piece, self.jit)
         if matched != complete:
             return False
+        self.events += complete
+        if self.limit and self.events > self.limit:
+            raise _OverBudget
         if self.window is not None:  # only the window's events are kept: memory bounded by its size
             parts = {kind: spans_in(self.window, kind, spans) for kind, spans in parts.items()}
             memory, flops = memory_in(self.window, memory), flops_in(self.window, flops)
@@ -166,13 +237,17 @@ def _scanned_flop_ops(piece: bytes, scanned, events) -> FlopOps:
                                        ints[rows, 14].tolist()))
 
 
+class _OverBudget(Exception):
+    pass
+
+
 def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool,
-                window: Optional[KeptSteps] = None) -> Optional[_Share]:
+                window: Optional[KeptSteps] = None, limit: int = 0):
     """This share's pieces; None when the stream cannot read the file (the whole-text path then reads it, and
-    says what is wrong with it in its own words)."""
-    share = _Share(parity, of, jit, window)
+    says what is wrong with it in its own words); OVER_BUDGET past `limit` complete events."""
+    share = _Share(parity, of, jit, window, limit)
     try:
-        pieces = enumerate(_pieces(path, piece_bytes))
+        pieces = enumerate(_pieces(path, piece_bytes, share.wants))
         if not _read_head(pieces, share):
             return None
         for index, piece in pieces:
@@ -180,6 +255,8 @@ def _read_share(path: Path, piece_bytes: int, parity: int, of: int, jit: bool,
                 return None
     except INFLATE_ERRORS:  # unreadable here: the whole-text path says why in its own words
         return None
+    except _OverBudget:
+        return OVER_BUDGET
     return share if share.finish() else None
 
 
@@ -189,6 +266,7 @@ def _read_head(pieces: Iterator[tuple[int, bytes]], share: _Share) -> bool:
     if found is None:
         return False
     share.head, index, events = found
+    share.started = True
     return share.take(index, events)
 
 
@@ -208,24 +286,45 @@ def head_and_events(pieces: Iterator[tuple[int, bytes]]) -> Optional[tuple[dict,
     return None
 
 
-def _pieces(path: Path, piece_bytes: int) -> Iterator[bytes]:
+class Skipped(NamedTuple):
+    """A piece another process reads: only its text's end is kept (where the keys after the events are)."""
+    tail: bytes
+
+
+def _pieces(path: Path, piece_bytes: int, wants: Callable[[int], bool] = lambda index: True) -> Iterator:
     """The decompressed text in pieces of about `piece_bytes`, each ending where an event's object begins (the
-    `{` before a `"ph"`), so that no event is split."""
+    `{` before a `"ph"`), so that no event is split; a piece that `wants(index)` does not want is not joined into
+    one text: Skipped. Where a piece is cut depends on the text alone, so that every process cuts alike."""
     blocks: list[bytes] = []
-    size = 0
+    size = index = 0
     for block in _decompressed(path):
         blocks.append(block)
         size += len(block)
         if size < piece_bytes:
             continue
-        text = b"".join(blocks)  # one copy of the blocks a piece (adding each block to the last copied it again)
-        cut = _last_event_start(text)
-        rest = text[cut:] if cut > 0 else text
-        if cut > 0:
-            yield text[:cut]
-        blocks, size = [rest], len(rest)
+        cut = _last_event_start(block)
+        if cut > 0:  # within the last block: the piece is the blocks before and that block's head
+            head = memoryview(block)[:cut]
+            piece = b"".join(blocks[:-1] + [head]) if wants(index) else Skipped(_tail_of(blocks[:-1], head))
+            blocks, size = [block[cut:]], len(block) - cut
+        else:
+            text = b"".join(blocks)
+            cut = _last_event_start(text)
+            if cut <= 0:
+                blocks, size = [text], len(text)
+                continue
+            piece, blocks, size = text[:cut], [text[cut:]], len(text) - cut
+        yield piece
+        index += 1
     if size:
         yield b"".join(blocks)
+
+
+def _tail_of(blocks: list[bytes], head: memoryview) -> bytes:
+    """The last TAIL_BYTES of the blocks followed by head."""
+    if len(head) >= TAIL_BYTES or not blocks:
+        return bytes(head[-TAIL_BYTES:])
+    return (blocks[-1][-TAIL_BYTES:] + bytes(head))[-TAIL_BYTES:]
 
 
 def _last_event_start(text: bytes) -> int:
