@@ -387,7 +387,14 @@ FLOP_CASES = {
                        '"Concrete Inputs": ["", "", "", "1", "1"]',
     "no shapes": '"External id": 3',
     "an object in the args": '"Input Dims": [[2, 2]], "extra": {"a": 1}',
+    "ids, and a member-like string": '"External id": 7,"Sequence number": 12, "Concrete Inputs": ["a, \\"k\\": 5"], '
+                                     '"Input Dims": [[2, 2]], "Ev Idx": 9, "alpha": 1.5',
 }
+# ops of one kind differ in their ids; these differ in what is read, where only an integer's text differs
+OTHER_KINDS = ['"External id": 8, "Concrete Inputs": ["a, \\"k\\": 6"], "Input Dims": [[2, 2]], "Ev Idx": 1',
+               '"External id": 8, "Concrete Inputs": ["a, \\"k\\": 5"], "Input Dims": [[2, 3]], "Ev Idx": 1',
+               '"External id": 9, "Concrete Inputs": ["a, \\"k\\": 5"], "Input Dims": 4, "Input Dims": [[2, 2]]',
+               '"External id": 9, "Concrete Inputs": ["a, \\"k\\": 5"], "Input Dims": [[2, 2]], "Input Dims": 4']
 
 
 @pytest.mark.parametrize("case", sorted(FLOP_CASES))
@@ -395,5 +402,8 @@ def test_flop_ops_are_read_in_the_scanners_pass_as_the_expression_reads_them(cas
     op = event('"cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 3.25, "dur": 4', ', "args": {'
                + FLOP_CASES[case] + '}')
     bare = event('"cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 2, "ts": 9, "dur": 1')
-    text = ",\n".join([event(CASES["plain"]), op, bare, op]).encode()
-    assert len(assert_same_piece(text)[4]) == 3
+    others = [event('"cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 5, "dur": 1', ', "args": {'
+                    + args + '}') for args in OTHER_KINDS]
+    text = ",\n".join([event(CASES["plain"]), op, bare, op, *others]).encode()
+    flops = assert_same_piece(text)[4]
+    assert len(flops) == 3 + len(others) and len(flops.kinds) >= 3

@@ -127,6 +127,8 @@ def _clipped_nesting(frames: Spans):
     ends = frames.end.copy()
     for level in _by_depth(depth)[1:]:
         ends[level] = np.minimum(ends[level], ends[parent[level]])
+    if np.array_equal(ends, frames.end):  # none outlived its parent: the nesting is the one found
+        return ends, nested
     return ends, nesting_parents(order, thread, frames.start, ends)
 
 
