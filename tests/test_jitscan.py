@@ -407,3 +407,52 @@ def test_flop_ops_are_read_in_the_scanners_pass_as_the_expression_reads_them(cas
     text = ",\n".join([event(CASES["plain"]), op, bare, op, *others]).encode()
     flops = assert_same_piece(text)[4]
     assert len(flops) == 3 + len(others) and len(flops.kinds) >= 3
+
+
+def _parents_both_ways(monkeypatch, codes, starts, ends, outliving=False):
+    from diagnose.trace import self_time_rule
+
+    order = np.lexsort((-ends, starts, codes))
+    with monkeypatch.context() as patched:
+        patched.setattr(jitscan, "for_size", lambda size: None)
+        counted = self_time_rule.nesting_parents(order, codes, starts, ends, outliving)
+    with monkeypatch.context() as patched:
+        patched.setattr(jitscan, "for_size", lambda size: jitscan._kernels())
+        walked = self_time_rule._walked_parents(codes[order], starts[order], ends[order])
+        either = self_time_rule.nesting_parents(order, codes, starts, ends, outliving)
+    if counted is None:
+        assert either is None
+    else:
+        assert all(np.array_equal(a, b) for a, b in zip(counted, either))
+    return counted, walked
+
+
+@pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
+def test_parents_walked_by_numba_are_those_the_counts_give(path, monkeypatch):
+    from diagnose.trace.load import load_trace
+
+    trace = load_trace(path, stream=False)
+    for spans in (trace.cpu_ops, trace.python):
+        if len(spans):
+            codes = spans.thread_codes()[0].astype(np.int64)
+            counted, walked = _parents_both_ways(monkeypatch, codes, spans.start, spans.end)
+            if walked is not None:  # where the walk answers, it gives the counts' answer
+                assert counted is not None and all(np.array_equal(a, b) for a, b in zip(counted, walked))
+
+
+@pytest.mark.parametrize("case", ["nested, with instants and equal spans", "a child outlives its parent",
+                                  "two threads"])
+def test_parents_walked_by_numba_on_each_kind_of_nesting(case, monkeypatch):
+    spans = {
+        "nested, with instants and equal spans": [(0, 0, 10), (0, 0, 10), (0, 2, 2), (0, 2, 5), (0, 5, 5), (0, 5, 9),
+                                                  (0, 10, 10), (0, 10, 12), (0, 12, 12)],
+        "a child outlives its parent": [(0, 0, 10), (0, 5, 12), (0, 11, 13)],
+        "two threads": [(1, 0, 4), (0, 1, 3), (1, 1, 2), (0, 2, 3), (1, 3, 4)],
+    }[case]
+    columns = zip(*spans)
+    codes, starts, ends = (np.array(column, dtype=dtype) for column, dtype in zip(columns, (np.int64, float, float)))
+    for outliving in (False, True):
+        counted, walked = _parents_both_ways(monkeypatch, codes, starts, ends, outliving)
+        assert (walked is None) == (case == "a child outlives its parent")
+        if walked is not None:
+            assert all(np.array_equal(a, b) for a, b in zip(counted, walked))

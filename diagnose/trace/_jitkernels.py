@@ -21,6 +21,7 @@ from diagnose.trace.nesting import in_thread_order as _in_thread_order
 from diagnose.trace.nesting import walk_first_seen as _walk_first_seen
 from diagnose.trace.nesting import walk_nesting as _walk_nesting
 from diagnose.trace.nesting import walk_outermost as _walk_outermost
+from diagnose.trace.nesting import walk_parents as _walk_parents
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -516,6 +517,8 @@ def same_bytes(t, spans, representative):
 # ops.self_times' walk, the same function compiled: over a big trace's arrays, no Python object per op
 walk_nesting = njit(cache=True, nogil=True)(_walk_nesting)
 in_thread_order = njit(cache=True, nogil=True)(_in_thread_order)
+# nesting_parents' depths and parents of spans that nest, as the walk finds them
+walk_parents = njit(cache=True, nogil=True)(_walk_parents)
 # flops.outermost_in's walk, compiled the same way
 walk_outermost = njit(cache=True, nogil=True)(_walk_outermost)
 # spans.present_in_order over a big trace's codes: one pass, where np.unique sorts a copy and its order

@@ -81,6 +81,11 @@ def _walks_sample(kernels) -> bool:
     if not in_order or kernels.in_thread_order(np.zeros(2, dtype=CODE), np.array([1.0, 0.0]), np.array([2.0, 2.0]),
                                                np.full(1, -1, dtype=np.int64)):
         return False
+    depth, parent = np.empty(2, dtype=np.int64), np.empty(2, dtype=np.int64)  # self_time_rule's walk of parents
+    nests = kernels.walk_parents(np.zeros(2, dtype=np.int64), np.array([0.0, 1.0]), np.array([3.0, 2.0]),
+                                 np.empty(2, dtype=np.int64), depth, parent)
+    if not (nests and depth.tolist() == [0, 1] and parent.tolist() == [-1, 0]):
+        return False
     first, out = np.full(3, -1, dtype=np.int64), np.empty(3, dtype=CODE)  # spans.present_in_order's walk
     n = kernels.walk_first_seen(np.array([2, 0, 2, 1, 0], dtype=CODE), first, out)
     return out[:n].tolist() == [2, 0, 1]

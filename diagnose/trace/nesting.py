@@ -27,6 +27,29 @@ def walk_nesting(order, thread_of, starts, ends, counted, stack, self_t, top):
         depth += 1
 
 
+def walk_parents(thread, starts, ends, stack, depth, parent):
+    """The walk's depth and parent (-1: none) of each span, the spans by thread, start, then longest first, as
+    walk_nesting visits them; False as soon as one ends after its parent (they do not nest: nesting_parents' array
+    form then decides). Where every span ends within its parent, the spans open at a span's start are its
+    ancestors, so the depth and parent are those nesting_parents' counts give."""
+    d = 0
+    for i in range(len(starts)):
+        if i == 0 or thread[i] != thread[i - 1]:
+            d = 0
+        while d > 0 and ends[stack[d - 1]] <= starts[i]:
+            d -= 1
+        depth[i] = d
+        if d > 0:
+            parent[i] = stack[d - 1]
+            if ends[i] > ends[stack[d - 1]]:
+                return False
+        else:
+            parent[i] = -1
+        stack[d] = i
+        d += 1
+    return True
+
+
 def walk_outermost(order, thread_of, starts, durations, open_until, keep):
     """Visit ops in `order` (by start, the longest first among equal starts) and put in `keep` each one that does
     not start inside the last one kept on its thread (`open_until`, by thread code: where that one ends, -inf at

@@ -71,6 +71,9 @@ def nesting_parents(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, en
     if np.any(ends < starts):  # (a negative duration: closed before it opened, which the counts below miss)
         return None
     thread, start, end = codes[order], starts[order], ends[order]
+    walked = _walked_parents(thread, start, end)
+    if walked is not None:
+        return walked
     n = len(order)
     position = np.arange(n)
     first_of_thread = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1]])
@@ -92,6 +95,21 @@ def nesting_parents(order: np.ndarray, codes: np.ndarray, starts: np.ndarray, en
             and (outliving or np.all(end[inner] <= end[parent])) and np.all(depth[parent] == depth[inner] - 1)):
         return None
     return depth, inner, parent
+
+
+def _walked_parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """nesting_parents' result from the compiled walk, on a big trace (its kernels loaded) whose spans nest; None
+    where they do not (or no kernels): the counts then decide."""
+    kernels = jitscan.for_size(len(start))
+    if kernels is None:
+        return None
+    n = len(start)
+    depth, parent, stack = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    if not kernels.walk_parents(thread.astype(np.int64), np.ascontiguousarray(start, dtype=np.float64),
+                                np.ascontiguousarray(end, dtype=np.float64), stack, depth, parent):
+        return None
+    inner = np.flatnonzero(depth > 0)
+    return depth, inner, parent[inner]
 
 
 def _nesting_order(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray) -> np.ndarray:
