@@ -76,10 +76,10 @@ def run_and_report(config: RunConfig, output: OutputOptions,
         progress.update(task, note="analysing")
         analysing = time.monotonic()
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
-        if not outcome.interrupted and _remeasure_stale_peaks(console, run_dir, outcome.capture, analysis):
-            analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         console.print(_analysis_sentence(time.monotonic() - analysing, time.monotonic() - started), style="dim",
                       highlight=False)
+        if not outcome.interrupted and _remeasure_stale_peaks(console, run_dir, outcome.capture, analysis):
+            analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")
         results = ExperimentResults()
         if experiments != "none" and not outcome.interrupted and can_experiment(outcome.capture, analysis):
