@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
+from conftest import SCRIPTS, TRACES, assert_matches_schema, diagnose_cli, run_script
 
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments.memory_fit import probe_result
@@ -109,6 +109,7 @@ def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
     assert d["memory"]["peak_bytes"] > 0 and d["memory"]["parts"]
     assert "Out of memory" in (run.run_dir / "report.html").read_text()
     assert HEAVY.read_bytes() == script_before
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # an out-of-memory run's diagnosis
 
 
 def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
@@ -116,6 +117,7 @@ def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
                      options=("--warmup", "2", "--steps", "3", "--experiments", "none", "--memory-limit", "700MB"))
     assert run.returncode == 0, run.stderr
     assert run.diagnosis["status"] == "completed" and run.diagnosis["memory"]["limit_bytes"] == 700 * 10**6
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # under --memory-limit
 
 
 @pytest.mark.parametrize("bad", ["lots", "12", "-3GB", "5XB"])
@@ -164,6 +166,7 @@ def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_ba
     assert d["headline"]["verdict"] == "fits" and d["headline"]["throughput"] == fastest["throughput"]
     assert "Fits: " in run.stderr + run.stdout and "samples/s" in (run.run_dir / "report.html").read_text()
     assert HEAVY.read_bytes() == script_before
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # the memory levers and the batch search
     # and the fitting variant's micro-batch runs plainly under the limit
     assert _plain_under_limit("--batch-size", str(setting["batch_size"]), "--steps", "12") == 0
 
@@ -182,6 +185,7 @@ def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
     assert largest >= 2048 and largest < search["smallest_failing"], search
     assert search["smallest_failing"] - largest <= largest // 8 or "short runs were spent" in search["note"], search
     assert "Largest batch that fits in" in run.stderr + run.stdout
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a batch search that found a batch
     assert _plain_under_limit("--batch-size", str(largest), "--steps", "12") == 0
     assert _plain_under_limit("--batch-size", str(2 * largest), "--steps", "12") == 5
     # the batch_size settings stop at what fits
