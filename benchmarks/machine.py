@@ -2,6 +2,7 @@
 
     machine()  "2-core AMD EPYC, 24 GiB": logical CPUs this process may use, the CPU model, the memory
     commit()   the short hash of this checkout's HEAD, "-dirty" when tracked files have uncommitted changes
+               (the results files and the README's tables aside)
 
 Usage: python benchmarks/machine.py   (prints both)
 """
@@ -14,6 +15,9 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# what a benchmark writes is not the code it timed: a second compare.py --record before the first's records are
+# committed is not "-dirty"
+NOT_CODE = (":(exclude)benchmarks/results", ":(exclude)benchmarks/README.md")
 
 
 def cpu_model() -> str:
@@ -57,8 +61,8 @@ def commit(root: Path = ROOT) -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=root,
                               timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=root, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE],
+                               capture_output=True, text=True, cwd=root, timeout=30).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return (head or "unknown") + ("-dirty" if dirty else "")
