@@ -244,3 +244,34 @@ def test_a_peak_measured_again_keeps_at_least_the_rate_a_run_achieved(tmp_path, 
     assert peaks["bfloat16"].per_s == 300e9 and peaks["bfloat16"].source == "measured: busy"
     [cached] = read_cache().values()
     assert {p["dtype"]: p["per_s"] for p in cached} == {"float32": 130e9, "bfloat16": 300e9}
+
+
+def test_diagnose_run_measures_a_stale_peak_again_and_keeps_the_achieved_rate(tmp_path, monkeypatch):
+    """The step beat the cached peak: `diagnose run` measures the machine afresh, asking for at least the achieved
+    rate, and RUN/peaks.json holds the new peaks (then the run is analysed again against them)."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from diagnose.analysis.speed_of_light import speed_of_light
+    from diagnose.commands import run as run_command
+    from diagnose.model import FlopCount, MachinePeaks, Peak
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import read_json
+
+    flops = FlopCount(1.3e9, {"forward": 1.3e9}, {"float32": 1.3e9}, "torch's counter")
+    light = speed_of_light(flops, 0.01, (Peak("cpu0", "float32", 100e9, "measured: busy"),))
+    asked = []
+    fresh = (Peak("cpu0", "float32", 160e9, "measured: quiet"),)
+    monkeypatch.setattr(peak_module, "peaks_in_child",
+                        lambda device, **options: asked.append((device, options)) or fresh)
+    analysis = SimpleNamespace(speed_of_light=light)
+    capture = SimpleNamespace(memory_kind="cpu")
+    quiet = Console(file=io.StringIO())
+    assert run_command._remeasure_stale_peaks(quiet, tmp_path, capture, analysis)
+    assert asked == [("cpu", {"fresh": True, "at_least": {"float32": pytest.approx(130e9)}})]
+    assert read_json(RunFolder(tmp_path).peaks, MachinePeaks).peaks == fresh
+    # a step under its peak measures nothing
+    under = SimpleNamespace(speed_of_light=speed_of_light(flops, 0.02, fresh))
+    assert not run_command._remeasure_stale_peaks(quiet, tmp_path, capture, under) and len(asked) == 1
