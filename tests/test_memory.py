@@ -146,6 +146,7 @@ def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_ba
                      options=("--warmup", "2", "--steps", "3", "--memory-limit", LIMIT, "--budget-seconds", "300"))
     assert run.returncode == 5, run.stderr  # the script as written still does not fit
     d = run.diagnosis
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # the memory levers and the batch search
     assert d["status"] == "out_of_memory" and d["memory"]["parts"]
     # the fewest micro-batches that fit the measured batch, and twice as many (more headroom): at least one fits
     tried = [e for e in d["experiments"] if e["optimization"] == "grad_accumulation"]
@@ -166,7 +167,6 @@ def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_ba
     assert d["headline"]["verdict"] == "fits" and d["headline"]["throughput"] == fastest["throughput"]
     assert "Fits: " in run.stderr + run.stdout and "samples/s" in (run.run_dir / "report.html").read_text()
     assert HEAVY.read_bytes() == script_before
-    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # the memory levers and the batch search
     # and the fitting variant's micro-batch runs plainly under the limit
     assert _plain_under_limit("--batch-size", str(setting["batch_size"]), "--steps", "12") == 0
 
@@ -177,6 +177,7 @@ def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
                      options=("--warmup", "3", "--steps", "5", "--memory-limit", LIMIT, "--experiments", "batch_size",
                               "--budget-seconds", "150"))
     assert run.returncode == 0, run.stderr
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a batch search and its experiments
     search = run.diagnosis["batch_search"]
     largest = search["largest_fitting"]
     assert search["limit_bytes"] == 700 * 10**6 and search["limit_source"] == "--memory-limit"
@@ -185,7 +186,6 @@ def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
     assert largest >= 2048 and largest < search["smallest_failing"], search
     assert search["smallest_failing"] - largest <= largest // 8 or "short runs were spent" in search["note"], search
     assert "Largest batch that fits in" in run.stderr + run.stdout
-    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a batch search that found a batch
     assert _plain_under_limit("--batch-size", str(largest), "--steps", "12") == 0
     assert _plain_under_limit("--batch-size", str(2 * largest), "--steps", "12") == 5
     # the batch_size settings stop at what fits
