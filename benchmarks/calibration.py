@@ -1,13 +1,15 @@
 """Calibrate the findings: for each script, every finding's predicted speedup against what its experiment measured.
 
-    python benchmarks/calibration.py [--budget-seconds 120] [--out DIR] [--markdown FILE] [SCRIPT ...]
+    python benchmarks/calibration.py [--budget-seconds 120] [--out DIR] [--markdown FILE] [--record FILE]
+                                     [SCRIPT ...]
 
 Runs `diagnose run SCRIPT` (experiments as the findings recommend them, within the budget) for each script, the
 bundled CPU samples by default, and prints one row per finding: its cost (the share of the step its fix would
 remove), the speedup that predicts at the change its best experiment made, what that experiment measured with its
 99% interval, and their ratio. A prediction more than 2x off either way is a rule whose cost does not follow its
-evidence. `--markdown` writes the table for benchmarks/README.md. The slow tier's calibration test asserts on the
-same rows (tests/test_calibration.py).
+evidence. `--markdown` writes the table; `--record benchmarks/results/calibration.jsonl` appends its rows to the
+results file benchmarks/README.md's table is rendered from (benchmarks/tables.py). The slow tier's calibration test
+asserts on the same rows (tests/test_calibration.py).
 """
 from __future__ import annotations
 
@@ -81,15 +83,32 @@ def calibrate(scripts, out_dir: Path, budget_s: float, on_row=lambda row: None) 
     return rows
 
 
+def cells(r: Row) -> dict[str, str]:
+    """One row of the table, by column (benchmarks/results/calibration.jsonl keeps the same)."""
+    measured = f"{r.measured:.2f}x [{r.ci[0]:.2f}-{r.ci[1]:.2f}]" if r.measured and r.ci else "not measured"
+    return {"script": Path(r.script).name, "finding": r.rule, "severity": r.severity, "cost": f"{r.cost:.0%}",
+            "predicted": f"{r.predicted:.2f}x", "experiment": r.experiment or "-", "measured [99%]": measured,
+            "predicted/measured": f"{r.ratio:.2f} ({r.verdict})" if r.ratio is not None else "-"}
+
+
 def markdown(rows: list[Row]) -> str:
     lines = ["| script | finding | severity | cost | predicted | experiment | measured [99%] | predicted/measured |",
              "| --- | --- | --- | ---: | ---: | --- | --- | ---: |"]
-    for r in rows:
-        measured = f"{r.measured:.2f}x [{r.ci[0]:.2f}-{r.ci[1]:.2f}]" if r.measured and r.ci else "not measured"
-        ratio = f"{r.ratio:.2f} ({r.verdict})" if r.ratio is not None else "-"
-        lines.append(f"| {Path(r.script).name} | {r.rule} | {r.severity} | {r.cost:.0%} | {r.predicted:.2f}x | "
-                     f"{r.experiment or '-'} | {measured} | {ratio} |")
+    lines += ["| " + " | ".join(cells(r).values()) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def record(rows: list[Row], path: Path, budget_s: float) -> None:
+    """Append the rows to a results file (benchmarks/tables.py renders it into benchmarks/README.md)."""
+    import datetime
+
+    from machine import commit, machine
+
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    command = "benchmarks/calibration.py " + " ".join(sys.argv[1:]) + f" (budget {budget_s:.0f} s a script)"
+    at = {"commit": commit(), "date": date, "machine": machine(), "command": command}
+    with path.open("a") as file:
+        file.writelines(json.dumps({**at, "cells": cells(r)}) + "\n" for r in rows)
 
 
 def main() -> int:
@@ -98,6 +117,8 @@ def main() -> int:
     parser.add_argument("--budget-seconds", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=None, help="folder for the run folders (default: a temporary one)")
     parser.add_argument("--markdown", type=Path, default=None, help="write the table here too")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="append the rows to this results file (benchmarks/results/calibration.jsonl)")
     args = parser.parse_args()
     scripts = [(s, ()) for s in args.scripts] or list(SAMPLES)
     out = args.out or Path(tempfile.mkdtemp(prefix="calibration-"))
@@ -108,6 +129,8 @@ def main() -> int:
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")
+    if args.record:
+        record(rows, args.record, args.budget_seconds)
     off = [r for r in rows if r.verdict in ("over-predicted", "under-predicted")]
     print(f"{len(rows) - len(off)} of {len(rows)} predictions within 2x of their experiment"
           f" ({sum(r.measured is not None for r in rows)} measured); run folders in {out}")

@@ -19,14 +19,23 @@ What each tool runs:
 Usage:
   python benchmarks/compare.py TRACE [TRACE ...] [--repeat 3] [--tools diagnose,hta,tb]
       [--hta-python .bench-venv/bin/python] [--json out.json]
+      [--record benchmarks/results/NAME.jsonl [--startup-trace tests/data/traces/cpu_only_gloo_rank34.json.gz]]
+
+--record appends one JSON line per (trace, tool) timed (commit, date, machine, events, bytes of JSON, median,
+min and max seconds, peak MiB, repeats, the command): benchmarks/tables.py renders that file into README.md.
+--startup-trace first times `diagnose analyze` on a tiny trace, recorded as kind "startup": the start-up that
+"MB/s past start-up" takes off. A trace whose file name starts with "synthetic" (make_trace.py's, as the README
+names them) is recorded as kind "generated", any other as "real".
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import signal
 import statistics
@@ -36,6 +45,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from machine import commit, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV_PY = ROOT / ".bench-venv" / "bin" / "python"
@@ -128,29 +139,21 @@ def has_analyze_command(py: str) -> bool:
     return result.returncode == 0
 
 
-def git_state() -> str:
-    """Commit of the diagnose checkout being timed, with '+dirty' when it has uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                              timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=ROOT, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
-
-
-def count_events(trace: Path, timeout: float = 600) -> int | None:
-    """Number of traceEvents, for the table, counted in a child process. Not in this one: Linux gives a child the
-    peak RSS of the process that spawned it (ru_maxrss keeps the pre-exec memory's high-water mark, and subprocess
-    starts children by vfork, whose pre-exec memory is this process's), so a trace parsed here would raise every
-    later measurement to this process's peak (it did: 453 MiB reported for a run whose own peak was 240 MiB)."""
+def count_events(trace: Path, timeout: float = 600) -> tuple[int | None, int | None]:
+    """Number of traceEvents and bytes of JSON (uncompressed), for the table, counted in a child process. Not in
+    this one: Linux gives a child the peak RSS of the process that spawned it (ru_maxrss keeps the pre-exec memory's
+    high-water mark, and subprocess starts children by vfork, whose pre-exec memory is this process's), so a trace
+    parsed here would raise every later measurement to this process's peak (it did: 453 MiB reported for a run whose
+    own peak was 240 MiB)."""
     try:
         done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--count-events", str(trace)],
                               capture_output=True, text=True, timeout=timeout, env=CHILD_ENV)
-        return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else None
+        events, _, nbytes = done.stdout.strip().partition(" ")
+        if done.returncode != 0:
+            return None, None
+        return (int(events) if events.isdigit() else None), (int(nbytes) if nbytes.isdigit() else None)
     except (subprocess.TimeoutExpired, OSError):
-        return None
+        return None, None
 
 
 def own_peak_rss_mib() -> float:
@@ -163,31 +166,34 @@ def own_peak_rss_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _count_events_here(trace: Path) -> int | None:
-    """A text over 256 MB is not parsed whole (a 10 GB one would not fit): its events are counted by their "ph"
-    keys, one each."""
+def _count_events_here(trace: Path) -> tuple[int | None, int | None]:
+    """(events, bytes of JSON). A text over 256 MB is not parsed whole (a 10 GB one would not fit): its events are
+    counted by their "ph" keys, one each."""
     try:
         import gzip
         import zlib
 
         import orjson
     except ImportError:
-        return None
+        return None, None
     with trace.open("rb") as file:
         gzipped = file.read(2) == b"\x1f\x8b"
     if trace.stat().st_size < (16 << 20 if gzipped else 256 << 20):
         raw = trace.read_bytes()
-        data = orjson.loads(gzip.decompress(raw) if gzipped else raw)
+        text = gzip.decompress(raw) if gzipped else raw
+        data = orjson.loads(text)
         events = data.get("traceEvents") if isinstance(data, dict) else data
-        return len(events) if isinstance(events, list) else None
-    count, tail = 0, b""
+        return (len(events) if isinstance(events, list) else None), len(text)
+    count, nbytes, tail = 0, 0, b""
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
     with trace.open("rb") as file:
         while block := file.read(16 << 20):
-            text = tail + (inflate.decompress(block) if inflate else block)
+            text = inflate.decompress(block) if inflate else block
+            nbytes += len(text)
+            text = tail + text
             count += text.count(b'"ph"')
             tail = text[-3:]  # a key cut between two blocks is counted in the next (it cannot overlap itself)
-    return count
+    return count, nbytes
 
 
 class Plan:
@@ -253,6 +259,28 @@ def ratios(results: dict) -> dict:
     return out
 
 
+def records(entry: dict, report: dict, command: str, kind: str | None = None) -> list[dict]:
+    """One results-file record per tool that ran (benchmarks/tables.py renders them)."""
+    name = Path(entry["trace"]).name
+    kind = kind or ("generated" if name.startswith("synthetic") else "real")
+    out = []
+    for tool, r in entry["tools"].items():
+        if r["status"] != "ok":
+            continue
+        out.append({"commit": report["diagnose_commit"], "date": report["date"], "machine": report["machine_name"],
+                    "tool": tool, "trace": name, "kind": kind, "events": entry["events"], "bytes": entry["bytes"],
+                    "seconds": round(r["median_s"], 3), "min": round(min(r["seconds"]), 3),
+                    "max": round(max(r["seconds"]), 3), "peak_mib": round(r["median_peak_rss_mib"], 1),
+                    "repeats": len(r["seconds"]), "command": command})
+    return out
+
+
+def append_records(path: Path, new: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as file:
+        file.writelines(json.dumps(record) + "\n" for record in new)
+
+
 def print_table(entry: dict) -> None:
     events = entry["events"]
     print(f"\n{entry['trace']}" + (f"  ({events:,} events)" if events else ""))
@@ -295,6 +323,12 @@ def main(argv=None) -> int:
                         help="seconds to wait before each timed run (default 2): the kernel reclaims the last run's "
                              "memory (HTA's: 0.4-5 GB) in the background, on the cores the next run needs")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--record", type=Path,
+                        help="append one record per (trace, tool) timed to this results file "
+                             "(benchmarks/results/NAME.jsonl); then run benchmarks/tables.py")
+    parser.add_argument("--startup-trace", type=Path,
+                        help="time `diagnose analyze` on this tiny trace first (diagnose only), recorded as kind "
+                             "startup: the start-up that MB/s past start-up takes off")
     args = parser.parse_args(argv)
     if args.pycache_prefix:
         CHILD_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -304,7 +338,7 @@ def main(argv=None) -> int:
     unknown = [t for t in tools if t not in TOOLS]
     if unknown or not tools:
         parser.error(f"--tools: unknown {', '.join(unknown) or '(none)'}; choose among {', '.join(TOOLS)}")
-    missing = [str(t) for t in args.traces if not t.is_file()]
+    missing = [str(t) for t in args.traces + ([args.startup_trace] if args.startup_trace else []) if not t.is_file()]
     if missing:
         parser.error(f"trace not found: {', '.join(missing)}")
     pythons = {"diagnose": args.diagnose_python or args.python, "hta": args.hta_python or args.python,
@@ -331,19 +365,23 @@ def main(argv=None) -> int:
               "bytecode": "cached under " + str(args.pycache_prefix) if args.pycache_prefix else
               ("not written (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "default"),
               "warmup": args.warmup, "pause_s": args.pause,
-              "diagnose_commit": git_state(),
+              "diagnose_commit": commit(), "machine_name": machine(),
               "repeat": args.repeat, "pythons": {t: pythons[t] for t in active},
-              "diagnose_mode": "cli analyze" if diagnose_cli else "load_trace+analyze stand-in", "traces": []}
-    for trace in args.traces:
+              "diagnose_mode": "cli analyze" if diagnose_cli else "load_trace+analyze stand-in", "traces": [],
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+    command = "benchmarks/compare.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    startup = [(args.startup_trace, "startup")] if args.startup_trace and "diagnose" in active else []
+    for trace, kind in startup + [(t, None) for t in args.traces]:
         scratch = Path(tempfile.mkdtemp(prefix="diagnose-bench-"))
         try:
             plan = Plan(trace, pythons, diagnose_cli, scratch)
-            samples: dict[str, list] = {t: [] for t in active}
+            timing = ["diagnose"] if kind == "startup" else active
+            samples: dict[str, list] = {t: [] for t in timing}
             for _ in range(args.warmup):
-                for tool in active:
+                for tool in timing:
                     run_child(plan.argv(tool), args.timeout, cwd=str(ROOT))
             for rep in range(args.repeat):
-                for tool in active:  # interleaved: a slow spell of the machine hits every tool alike
+                for tool in timing:  # interleaved: a slow spell of the machine hits every tool alike
                     argv_ = plan.argv(tool)
                     time.sleep(args.pause)  # the kernel done with the last run's memory before this one starts
                     result = run_child(argv_, args.timeout, cwd=str(ROOT))
@@ -356,18 +394,22 @@ def main(argv=None) -> int:
                           f"{result['peak_rss_mib']:.0f} MiB, {state}", file=sys.stderr)
                     if result["rc"] != 0:
                         print(result["stderr_tail"], file=sys.stderr)
-            results = {t: summarize(samples[t]) for t in active}
+            results = {t: summarize(samples[t]) for t in timing}
             for tool, reason in skipped.items():
                 results[tool] = {"status": "skipped", "reason": reason.splitlines()[0]}
             for r in results.values():
                 if r["status"] == "failed":
                     r["reason"] = "every run failed: " + (r["samples"][-1]["stderr_tail"].strip().splitlines()
                                                           or ["?"])[-1]
-            entry = {"trace": str(trace), "events": count_events(trace), "tools": results, "ratios": ratios(results)}
+            events, nbytes = count_events(trace)
+            entry = {"trace": str(trace), "events": events, "bytes": nbytes, "tools": results,
+                     "ratios": ratios(results), "kind": kind}
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         report["traces"].append(entry)
         print_table(entry)
+        if args.record:  # each trace as it is done: a long call stopped half-way keeps what it measured
+            append_records(args.record, records(entry, report, command, kind))
     # a child's peak is at least this process's own (see count_events): the floor under every peak above
     report["floor_peak_rss_mib"] = round(own_peak_rss_mib(), 1)
     print(f"\n(every peak above includes this script's own peak RSS, {report['floor_peak_rss_mib']:.0f} MiB, which "
@@ -375,12 +417,14 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nwrote {args.json}")
+    if args.record:
+        print(f"appended to {args.record}: run `python benchmarks/tables.py` to update benchmarks/README.md")
     return 0 if all(r["status"] != "failed" for e in report["traces"] for r in e["tools"].values()) else 1
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--count-events"]:  # count_events' child
-        counted = _count_events_here(Path(sys.argv[2]))
-        print("" if counted is None else counted)
+        counted, size = _count_events_here(Path(sys.argv[2]))
+        print(f"{'' if counted is None else counted} {'' if size is None else size}")
         sys.exit(0)
     sys.exit(main())

@@ -802,7 +802,7 @@ class BudgetReport:
     untried: tuple[str, ...] = ()  # optimizations left without a verdict: not run, or undecided
     runs: int = 0
     spent_s: float = 0.0
-    too_small: bool = False  # not even two runs of the baseline and of one setting fitted: nothing was run
+    too_small: bool = False  # the fewest runs of a verdict did not fit (plan.fewest_runs): nothing was run
     rest_command: str = ""  # the command that tries what is left
 
 

@@ -45,6 +45,18 @@ def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def assert_matches_schema(name: str, written: Path) -> None:
+    """`written` (a diagnosis.json or compare.json) is what docs/reference/NAME.schema.json says: every field the
+    code wrote is described there, of the type said."""
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "reference" / f"{name}.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = [f"{'.'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
+              for error in validator.iter_errors(json.loads(written.read_text()))]
+    assert errors == [], f"{written} does not match docs/reference/{name}.schema.json:\n" + "\n".join(errors[:20])
+
+
 def run_script(script: Path, *script_args: str, out: Path, options: tuple[str, ...] = FAST, cwd: Path = REPO,
                env: dict | None = None, timeout: float | None = None) -> CliRun:
     """`diagnose run` in a subprocess; by default it may take 4 minutes, or its experiment budget and 2 more (the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
+from conftest import SCRIPTS, TRACES, assert_matches_schema, diagnose_cli, run_script
 
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments.memory_fit import probe_result
@@ -109,6 +109,7 @@ def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
     assert d["memory"]["peak_bytes"] > 0 and d["memory"]["parts"]
     assert "Out of memory" in (run.run_dir / "report.html").read_text()
     assert HEAVY.read_bytes() == script_before
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # an out-of-memory run's diagnosis
 
 
 def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
@@ -116,6 +117,7 @@ def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
                      options=("--warmup", "2", "--steps", "3", "--experiments", "none", "--memory-limit", "700MB"))
     assert run.returncode == 0, run.stderr
     assert run.diagnosis["status"] == "completed" and run.diagnosis["memory"]["limit_bytes"] == 700 * 10**6
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # under --memory-limit
 
 
 @pytest.mark.parametrize("bad", ["lots", "12", "-3GB", "5XB"])
@@ -144,6 +146,7 @@ def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_ba
                      options=("--warmup", "2", "--steps", "3", "--memory-limit", LIMIT, "--budget-seconds", "300"))
     assert run.returncode == 5, run.stderr  # the script as written still does not fit
     d = run.diagnosis
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # the memory levers and the batch search
     assert d["status"] == "out_of_memory" and d["memory"]["parts"]
     # the fewest micro-batches that fit the measured batch, and twice as many (more headroom): at least one fits
     tried = [e for e in d["experiments"] if e["optimization"] == "grad_accumulation"]
@@ -174,6 +177,7 @@ def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
                      options=("--warmup", "3", "--steps", "5", "--memory-limit", LIMIT, "--experiments", "batch_size",
                               "--budget-seconds", "150"))
     assert run.returncode == 0, run.stderr
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a batch search and its experiments
     search = run.diagnosis["batch_search"]
     largest = search["largest_fitting"]
     assert search["limit_bytes"] == 700 * 10**6 and search["limit_source"] == "--memory-limit"

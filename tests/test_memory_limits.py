@@ -7,6 +7,8 @@ import resource
 from pathlib import Path
 from types import SimpleNamespace
 
+from conftest import assert_matches_schema
+
 from diagnose.capture.limits import (
     cgroup_candidates,
     cuda_limit,
@@ -165,6 +167,7 @@ def test_a_ulimit_set_outside_diagnose_is_the_limit_it_names(tmp_path):
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
     assert capture["memory_limit"]["kind"] == "rlimit"
     assert {c["kind"] for c in capture["memory_limit"]["candidates"]} >= {"rlimit", "machine"}
+    assert_matches_schema("diagnosis", tmp_path / "run" / "diagnosis.json")  # out of memory under a ulimit
 
 
 def _fake_cgroup(tmp_path: Path) -> Path:
@@ -214,6 +217,7 @@ def test_a_script_the_oom_killer_takes_is_diagnosed_as_out_of_memory_against_the
     oom = diagnosis["out_of_memory"]
     assert oom["limit_bytes"] == 4 * GIB and oom["limit_source"].startswith("cgroup memory.max")
     assert "OOM killer" in proc.stderr
+    assert_matches_schema("diagnosis", tmp_path / "run" / "diagnosis.json")  # killed by the OOM killer
 
 
 def test_a_dataloader_worker_the_oom_killer_takes_is_out_of_memory_too(tmp_path):
@@ -233,6 +237,7 @@ def test_a_dataloader_worker_the_oom_killer_takes_is_out_of_memory_too(tmp_path)
     oom = diagnosis["out_of_memory"]
     assert diagnosis["status"] == "out_of_memory" and oom["limit_source"].startswith("cgroup memory.max")
     assert oom["limit_bytes"] == 4 * GIB
+    assert_matches_schema("diagnosis", tmp_path / "run" / "diagnosis.json")  # a worker the OOM killer took
 
 
 def test_a_worker_killed_mid_batch_shows_as_the_loaders_error_and_is_out_of_memory_too(tmp_path, monkeypatch):

@@ -203,3 +203,75 @@ def test_elementwise_work_weighs_more_once_the_products_run_in_bf16():
 
     fired = {f.rule for f in evaluate(load_rules(optimization_ids=REGISTRY), fp32)}
     assert "utilization.elementwise-bound" not in fired and "utilization.tensor-cores-unused" in fired
+
+
+def test_a_step_faster_than_a_stale_cached_peak_raises_the_peak_and_never_reads_over_100_percent():
+    """A peak measured while the machine was loaded (cached since) once gave a later, quieter run MFU 1.3: the
+    measured peak the step beat is raised to the achieved rate (MFU 1), and the rates a fresh measurement must reach
+    are named for `diagnose run` to measure again."""
+    from diagnose.analysis.speed_of_light import speed_of_light, stale_peak_floors
+    from diagnose.model import FlopCount, Peak
+
+    flops = FlopCount(1.3e9, {"forward": 1.3e9}, {"float32": 1.3e9}, "torch's counter")
+    stale = (Peak("cpu", "float32", 100e9, "measured: 2048x2048 matmul, best of 5 bursts"),
+             Peak("cpu", "bfloat16", 300e9, "measured: 2048x2048 matmul, best of 5 bursts"),
+             Peak("cpu", "memory", 20e9, "measured: copy of 128 MiB, best of 3"))
+    light = speed_of_light(flops, 0.01, stale)  # 130 GFLOP/s achieved against a 100 GFLOP/s "peak"
+    assert light.mfu == pytest.approx(1.0) and light.peak.per_s == pytest.approx(130e9)
+    assert "raised to this run's achieved rate" in light.peak.source
+    assert stale_peak_floors(light) == {"float32": pytest.approx(130e9)}
+    assert {p.dtype: p.per_s for p in light.peaks}["bfloat16"] == 300e9  # the others as measured
+    assert light.mfu_best == pytest.approx(130 / 300)
+
+    under = speed_of_light(flops, 0.02, stale)  # 65 GFLOP/s: the cached peak stands
+    assert under.mfu == pytest.approx(0.65) and stale_peak_floors(under) == {}
+    # a datasheet's figure is not stale: a step past it is miscounted FLOPs, said as it is
+    sheet = (Peak("NVIDIA H200", "float32", 100e9, "datasheet: https://example"),)
+    assert speed_of_light(flops, 0.01, sheet).mfu == pytest.approx(1.3)
+
+
+def test_a_peak_measured_again_keeps_at_least_the_rate_a_run_achieved(tmp_path, monkeypatch):
+    """The re-measurement that follows a stale peak: the cache holds the larger of the new measurement and the
+    achieved rate, so a second loaded measurement cannot bring MFU over 1 back."""
+    from diagnose.capture.peak_cache import read_cache
+    from diagnose.model import Peak
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    low = (Peak("cpu0", "float32", 100e9, "measured: busy"), Peak("cpu0", "bfloat16", 300e9, "measured: busy"))
+    monkeypatch.setattr(peak_module, "measure_peaks", lambda device: low)
+    peaks = {p.dtype: p for p in machine_peaks("cpu", fresh=True, at_least={"float32": 130e9, "bfloat16": 1e9})}
+    assert peaks["float32"].per_s == 130e9 and "raised to the rate a run achieved" in peaks["float32"].source
+    assert peaks["bfloat16"].per_s == 300e9 and peaks["bfloat16"].source == "measured: busy"
+    [cached] = read_cache().values()
+    assert {p["dtype"]: p["per_s"] for p in cached} == {"float32": 130e9, "bfloat16": 300e9}
+
+
+def test_diagnose_run_measures_a_stale_peak_again_and_keeps_the_achieved_rate(tmp_path, monkeypatch):
+    """The step beat the cached peak: `diagnose run` measures the machine afresh, asking for at least the achieved
+    rate, and RUN/peaks.json holds the new peaks (then the run is analysed again against them)."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from diagnose.analysis.speed_of_light import speed_of_light
+    from diagnose.commands import run as run_command
+    from diagnose.model import FlopCount, MachinePeaks, Peak
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import read_json
+
+    flops = FlopCount(1.3e9, {"forward": 1.3e9}, {"float32": 1.3e9}, "torch's counter")
+    light = speed_of_light(flops, 0.01, (Peak("cpu0", "float32", 100e9, "measured: busy"),))
+    asked = []
+    fresh = (Peak("cpu0", "float32", 160e9, "measured: quiet"),)
+    monkeypatch.setattr(peak_module, "peaks_in_child",
+                        lambda device, **options: asked.append((device, options)) or fresh)
+    analysis = SimpleNamespace(speed_of_light=light)
+    capture = SimpleNamespace(memory_kind="cpu")
+    quiet = Console(file=io.StringIO())
+    assert run_command._remeasure_stale_peaks(quiet, tmp_path, capture, analysis)
+    assert asked == [("cpu", {"fresh": True, "at_least": {"float32": pytest.approx(130e9)}})]
+    assert read_json(RunFolder(tmp_path).peaks, MachinePeaks).peaks == fresh
+    # a step under its peak measures nothing
+    under = SimpleNamespace(speed_of_light=speed_of_light(flops, 0.02, fresh))
+    assert not run_command._remeasure_stale_peaks(quiet, tmp_path, capture, under) and len(asked) == 1

@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from conftest import SCRIPTS, run_script
+from conftest import SCRIPTS, assert_matches_schema, run_script
 
 FAST = ("--warmup", "3", "--steps", "6", "--experiments", "none")
 
@@ -52,6 +52,7 @@ def test_a_step_that_never_ends_is_diagnosed_as_hung_where_it_waits(tmp_path):
     assert "--max-seconds" not in said  # no longer limit can help a step that waits for ever
     assert "deadlocks.py:26 in <module>: wait_for_the_others(lock)" in run.stderr  # its stack, printed
     assert run.diagnosis["hang"] == hang
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a hung run's diagnosis
 
 
 @pytest.mark.slow  # long (a whole run or several): the slow tier
@@ -88,12 +89,14 @@ def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix
     said = " ".join(killed.stderr.split())
     assert "A DataLoader worker died (Killed). Likely cause: killed with SIGKILL" in said
     assert re.search(r"the worker held \d+\.\d MiB \(\d+\.\d MiB all 2 workers\) \d\.\d s before", said), said
+    assert_matches_schema("diagnosis", killed.run_dir / "diagnosis.json")  # a dead worker's diagnosis
     bus = run_script(SCRIPTS / "worker_signal.py", out=tmp_path / "bus", options=("--experiments", "none"))
     assert bus.returncode == 1, bus.stderr
     failure = json.loads((bus.run_dir / "capture.json").read_text())["worker_failure"]
     assert failure["signal"] == "Bus error" and failure["cause"] == "shared-memory"
     assert failure["shm_bytes"] > 0 and "--shm-size" in failure["fix"]
     assert "A DataLoader worker died (Bus error). Likely cause: a /dev/shm too small" in " ".join(bus.stderr.split())
+    assert_matches_schema("diagnosis", bus.run_dir / "diagnosis.json")
     segv = run_script(SCRIPTS / "worker_signal.py", "--signal", "SEGV", out=tmp_path / "segv",
                       options=("--experiments", "none"))
     failure = json.loads((segv.run_dir / "capture.json").read_text())["worker_failure"]
@@ -114,6 +117,7 @@ def test_a_step_that_waits_in_native_code_is_ended_and_diagnosed_where_it_waits(
     assert "waits_in_native_code.py:23 in <module>: wait_for_the_result(torch.futures.Future())" in run.stderr
     assert "The hang came before any step was profiled" in said
     assert run.diagnosis["status"] == "hung"
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # hung before any profiled step
 
 
 def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(tmp_path):
@@ -129,6 +133,7 @@ def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(
                                              for w in hang["workers"])
     said = " ".join(run.stderr.split())
     assert "DataLoader worker" in said and "worker_hangs.py:20 in __getitem__" in said
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a hang with the workers' stacks
 
 
 @pytest.mark.slow  # long (a whole run or several): the slow tier

@@ -199,3 +199,28 @@ def test_the_headline_is_the_best_verified_change_when_no_run_is_left_for_the_wi
         assert combined.verdict == "skipped"
         assert headline.verdict == "faster" and headline.speedup == verdicts[workers].speedup
         assert headline.changes == (workers.label,)
+
+
+@pytest.mark.parametrize("combine", [False, True])
+@pytest.mark.parametrize("budget_s", [12.0, 30.0, 45.0])
+def test_the_plan_sentence_says_what_the_planner_did(combine, budget_s):
+    """`diagnose run --budget-seconds 30 sample_runs/slow_loader.py` once said "it fits 5 run(s); a verdict needs at
+    least 4 ... Nothing was run: give --budget-seconds 30 or more": the planner had kept runs for the combination
+    with persistent workers (7 in all), the sentence counted 4. The runs it names and the budget it asks for are the
+    planner's own."""
+    import re
+
+    from diagnose.experiments.plan import fewest_runs, plan_sentence
+
+    run_s = 6.4
+    workers = Candidate("dataloader.num_workers", [Arm(f"w{n}", {}, ()) for n in (2, 4, 8, 16)], 0.9)
+    chosen = covered([workers], budget_s, run_s, combine=combine)
+    said = plan_sentence(budget_s, run_s, chosen, [workers], combine=combine)
+    if chosen:
+        assert "Nothing was run" not in said and "dataloader.num_workers" in said
+        return
+    need = int(re.search(r"a verdict needs at least (\d+)", said).group(1))
+    fits = int(re.search(r"fits (\d+) run", said).group(1))
+    asked = int(re.search(r"--budget-seconds (\d+)", said).group(1))
+    assert need == fewest_runs(combine) and fits < need, said
+    assert asked > budget_s and covered([workers], asked, run_s, combine=combine), said  # the budget asked suffices

@@ -33,6 +33,14 @@ def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: t
     dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
     achieved = flops.per_step / step_s
     at_peak_s = _seconds_at_peak(by_dtype, chosen)
+    stale = _stale(by_dtype, chosen, at_peak_s, step_s)
+    if stale:  # the step beat a measured peak: that peak is stale, raised to what this step achieved (MFU 1)
+        factor = at_peak_s / step_s  # the step's FLOPs took this much longer at the peak than the step did
+        raised = {d: Peak(p.device, d, p.per_s * factor, f"{p.source}; {RAISED} ({factor:.2f}x the peak measured "
+                                                            "earlier, on a busier machine)") for d, p in stale.items()}
+        peaks = tuple(raised.get(p.dtype, p) if p is chosen.get(p.dtype) else p for p in peaks)
+        chosen = {**chosen, **raised}
+        at_peak_s = min(step_s, _seconds_at_peak(by_dtype, chosen))  # not 1 + 1e-16
     best = max((chosen[d] for d in TRAINING_DTYPES if d in chosen), key=lambda p: p.per_s, default=None)
     busy_s = busy.frac * busy.step_s if busy is not None and busy.frac else None
     return SpeedOfLight(
@@ -43,6 +51,30 @@ def speed_of_light(flops: Optional[FlopCount], step_s: Optional[float], peaks: t
         cross_check=cross_check, peaks=peaks, busy_frac=busy.frac if busy is not None else None,
         # over the same (profiled) steps the busy share was measured in
         mfu_while_busy=at_peak_s / busy_s if at_peak_s is not None and busy_s else None, roofline=roofline)
+
+
+RAISED = "raised to this run's achieved rate"
+
+
+def _stale(by_dtype: dict[str, float], chosen: dict[str, Peak], at_peak_s: Optional[float],
+           step_s: float) -> dict[str, Peak]:
+    """The measured peaks of the step's dtypes when the step ran faster than they allow (MFU over 1): a peak cached
+    while the machine was loaded (a neighbour's burst, a throttled clock). {} when the step is under them, or when a
+    datasheet's peak is among them (a step past a datasheet's dense figure is miscounted FLOPs, not a stale peak)."""
+    if at_peak_s is None or at_peak_s <= step_s:
+        return {}
+    used = {d: chosen[d] for d, v in by_dtype.items() if v}
+    if not used or not all(p.source.startswith("measured") for p in used.values()):
+        return {}
+    return used
+
+
+def stale_peak_floors(light: Optional[SpeedOfLight]) -> dict[str, float]:
+    """dtype -> the rate this run achieved, for each measured peak the run beat (raised by speed_of_light): what a
+    fresh measurement of the machine's peak must reach at least."""
+    if light is None:
+        return {}
+    return {p.dtype: p.per_s for p in light.peaks if RAISED in p.source}
 
 
 def _seconds_at_peak(by_dtype: dict[str, float], chosen: dict[str, Peak]) -> Optional[float]:

@@ -38,27 +38,38 @@ def cached_machine_peaks(device: str) -> tuple[Peak, ...]:
     return tuple(Peak(**p) for p in read_cache().get(_cache_key(device), ()))
 
 
-def machine_peaks(device: str, fresh: bool = False) -> tuple[Peak, ...]:
-    """Measured peaks of `device` ("cuda" or "cpu"), from the cache unless `fresh`."""
+def machine_peaks(device: str, fresh: bool = False, at_least: Optional[dict[str, float]] = None) -> tuple[Peak, ...]:
+    """Measured peaks of `device` ("cuda" or "cpu"), from the cache unless `fresh`. `at_least`: dtype -> a rate a
+    run achieved past the cached peak; the peak cached is never below it (a measurement on a loaded machine reads
+    low, and a step cannot run faster than the device's peak)."""
     key = _cache_key(device)
     cache = read_cache()
     if not fresh and key in cache:
         return tuple(Peak(**p) for p in cache[key])
-    peaks = measure_peaks(device)
+    peaks = tuple(_at_least(p, (at_least or {}).get(p.dtype)) for p in measure_peaks(device))
     cache[key] = [p.__dict__ for p in peaks]
     write_cache(cache)
     return peaks
 
 
-def peaks_in_child(device: str, timeout_s: float = 120.0) -> tuple[Peak, ...]:
+def _at_least(peak: Peak, floor: Optional[float]) -> Peak:
+    if floor is None or peak.per_s >= floor:
+        return peak
+    return Peak(peak.device, peak.dtype, floor,
+                f"{peak.source}; raised to the rate a run achieved ({floor / peak.per_s:.2f}x)")
+
+
+def peaks_in_child(device: str, timeout_s: float = 120.0, fresh: bool = False,
+                   at_least: Optional[dict[str, float]] = None) -> tuple[Peak, ...]:
     """machine_peaks in a process of its own: the caller keeps no CUDA context (the experiments' runs need the
     GPU's memory) and no thread settings of the measurement; () when it fails."""
     import subprocess
     import sys
 
+    extra = (["--fresh"] if fresh else []) + (["--at-least", json.dumps(at_least)] if at_least else [])
     try:
-        done = subprocess.run([sys.executable, "-m", "diagnose.capture.peak", device], capture_output=True, text=True,
-                              timeout=timeout_s, env={**os.environ, "PYTHONPATH": _package_root()})
+        done = subprocess.run([sys.executable, "-m", "diagnose.capture.peak", device, *extra], capture_output=True,
+                              text=True, timeout=timeout_s, env={**os.environ, "PYTHONPATH": _package_root()})
         return tuple(Peak(**p) for p in json.loads(done.stdout)) if done.returncode == 0 else ()
     except (OSError, ValueError, TypeError, subprocess.TimeoutExpired):
         return ()
@@ -179,4 +190,5 @@ def _cache_key(device: str) -> str:
 if __name__ == "__main__":
     import sys
 
-    print(json.dumps([p.__dict__ for p in machine_peaks(sys.argv[1])]))
+    floors = json.loads(sys.argv[sys.argv.index("--at-least") + 1]) if "--at-least" in sys.argv else None
+    print(json.dumps([p.__dict__ for p in machine_peaks(sys.argv[1], fresh="--fresh" in sys.argv, at_least=floors)]))

@@ -78,6 +78,8 @@ def run_and_report(config: RunConfig, output: OutputOptions,
         analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         console.print(_analysis_sentence(time.monotonic() - analysing, time.monotonic() - started), style="dim",
                       highlight=False)
+        if not outcome.interrupted and _remeasure_stale_peaks(console, run_dir, outcome.capture, analysis):
+            analysis, findings = diagnose_capture(run_dir, outcome.capture, tuple(rules_dirs))
         progress.update(task, note="done")
         results = ExperimentResults()
         if experiments != "none" and not outcome.interrupted and can_experiment(outcome.capture, analysis):
@@ -146,6 +148,32 @@ def _measure_peaks(run_dir: Path, capture) -> None:
         return
     if peaks:
         write_json(RunFolder(run_dir).peaks, MachinePeaks(device, peaks))
+
+
+def _remeasure_stale_peaks(console: Console, run_dir: Path, capture, analysis) -> bool:
+    """A step faster than the cached peak (measured while the machine was loaded) would read over 100% of it: the
+    analysis raised the peak to the achieved rate; measure the machine again now, the cache keeping at least that
+    rate. True when RUN/peaks.json was rewritten (the caller analyses again)."""
+    from diagnose.analysis.speed_of_light import stale_peak_floors
+    from diagnose.capture.peak import peaks_in_child
+    from diagnose.model import MachinePeaks
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import write_json
+
+    floors = stale_peak_floors(analysis.speed_of_light if analysis is not None else None)
+    if not floors or capture is None:
+        return False
+    console.print(f"This run computed faster than the cached peak of this machine ({', '.join(sorted(floors))}): "
+                  "measuring the peak again.", style="dim", highlight=False)
+    device = "cuda" if capture.memory_kind == "cuda" else "cpu"
+    try:
+        peaks = peaks_in_child(device, fresh=True, at_least=floors)
+    except KeyboardInterrupt:
+        return False
+    if not peaks:
+        return False
+    write_json(RunFolder(run_dir).peaks, MachinePeaks(device, peaks))
+    return True
 
 
 def _load_baseline(baseline: Optional[Path], script: str, rules):

@@ -83,13 +83,25 @@ def _trimmed(candidate: Candidate):
                                                                        candidate.arms[-keep:], candidate.gain)
 
 
-def plan_sentence(budget_s: float, run_s: float, chosen: list[Candidate], all_: list[Candidate]) -> str:
+def fewest_runs(combine: bool) -> int:
+    """The fewest timed runs `covered` chooses anything with: two of the baseline and two of one setting, and with
+    `combine` the runs kept in reserve for the combination (two of it, one more of the baseline between)."""
+    return runs_needed([Candidate("one", [Arm("one", {}, ())], 0.0)] + ([_COMBINATION] if combine else []))
+
+
+def plan_sentence(budget_s: float, run_s: float, chosen: list[Candidate], all_: list[Candidate],
+                  combine: bool = False) -> str:
+    """What the planner did, in its own terms: `combine` as given to `covered` (the combination's reserve counts)."""
     affordable = int(budget_s // max(run_s, 1e-3))
     if not chosen:
-        enough = _round_up(MIN_RUNS * run_s * cost.BUDGET_MARGIN)
+        need = fewest_runs(combine)
+        enough = _round_up(need * run_s * cost.BUDGET_MARGIN)
+        parts = "two of the baseline, two of a setting" if not combine else (
+            f"two of a setting, two of it combined with the changes that ride along, {need - 4} of the baseline "
+            "interleaved")
         return (f"Experiment budget {budget_s:.0f} s: a timed run of this script takes about {run_s:.0f} s, so it "
-                f"fits {affordable} run(s); a verdict needs at least {MIN_RUNS} (two of the baseline, two of a "
-                f"setting). Nothing was run: give --budget-seconds {enough} or more.")
+                f"fits {affordable} run(s); a verdict needs at least {need} ({parts}). Nothing was run: give "
+                f"--budget-seconds {enough} or more.")
     sizes = {c.optimization: len(c.arms) for c in all_}
     names = ", ".join(_described(c, sizes[c.optimization]) for c in chosen)
     left = [c.optimization for c in all_ if c.optimization not in {k.optimization for k in chosen}]

@@ -105,7 +105,7 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
     chosen = covered(candidates, plan_s, run_s, combine=bool(riders))
     # the plan's first (a sweep trimmed to what fits), then the rest should the runs prove cheaper than estimated
     order = chosen + [c for c in candidates if c.optimization not in {k.optimization for k in chosen}]
-    on_message(plan_sentence(plan_s, run_s, chosen, candidates))
+    on_message(plan_sentence(plan_s, run_s, chosen, candidates, combine=bool(riders)))
     if not chosen:
         results = [_result(arm, Arm("baseline", {}, ()), ctx, unrun_reason=TOO_SMALL_REASON)
                    for c in candidates for arm in c.arms]

@@ -315,7 +315,7 @@ def headline_sentence(diagnosis: Diagnosis) -> str:
                 f"{' ' + interval if interval else ''}, {head.metric}: {', '.join(head.changes)}")
     budget = diagnosis.budget
     if budget is not None and budget.too_small:
-        return (f"No experiment ran: the budget of {budget.budget_s:.0f} s fits fewer than the 4 timed runs a verdict "
+        return (f"No experiment ran: the budget of {budget.budget_s:.0f} s fits fewer timed runs than a verdict "
                 f"needs (about {budget.run_estimate_s:.0f} s each). To try them: {budget.rest_command}")
     if diagnosis.experiments_interrupted:
         return ("Experiments interrupted (Ctrl-C): no combination was measured. "
