@@ -287,18 +287,24 @@ def _assert_same_segments(a, b) -> None:
     assert np.array_equal(a.in_library, b.in_library)
 
 
-def test_frames_cut_by_array_operations_as_the_stack_walk_cuts_them():
+@pytest.mark.parametrize("cutter", ["arrays", "compiled walk"])
+def test_frames_cut_by_array_operations_as_the_stack_walk_cuts_them(cutter, monkeypatch):
     # a with_stack trace's frames (torch 2.13, 1,816 of them, two outliving their parent by a rounding's
     # nanosecond), and written cases: empty frames, a built-in at a frame's very end, a child that outlives its
-    # parent, equal starts
+    # parent, equal starts; cut by array operations (a small trace) or by the walk compiled (a big one's)
     from diagnose.analysis.frames import innermost_segments
+    from diagnose.trace import jitscan
     from diagnose.trace.load import load_trace
     from diagnose.trace.spans import Spans
 
+    if cutter == "compiled walk":
+        if not jitscan.usable():
+            pytest.skip("numba is not installed here")
+        monkeypatch.setattr(jitscan, "for_size", lambda size: jitscan._kernels())
     trace = load_trace(TRACES / "torch213_cpu" / "mlp_stack_memory.pt.trace.json.gz")
     cut, walked = innermost_segments(trace.python, trace.main_thread), _walked(trace.python, trace.main_thread)
     _assert_same_segments(cut, walked)
-    assert cut.location_codes is not None and walked.location_codes is None  # by arrays; by the walk
+    assert cut.location_codes is not None and walked.location_codes is None  # as codes; by the Python walk
     halves = np.column_stack([cut.intervals[::2, 0], cut.intervals[::2].mean(axis=1)])  # busy with holes
     by_arrays, by_loop = cut.time_by_location(halves), walked.time_by_location(halves)
     assert by_arrays == by_loop and list(by_arrays) == list(by_loop) and by_arrays  # sums, and their order

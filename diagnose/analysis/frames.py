@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from diagnose.trace import Spans, nesting_parents, present_in_order
+from diagnose.trace import BUILT_IN, FRAMEWORK, LIBRARY, USER, Spans, frame_pieces, nesting_parents, present_in_order
 from diagnose.trace import intervals as iv
 
 FRAME = re.compile(r"^(?P<path>[^()]+\.py)\((?P<line>\d+)\): (?P<function>.*)$")
@@ -109,6 +109,11 @@ def innermost_segments(python: Spans, tid) -> FrameSegments:
     if not len(idx):
         return FrameSegments(iv.EMPTY, (), np.zeros(0, dtype=bool))
     frames = python.take(idx[np.lexsort((-python.end[idx], python.start[idx]))])  # by start, outer frames first
+    codes, names = frames.factorized()
+    name_roles, name_locations = _frame_roles(names)
+    walked = frame_pieces(frames.start, frames.end, name_roles[codes], codes)
+    if walked is not None:  # a big trace: the walk compiled
+        return _segments(*walked, name_locations) if len(walked[0]) else FrameSegments(iv.EMPTY, (), walked[2])
     ends, nested = _clipped_nesting(frames)
     return _walked_segments(frames) if nested is None else _nested_segments(frames, ends, *nested)
 
@@ -132,9 +137,9 @@ def _clipped_nesting(frames: Spans):
     return ends, nesting_parents(order, thread, frames.start, ends)
 
 
-# what a frame's name makes of the time under it: a built-in call's belongs to the frame that made it, the user's
-# own function takes it, a library's stays with the user's function (torch's own counts as framework)
-BUILT_IN, USER, LIBRARY, FRAMEWORK = 0, 1, 2, 3
+# what a frame's name makes of the time under it (BUILT_IN, USER, LIBRARY, FRAMEWORK): a built-in call's belongs to
+# the frame that made it, the user's own function takes it, a library's stays with the user's function (torch's own
+# counts as framework)
 
 
 def _frame_roles(names: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -194,11 +199,17 @@ def _pieces_on_top(starts, ends, depth, parent, location, library, name_location
     if not len(keep):
         return FrameSegments(iv.EMPTY, (), np.zeros(0, dtype=bool))
     on_top = top[keep]
+    return _segments(np.column_stack([times[keep], times[keep + 1]]), location[on_top], library[on_top],
+                     name_locations)
+
+
+def _segments(intervals: np.ndarray, location: np.ndarray, library: np.ndarray,
+              name_locations: list[str]) -> FrameSegments:
+    """The pieces with their locations as codes into a table of the names' locations and "" (for -1: none)."""
     table = (*name_locations, "")
-    codes = np.where(location[on_top] < 0, len(name_locations), location[on_top])  # (-1: the "" at the end)
+    codes = np.where(location < 0, len(name_locations), location)
     texts = np.asarray(table, dtype=object)
-    return FrameSegments(np.column_stack([times[keep], times[keep + 1]]), tuple(texts[codes].tolist()),
-                         library[on_top], codes, table)
+    return FrameSegments(intervals, tuple(texts[codes].tolist()), library, codes, table)
 
 
 def _walked_segments(frames: Spans) -> FrameSegments:

@@ -22,6 +22,8 @@ SURFACE = {
     "outermost_in": "flop_ops",
     # facts about spans, computed once for every reader of them
     "self_times": "self_time_rule", "span_self_times": "self_time_rule", "nesting_parents": "self_time_rule",
+    "frame_pieces": "frame_walk", "BUILT_IN": "frame_walk", "USER": "frame_walk", "LIBRARY": "frame_walk",
+    "FRAMEWORK": "frame_walk",
     "from_launch": "launches", "from_launch_each": "launches",
     "is_communication": "classify", "SYNC_RUNTIME": "classify",
     # a trace past its budget: the steps kept, chosen for several ranks together

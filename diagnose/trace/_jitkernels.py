@@ -19,6 +19,7 @@ from diagnose.trace import interval_sweeps as _sweeps
 from diagnose.trace import key_join as _key_join
 from diagnose.trace.nesting import in_thread_order as _in_thread_order
 from diagnose.trace.nesting import walk_first_seen as _walk_first_seen
+from diagnose.trace.nesting import walk_frames as _walk_frames
 from diagnose.trace.nesting import walk_nesting as _walk_nesting
 from diagnose.trace.nesting import walk_outermost as _walk_outermost
 from diagnose.trace.nesting import walk_parents as _walk_parents
@@ -517,6 +518,8 @@ def same_bytes(t, spans, representative):
 # ops.self_times' walk, the same function compiled: over a big trace's arrays, no Python object per op
 walk_nesting = njit(cache=True, nogil=True)(_walk_nesting)
 in_thread_order = njit(cache=True, nogil=True)(_in_thread_order)
+# frames._walked_segments' sweep over a big trace's Python frames
+walk_frames = njit(cache=True, nogil=True)(_walk_frames)
 # nesting_parents' depths and parents of spans that nest, as the walk finds them
 walk_parents = njit(cache=True, nogil=True)(_walk_parents)
 # flops.outermost_in's walk, compiled the same way

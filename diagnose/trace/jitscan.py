@@ -86,6 +86,12 @@ def _walks_sample(kernels) -> bool:
                                  np.empty(2, dtype=np.int64), depth, parent)
     if not (nests and depth.tolist() == [0, 1] and parent.tolist() == [-1, 0]):
         return False
+    times, location, library = np.empty((5, 2)), np.empty(5, dtype=np.int64), np.empty(5, dtype=np.bool_)
+    n = kernels.walk_frames(np.array([0.0, 1.0]), np.array([3.0, 2.0]), np.array([1, 3], dtype=np.int64),
+                            np.array([0, 1], dtype=np.int64), np.empty(2), np.empty(2, dtype=np.int64),
+                            np.empty(2, dtype=np.bool_), times, location, library)  # frames' sweep: user, torch
+    if times[:n].tolist() != [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]] or library[:n].tolist() != [False, True, False]:
+        return False
     first, out = np.full(3, -1, dtype=np.int64), np.empty(3, dtype=CODE)  # spans.present_in_order's walk
     n = kernels.walk_first_seen(np.array([2, 0, 2, 1, 0], dtype=CODE), first, out)
     return out[:n].tolist() == [2, 0, 1]

@@ -50,6 +50,53 @@ def walk_parents(thread, starts, ends, stack, depth, parent):
     return True
 
 
+BUILT_IN, USER, LIBRARY, FRAMEWORK = 0, 1, 2, 3  # a Python frame's role (analysis/frames.py)
+
+
+def walk_frames(starts, ends, role, own, stack_end, stack_location, stack_library, out_times, out_location,
+                out_library):
+    """frames._walked_segments over arrays: the frames (one thread's, by start, the outer first) swept once with a
+    stack, each piece of time given to the frame on top: its location (a code; -1: none) and whether it is in
+    torch's own Python. A built-in call's time is its caller's, a user frame's is its own, a library frame's stays
+    with the user's frame around it. Returns the pieces put in out_*."""
+    n = 0
+    d = 0
+    cursor = starts[0] if len(starts) else 0.0
+    for i in range(len(starts)):
+        start = starts[i]
+        while d > 0 and stack_end[d - 1] <= start:
+            if stack_end[d - 1] > cursor:
+                out_times[n, 0], out_times[n, 1] = cursor, stack_end[d - 1]
+                out_location[n], out_library[n] = stack_location[d - 1], stack_library[d - 1]
+                n += 1
+            cursor = max(cursor, stack_end[d - 1])
+            d -= 1
+        if d > 0 and start > cursor:
+            out_times[n, 0], out_times[n, 1] = cursor, start
+            out_location[n], out_library[n] = stack_location[d - 1], stack_library[d - 1]
+            n += 1
+        cursor = max(cursor, start)
+        outer_location = stack_location[d - 1] if d > 0 else -1
+        outer_library = stack_library[d - 1] if d > 0 else False
+        if role[i] == USER:
+            location, library = own[i], False
+        elif role[i] == BUILT_IN:
+            location, library = outer_location, outer_library
+        else:
+            location, library = outer_location, outer_library or role[i] == FRAMEWORK
+        stack_end[d] = min(ends[i], stack_end[d - 1]) if d > 0 else ends[i]
+        stack_location[d], stack_library[d] = location, library
+        d += 1
+    while d > 0:
+        if stack_end[d - 1] > cursor:
+            out_times[n, 0], out_times[n, 1] = cursor, stack_end[d - 1]
+            out_location[n], out_library[n] = stack_location[d - 1], stack_library[d - 1]
+            n += 1
+        cursor = max(cursor, stack_end[d - 1])
+        d -= 1
+    return n
+
+
 def walk_outermost(order, thread_of, starts, durations, open_until, keep):
     """Visit ops in `order` (by start, the longest first among equal starts) and put in `keep` each one that does
     not start inside the last one kept on its thread (`open_until`, by thread code: where that one ends, -inf at
