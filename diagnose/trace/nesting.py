@@ -1,8 +1,10 @@
-"""The walks behind ops.self_times, flops.outermost_in and spans.present_in_order, each written once for two
+"""The walks behind ops.self_times, nesting_parents, frames' pieces, flops.outermost_in and spans.present_in_order,
+each written once for two
 runtimes: plain Python over lists (a small trace), and numba over arrays (_jitkernels compiles these same functions
 for a big trace, whose op lists would cost about 150 bytes an op as Python objects). They use only indexing,
 comparisons and arithmetic, which both run alike. (in_thread_order, a check that spares a big trace a sort, runs
 compiled only; a test runs it as Python too.)"""
+import math
 
 
 def walk_nesting(order, thread_of, starts, ends, counted, stack, self_t, top):
@@ -62,8 +64,8 @@ def walk_frames(starts, ends, role, own, stack_end, stack_location, stack_librar
     n = 0
     d = 0
     cursor = starts[0] if len(starts) else 0.0
-    for i in range(len(starts)):
-        start = starts[i]
+    for i in range(len(starts) + 1):  # the last round, past the frames, empties the stack
+        start = starts[i] if i < len(starts) else math.inf
         while d > 0 and stack_end[d - 1] <= start:
             if stack_end[d - 1] > cursor:
                 out_times[n, 0], out_times[n, 1] = cursor, stack_end[d - 1]
@@ -71,6 +73,8 @@ def walk_frames(starts, ends, role, own, stack_end, stack_location, stack_librar
                 n += 1
             cursor = max(cursor, stack_end[d - 1])
             d -= 1
+        if i == len(starts):
+            break
         if d > 0 and start > cursor:
             out_times[n, 0], out_times[n, 1] = cursor, start
             out_location[n], out_library[n] = stack_location[d - 1], stack_library[d - 1]
@@ -87,13 +91,6 @@ def walk_frames(starts, ends, role, own, stack_end, stack_location, stack_librar
         stack_end[d] = min(ends[i], stack_end[d - 1]) if d > 0 else ends[i]
         stack_location[d], stack_library[d] = location, library
         d += 1
-    while d > 0:
-        if stack_end[d - 1] > cursor:
-            out_times[n, 0], out_times[n, 1] = cursor, stack_end[d - 1]
-            out_location[n], out_library[n] = stack_location[d - 1], stack_library[d - 1]
-            n += 1
-        cursor = max(cursor, stack_end[d - 1])
-        d -= 1
     return n
 
 
