@@ -20,6 +20,7 @@ import psutil
 import torch
 
 from diagnose.capture import hang, probe, run_length, worker_failure, worker_stacks
+from diagnose.capture.bursts import Bursts
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.flop_counter import StepFlops
@@ -557,23 +558,21 @@ class UnprofiledTimer:
     def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
                  backlog: int = 0, meter: Optional[EnergyMeter] = None):
         self.meter = meter  # the energy counters, read at the window's edges as its clock is
-        self.burst = max(1, burst)
-        self.least = self.least_steps(self.burst)
-        self.target = self.target_steps(steps, self.burst)
-        self.budget_s = budget_s  # None: close on the step count alone
+        self.bursts = Bursts(size=burst, least=self.least_steps(burst), most=self.target_steps(steps, burst),
+                             seconds=budget_s, least_cut=self.MIN_STEPS)  # budget_s None: on the step count alone
         self.backlog = backlog
         self.rewarm_left = rewarm_steps + backlog
         self.start: Optional[float] = None
         self.steps = 0
         self.step_ends: list[float] = []
         # epochs that end inside the window restart it: past twice its planned length the timing is given up
-        self.seen, self.most = 0, 2 * (rewarm_steps + backlog + self.target)
+        self.seen, self.most = 0, 2 * (rewarm_steps + backlog + self.bursts.most)
         self._begin_when_warm()
 
     @classmethod
     def target_steps(cls, steps: int, burst: int = 1) -> int:
         """Steps in the window: whole bursts, two at least, MIN_STEPS at least."""
-        return -(-max(steps, cls.least_steps(burst)) // burst) * burst
+        return Bursts(size=burst).rounded_up(max(steps, cls.least_steps(burst)))
 
     @classmethod
     def least_steps(cls, burst: int) -> int:
@@ -596,17 +595,16 @@ class UnprofiledTimer:
             self._begin_when_warm()
             return None
         self.steps += 1
-        self.step_ends.append(time.perf_counter() - self.start)
-        if self.steps % self.burst or (self.steps < self.target and not self._over_budget()):
-            return None
-        return self._window(self.steps)
+        elapsed = time.perf_counter() - self.start
+        self.step_ends.append(elapsed)
+        return self._window(self.steps) if self.bursts.closes(self.steps, elapsed) else None
 
     def epoch_started(self) -> Optional[UnprofiledWindow]:
         """The epoch ended inside the window: the steps so far are the window when there are enough whole bursts
         (the epoch's last step has just finished), else timing starts again after the new epoch's first steps
         (and the new workers' backlog)."""
         steps = self.steps + 1
-        if self.start is not None and steps >= self.MIN_STEPS and steps % self.burst == 0:
+        if self.start is not None and self.bursts.keeps_cut(steps):
             self.step_ends.append(time.perf_counter() - self.start)
             return self._window(steps)
         self.start, self.steps, self.rewarm_left = None, 0, self.REWARM_STEPS + self.backlog
@@ -619,7 +617,7 @@ class UnprofiledTimer:
             self.meter.stop(steps)
         # the last step's end as the synchronised clock saw it: queued device work counts in the last block
         ends = (*self.step_ends[:steps - 1], seconds)
-        return UnprofiledWindow(steps, seconds, synced, ends, self.burst)
+        return UnprofiledWindow(steps, seconds, synced, ends, self.bursts.size)
 
     def _begin_when_warm(self) -> None:
         if self.rewarm_left <= 0:
@@ -628,10 +626,6 @@ class UnprofiledTimer:
             self.step_ends = []
             if self.meter is not None:
                 self.meter.start()
-
-    def _over_budget(self) -> bool:
-        return (self.budget_s is not None and self.steps >= self.least
-                and time.perf_counter() - self.start >= self.budget_s)
 
 
 def timed_steps(profiled: int) -> int:

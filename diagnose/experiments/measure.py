@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import torch
 
+from diagnose.capture.bursts import Bursts
 from diagnose.capture.device import Nvml, device_in_use, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.fingerprint import sample_fingerprints
@@ -19,7 +20,7 @@ from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.experiments.cost import long_step_plan
-from diagnose.model import FedRecord, Measurement, ScriptError, Status, Window
+from diagnose.model import FedRecord, Measurement, MeasurePlan, ScriptError, Status, Window
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.runfolder import RunFolder
 from diagnose.serial import write_json
@@ -195,10 +196,8 @@ class MeasureSession(ScriptHost):
         end = len(self.boundaries) - 1
         if self.window_start is None:
             self.window_start = end - 1
-        plan, steps = self.plan, end - self.window_start
-        elapsed = self.boundaries[end] - self.boundaries[self.window_start]
-        if steps % plan.burst_steps == 0 and steps >= plan.min_window_steps and (
-                elapsed >= plan.window_s or steps >= plan.max_window_steps):
+        steps, elapsed = end - self.window_start, self.boundaries[end] - self.boundaries[self.window_start]
+        if measure_bursts(self.plan).closes(steps, elapsed):
             if sync_device():  # the window ends when its steps' GPU work has, not when the host queued it
                 self.boundaries[end] = time.monotonic()
             self._close_window(end, partial=False)
@@ -216,10 +215,10 @@ class MeasureSession(ScriptHost):
         its whole bursts only, and is dropped when it has too few steps to time."""
         if self.window_start is None:
             return
-        plan, start = self.plan, self.window_start
-        steps = (last - start) // plan.burst_steps * plan.burst_steps
+        start, bursts = self.window_start, measure_bursts(self.plan)
+        steps = bursts.whole(last - start)
         self.window_start = None
-        if partial and self._too_short(steps):
+        if partial and not bursts.keeps_cut(steps):
             return
         if partial and device_in_use():
             return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
@@ -236,9 +235,6 @@ class MeasureSession(ScriptHost):
         if not self.fed.counts_unique:
             return None
         return (self.fed.unique if end is None else self.unique_at[end]) - self.unique_at[start]
-
-    def _too_short(self, steps: int) -> bool:
-        return steps < max(self.plan.burst_steps, self.plan.min_window_steps // 2, 2)
 
     def _record(self, window: Window, next_wall_start: int) -> bool:
         """Keep a timed window; True when the run has windows enough (the plan's count, or agreeing ones)."""
@@ -267,10 +263,10 @@ class MeasureSession(ScriptHost):
     def _close_at_epoch_end(self) -> None:
         """On a GPU, the window an epoch's end cuts closes here, device-synchronised, with the epoch's last step in
         it (it has just finished): its boundary at the next step would come after the epoch's start-up."""
-        plan, start = self.plan, self.window_start
+        start = self.window_start
         steps = len(self.boundaries) - start
         self.window_start = None
-        if steps % plan.burst_steps or self._too_short(steps):
+        if not measure_bursts(self.plan).keeps_cut(steps):
             return
         now = time.monotonic()
         samples = self.samples - self.samples_at[start] if self.samples_known else None
@@ -348,6 +344,14 @@ class MeasureSession(ScriptHost):
             return self.memory.peak_in_use_bytes()
         peak, _ = peak_memory()
         return peak if peak is not None else peak_rss_bytes()
+
+
+def measure_bursts(plan: MeasurePlan) -> Bursts:
+    """How a timed run's windows close: at whole bursts of `burst_steps`, once `min_window_steps` have lasted
+    `window_s` (or `max_window_steps`, whatever their time); one cut short keeps whole bursts, half a window (and
+    two steps) at least."""
+    return Bursts(size=plan.burst_steps, least=plan.min_window_steps, most=plan.max_window_steps,
+                  seconds=plan.window_s, least_cut=max(plan.burst_steps, plan.min_window_steps // 2, 2))
 
 
 def _energy_meter() -> EnergyMeter:
