@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import replace
+from enum import Enum
 from typing import Any, Optional
 
 import torch
@@ -106,25 +107,47 @@ class FedSamples:
                          hash_s=self.hash_s, batches=self.batches, unhashable=self.unhashable, ragged=self.ragged)
 
 
+class StepKind(Enum):
+    """What a step that just ended was, to a timed run (MeasureSession._classify_last_step)."""
+    WARM_UP = "warm-up"
+    RESTART = "restart"  # part of an epoch's start-up after the warm-up: it cuts the open window
+    STEADY = "steady"
+
+
 class MeasureSession(ScriptHost):
+    """A timed run: its state, all of it declared here; its plan (config.measure, adapted to long steps by
+    adapted_plan) and how its windows close (measure_bursts) are pure functions of the plan."""
+
     def __init__(self, config, run_dir, progress):
-        self.plan = config.measure
+        self.plan: MeasurePlan = config.measure
         changes = build_change_set(list(self.plan.changes), self.plan.train_loader_location,
                                     self.plan.framework)
         instr = Instrumentation(self.boundary, changes, on_batch=self.on_batch, on_loss=self.on_loss,
                                 on_epoch=self.on_epoch)
         super().__init__(config, run_dir, progress, instr)
+        # the steps: boundary i's time and the samples by then
         self.boundaries: list[float] = []  # the end of each step (the first: the end of step 0's set-up)
         self.samples_at: list[int] = []  # samples fetched by then
         self.unique_at: list[int] = []  # samples not fed before in the same epoch, by then
+        # what the loader fed
         self.fed = FedSamples()
-        self.windows: list[Window] = []
         self.samples = 0
         self.samples_known = True
+        self.last_samples = 0  # in the last batch
         self.losses: list[torch.Tensor] = []
-        self.epoch_started = False  # the next step begins a new epoch (worker start-up, sampler reset)
-        self.restart_steps: list[float] = []
+        # epochs: the next step begins a new one (worker start-up, sampler reset); its start-up's steps left to see
+        self.epoch_started = False
+        self.epoch_began_at: Optional[int] = None  # boundaries seen when the last epoch's iterator was made
         self.steps_per_epoch: Optional[int] = None
+        self.span_left, self.span_total = 0, 0.0  # the epoch start-up being seen: its steps left, its time so far
+        self.restart_steps: list[float] = []
+        # the windows: the open one's first boundary, the wall time's (epoch start-ups included), the closed ones
+        self.window_start: Optional[int] = None
+        self.wall_start: Optional[int] = None
+        self.windows: list[Window] = []
+        self.closed_here = False  # a window closed at this boundary, synchronised: the next opens here
+        self.stop_due = False  # windows enough at an epoch's end: stop at the next boundary, not inside iter()
+        self.finishing = False  # the script has ended: a last window may close, nothing more to stop
         self.energy = _energy_meter()  # read at the timed span's edges: the last warm-up boundary, each window's end
         self.energy_from: Optional[int] = None  # the boundary the span starts at
         self._seed()
@@ -138,8 +161,6 @@ class MeasureSession(ScriptHost):
             numpy.random.seed(self.plan.seed)
         except ImportError:
             pass
-
-    last_samples = 0
 
     def on_batch(self, batch: Any) -> None:
         n = batch_samples(batch)
@@ -166,8 +187,6 @@ class MeasureSession(ScriptHost):
                 self.steps_per_epoch = len(self.boundaries) - self.epoch_began_at
         self.epoch_began_at = len(self.boundaries)
 
-    epoch_began_at: Optional[int] = None  # boundaries seen when the last epoch's iterator was made
-
     def on_boundary(self, count: int) -> None:
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
         is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
@@ -179,18 +198,18 @@ class MeasureSession(ScriptHost):
         self.closed_here = False
         self.boundaries.append(time.monotonic())
         if self.plan.adapt_to_long_steps and len(self.boundaries) == 2:
-            self._adapt_to_step(self.boundaries[1] - self.boundaries[0])
+            self.plan = adapted_plan(self.plan, self.boundaries[1] - self.boundaries[0])
         self.samples_at.append(self.samples)
         self.unique_at.append(self.fed.unique)
         kind = self._classify_last_step()
-        if kind == "warmup":
+        if kind is StepKind.WARM_UP:
             self.energy.start()  # the span may start here: the next step may be the first timed one
             return
         if self.wall_start is None:
             self.wall_start = len(self.boundaries) - 2
             self.energy_from = self.wall_start if self.energy_from is None else self.energy_from
             self.progress("measuring")
-        if kind == "restart":
+        if kind is StepKind.RESTART:
             self._close_window(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
             return
         end = len(self.boundaries) - 1
@@ -202,13 +221,6 @@ class MeasureSession(ScriptHost):
                 self.boundaries[end] = time.monotonic()
             self._close_window(end, partial=False)
             self.closed_here = True  # the next window opens here: synchronised already
-
-    def _adapt_to_step(self, step_s: float) -> None:
-        """The first step's length sets how many steps warm up and fill a window, when it takes seconds."""
-        warmup, window = long_step_plan(step_s)
-        plan = self.plan
-        self.plan = replace(plan, warmup_steps=min(plan.warmup_steps, warmup),
-                            min_window_steps=min(plan.min_window_steps, max(window, plan.burst_steps)))
 
     def _close_window(self, last: int, partial: bool) -> None:
         """Record the open window. A partial one (cut short by an epoch's start-up or the script's end) keeps
@@ -276,13 +288,13 @@ class MeasureSession(ScriptHost):
         self.stop_due = self._record(window, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True
 
-    def _classify_last_step(self) -> str:
+    def _classify_last_step(self) -> StepKind:
         """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's
         iterator was made, joining the old workers and starting new ones, then the steps while the new workers
         deliver their first batches), or steady."""
         transition, self.epoch_started = self.epoch_started, False
         if len(self.boundaries) < 2:
-            return "warmup"  # the first epoch starts before the first step: it is warm-up
+            return StepKind.WARM_UP  # the first epoch starts before the first step: it is warm-up
         if transition:
             self.span_left, self.span_total = self.span_steps, 0.0
         in_span = self.span_left > 0
@@ -296,22 +308,15 @@ class MeasureSession(ScriptHost):
             warmed = len(self.boundaries) - 1 > plan.warmup_steps and \
                 self.boundaries[-2] - self.boundaries[0] >= plan.warmup_s
             if not warmed or in_span:
-                return "warmup"
-        return "restart" if in_span else "steady"
+                return StepKind.WARM_UP
+        return StepKind.RESTART if in_span else StepKind.STEADY
 
     @property
     def span_steps(self) -> int:
         return self.plan.rewarm_steps + 1
 
-    span_left, span_total = 0, 0.0
-    closed_here = False
-    stop_due = False
-    wall_start: Optional[int] = None
-    window_start: Optional[int] = None
-    finishing = False
-
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
-        self.finishing = True  # the script has ended: a last window may close, nothing more to stop
+        self.finishing = True
         if status != Status.COMPLETED:
             self._close_window(len(self.boundaries) - 1, partial=True)
         peak = self._peak_memory()
@@ -344,6 +349,14 @@ class MeasureSession(ScriptHost):
             return self.memory.peak_in_use_bytes()
         peak, _ = peak_memory()
         return peak if peak is not None else peak_rss_bytes()
+
+
+def adapted_plan(plan: MeasurePlan, step_s: float) -> MeasurePlan:
+    """The plan for steps as long as the first one (`step_s`): fewer warm-up steps and steps to a window when a
+    step takes seconds (cost.long_step_plan)."""
+    warmup, window = long_step_plan(step_s)
+    return replace(plan, warmup_steps=min(plan.warmup_steps, warmup),
+                   min_window_steps=min(plan.min_window_steps, max(window, plan.burst_steps)))
 
 
 def measure_bursts(plan: MeasurePlan) -> Bursts:
