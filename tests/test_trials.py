@@ -9,7 +9,7 @@ import pytest
 from diagnose.experiments.plan import Candidate, covered, runs_needed
 from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.trials import Trials
-from diagnose.model import Change, Measurement, ScriptError, Window
+from diagnose.model import Change, Measurement, ScriptError, SteadyTiming
 
 
 class SimulatedScheduler:
@@ -38,7 +38,7 @@ class SimulatedScheduler:
             m = Measurement("script_error", (), (), None, None, (), None, 3, ScriptError("OutOfMemoryError", "", "", 3))
         else:
             noisy = rate * (1 + self.rng.gauss(0, 0.03))
-            m = Measurement("completed", (Window(60, 60 / noisy, None),), (), None, None, (), None, 80)
+            m = Measurement("completed", (SteadyTiming(60, 60 / noisy, None),), (), None, None, (), None, 80)
         arm.runs.append(m)
         return m
 

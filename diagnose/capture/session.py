@@ -40,11 +40,11 @@ from diagnose.model import (
     LoaderInfo,
     LossCheck,
     MemorySizes,
+    PlainTiming,
     RunConfig,
     ScriptError,
     Startup,
     Status,
-    UnprofiledWindow,
 )
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
@@ -84,12 +84,12 @@ class Session(ScriptHost):
         self.profile_start: Optional[int] = None  # the step the profiler started at
         self.boundaries_s: list[float] = []
         self.sync_mark_ns: Optional[int] = None
-        self.window: list[float] = []
+        self.profiled_span_s: list[float] = []  # the profiled steps' start and end, on the run's clock
         self.plain_timer: Optional[PlainTimer] = None  # the timer of the TIMED phase
-        self.unprofiled: Optional[UnprofiledWindow] = None
+        self.plain_timing: Optional[PlainTiming] = None
         self.system = SystemSampler(self.t0)
         self.energy = EnergyMeter(getattr(self.system.nvml, "nvml", None), self.system.nvml.handle,
-                                  clock=lambda: time.monotonic() - self.t0)  # read at the timed window's edges
+                                  clock=lambda: time.monotonic() - self.t0)  # read at the plain timing's edges
         self.script_loops: Optional[run_length.Observed] = None  # the loops around the step: the run's length
         self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
         self.memory_sizes: Optional[MemorySizes] = None
@@ -289,16 +289,16 @@ class Session(ScriptHost):
     def _on_epoch(self, iterator) -> None:
         """An epoch ends while the unprofiled steps are timed: its start-up (workers, evaluation, checkpoints
         around it) is not a training step's time."""
-        if self.phase is Phase.TIMED and self.unprofiled is None:
-            self.unprofiled = self.plain_timer.epoch_started()
+        if self.phase is Phase.TIMED and self.plain_timing is None:
+            self.plain_timing = self.plain_timer.epoch_started()
 
     def _timing_closed(self) -> bool:
         """One more step timed without the profiler: whether the timing has closed (at an epoch's end, or now), or
         was given up (epochs shorter than it kept restarting it: no step time, and the profile still comes)."""
-        window = self.unprofiled or self.plain_timer.boundary()
-        if window is None and not self.plain_timer.given_up:
+        timing = self.plain_timing or self.plain_timer.boundary()
+        if timing is None and not self.plain_timer.given_up:
             return False
-        self.unprofiled, self.plain_timer = window, None
+        self.plain_timing, self.plain_timer = timing, None
         return True
 
     def _start_profiler(self, step: int) -> None:
@@ -311,7 +311,7 @@ class Session(ScriptHost):
             activities=activities, record_shapes=True, profile_memory=True, with_stack=self.config.with_stack,
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
-        sync_device()  # the window starts with an empty device queue: no earlier steps' kernels in it
+        sync_device()  # the profiled span starts with an empty device queue: no earlier steps' kernels in it
         # the profiler's start-up and, on the host, its event buffers over the profiled steps are not the script's
         # memory: the host's limit stays lifted until the profiler has stopped (the warm-up and timed steps before
         # run under it); a CUDA limit stays on
@@ -326,7 +326,7 @@ class Session(ScriptHost):
             self.sync_mark_ns = time.monotonic_ns()
             with torch.profiler.record_function("diagnose::clock_sync"):
                 pass
-        self.window = [time.monotonic() - self.t0]
+        self.profiled_span_s = [time.monotonic() - self.t0]
         self.instr.timing = True
         self.stacks.active.set()
         self.progress("profiling")
@@ -348,7 +348,7 @@ class Session(ScriptHost):
         self.instr.timing = False
         with signals_held():
             sync_device()  # the last steps' GPU work runs before the profiler stops, so it is in the trace
-            self.window.append(time.monotonic() - self.t0)
+            self.profiled_span_s.append(time.monotonic() - self.t0)
             self.progress("writing trace")
             profiler, self.profiler, self.phase = self.profiler, None, Phase.STOPPING
             self.memory.lift()  # exporting the trace needs memory the script's limit does not cover
@@ -392,7 +392,8 @@ class Session(ScriptHost):
         capture = self._capture(status, error, last_complete)
         shutil.rmtree(self.instr.worker_stack_folder, ignore_errors=True)
         files = RunFolder(self.run_dir)
-        write_json(files.samples, self.system.finish(tuple(self.window) if len(self.window) == 2 else None))
+        span = tuple(self.profiled_span_s) if len(self.profiled_span_s) == 2 else None
+        write_json(files.samples, self.system.finish(span))
         write_json(files.stacks, self.stacks.finish(self.sync_mark_ns))
         write_json(files.capture, capture)
         return Status.exit_code_of(status)
@@ -456,7 +457,7 @@ class Session(ScriptHost):
             redirected_writes=self.sandbox.written(),  # in a process of its own: filled in by the parent (runner.py)
             restored_files=tuple(self.sandbox.restored),
             unrestored_files=tuple(self.sandbox.unrestored),
-            unprofiled_window=self.unprofiled,
+            unprofiled_window=self.plain_timing,
             autocast_dtypes=tuple(sorted(instr.seen.autocast_dtypes)),
             framework=instr.seen.framework,
             out_of_memory=self.oom,

@@ -21,7 +21,7 @@ from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.experiments.cost import long_step_plan
-from diagnose.model import FedRecord, Measurement, MeasurePlan, ScriptError, Status, Window
+from diagnose.model import FedRecord, Measurement, MeasurePlan, ScriptError, Status, SteadyTiming
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.runfolder import RunFolder
 from diagnose.serial import write_json
@@ -141,10 +141,11 @@ class MeasureSession(ScriptHost):
         self.steps_per_epoch: Optional[int] = None
         self.span_left, self.span_total = 0, 0.0  # the epoch start-up being seen: its steps left, its time so far
         self.restart_steps: list[float] = []
-        # the windows: the open one's first boundary, the wall time's (epoch start-ups included), the closed ones
-        self.window_start: Optional[int] = None
+        # the timed windows (SteadyTiming): the open one's first boundary, the wall time's (epoch start-ups
+        # included), the closed ones
+        self.timing_start: Optional[int] = None
         self.wall_start: Optional[int] = None
-        self.windows: list[Window] = []
+        self.timings: list[SteadyTiming] = []
         self.closed_here = False  # a window closed at this boundary, synchronised: the next opens here
         self.stop_due = False  # windows enough at an epoch's end: stop at the next boundary, not inside iter()
         self.finishing = False  # the script has ended: a last window may close, nothing more to stop
@@ -176,7 +177,7 @@ class MeasureSession(ScriptHost):
             self.losses.append(loss.detach().reshape(()))  # kept on its device: no sync per step
 
     def on_epoch(self, iterator: Any) -> None:
-        if self.window_start is not None and sync_device():
+        if self.timing_start is not None and sync_device():
             self._close_at_epoch_end()
         self.epoch_started = True
         self.fed.new_epoch()
@@ -193,7 +194,7 @@ class MeasureSession(ScriptHost):
         N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
         if self.stop_due and not self.finishing:
             self.stop(Status.COMPLETED)
-        if self.window_start is None and not self.closed_here:
+        if self.timing_start is None and not self.closed_here:
             sync_device()  # this boundary may open a window: the GPU work queued so far belongs before it
         self.closed_here = False
         self.boundaries.append(time.monotonic())
@@ -210,35 +211,37 @@ class MeasureSession(ScriptHost):
             self.energy_from = self.wall_start if self.energy_from is None else self.energy_from
             self.progress("measuring")
         if kind is StepKind.RESTART:
-            self._close_window(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
+            self._close_timing(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
             return
         end = len(self.boundaries) - 1
-        if self.window_start is None:
-            self.window_start = end - 1
-        steps, elapsed = end - self.window_start, self.boundaries[end] - self.boundaries[self.window_start]
+        if self.timing_start is None:
+            self.timing_start = end - 1
+        steps, elapsed = end - self.timing_start, self.boundaries[end] - self.boundaries[self.timing_start]
         if measure_bursts(self.plan).closes(steps, elapsed):
             if sync_device():  # the window ends when its steps' GPU work has, not when the host queued it
                 self.boundaries[end] = time.monotonic()
-            self._close_window(end, partial=False)
+            self._close_timing(end, partial=False)
             self.closed_here = True  # the next window opens here: synchronised already
 
-    def _close_window(self, last: int, partial: bool) -> None:
+    def _close_timing(self, last: int, partial: bool) -> None:
         """Record the open window. A partial one (cut short by an epoch's start-up or the script's end) keeps
         its whole bursts only, and is dropped when it has too few steps to time."""
-        if self.window_start is None:
+        if self.timing_start is None:
             return
-        start, bursts = self.window_start, measure_bursts(self.plan)
+        start, bursts = self.timing_start, measure_bursts(self.plan)
         steps = bursts.whole(last - start)
-        self.window_start = None
+        self.timing_start = None
         if partial and not bursts.keeps_cut(steps):
             return
         if partial and device_in_use():
             return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
         end = start + steps
         b, samples = self.boundaries, self.samples_at
-        enough = self._record(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known
-                                     else None, end - self.wall_start, b[end] - b[self.wall_start],
-                                     self._unique_between(start, end)), end)
+        timing = SteadyTiming(steps=steps, seconds=b[end] - b[start],
+                              samples=samples[end] - samples[start] if self.samples_known else None,
+                              wall_steps=end - self.wall_start, wall_seconds=b[end] - b[self.wall_start],
+                              unique_samples=self._unique_between(start, end))
+        enough = self._record(timing, end)
         if enough and not self.finishing:
             self.stop(Status.COMPLETED)
 
@@ -248,13 +251,13 @@ class MeasureSession(ScriptHost):
             return None
         return (self.fed.unique if end is None else self.unique_at[end]) - self.unique_at[start]
 
-    def _record(self, window: Window, next_wall_start: int) -> bool:
+    def _record(self, timing: SteadyTiming, next_wall_start: int) -> bool:
         """Keep a timed window; True when the run has windows enough (the plan's count, or agreeing ones)."""
-        self.windows.append(window)
+        self.timings.append(timing)
         self.wall_start = next_wall_start
         self._energy_lap(next_wall_start)
-        self.progress(f"window {len(self.windows)} {self.plan.windows}")
-        return len(self.windows) >= self.plan.windows or self._windows_agree()
+        self.progress(f"window {len(self.timings)} {self.plan.windows}")
+        return len(self.timings) >= self.plan.windows or self._timings_agree()
 
     def _energy_lap(self, end: int) -> None:
         """The counters from the span's start to boundary `end` (len(boundaries): now), with its steps and samples."""
@@ -264,9 +267,9 @@ class MeasureSession(ScriptHost):
         samples = samples_end - self.samples_at[self.energy_from] if self.samples_known else None
         self.energy.lap(end - self.energy_from, samples)
 
-    def _windows_agree(self) -> bool:
+    def _timings_agree(self) -> bool:
         """The last windows' rates agree: another window would tell little more (a shorter run, more runs)."""
-        recent = self.windows[-self.plan.min_windows:]
+        recent = self.timings[-self.plan.min_windows:]
         if len(recent) < self.plan.min_windows or len(recent) < 2:
             return False
         rates = [w.steps / w.seconds for w in recent if w.seconds > 0]
@@ -275,17 +278,19 @@ class MeasureSession(ScriptHost):
     def _close_at_epoch_end(self) -> None:
         """On a GPU, the window an epoch's end cuts closes here, device-synchronised, with the epoch's last step in
         it (it has just finished): its boundary at the next step would come after the epoch's start-up."""
-        start = self.window_start
+        start = self.timing_start
         steps = len(self.boundaries) - start
-        self.window_start = None
+        self.timing_start = None
         if not measure_bursts(self.plan).keeps_cut(steps):
             return
         now = time.monotonic()
         samples = self.samples - self.samples_at[start] if self.samples_known else None
-        window = Window(steps, now - self.boundaries[start], samples, len(self.boundaries) - self.wall_start,
-                        now - self.boundaries[self.wall_start], self._unique_between(start, None))
+        timing = SteadyTiming(steps=steps, seconds=now - self.boundaries[start], samples=samples,
+                              wall_steps=len(self.boundaries) - self.wall_start,
+                              wall_seconds=now - self.boundaries[self.wall_start],
+                              unique_samples=self._unique_between(start, None))
         # the wall time restarts at the next boundary: the epoch's start-up is timed on its own
-        self.stop_due = self._record(window, len(self.boundaries))  # stops at the next boundary, not inside iter()
+        self.stop_due = self._record(timing, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True
 
     def _classify_last_step(self) -> StepKind:
@@ -318,14 +323,14 @@ class MeasureSession(ScriptHost):
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
         self.finishing = True
         if status != Status.COMPLETED:
-            self._close_window(len(self.boundaries) - 1, partial=True)
+            self._close_timing(len(self.boundaries) - 1, partial=True)
         peak = self._peak_memory()
         # a main thread still waiting in native code (a hung device) must not be synced from here
         losses = torch.stack(self.losses).float().cpu().tolist() if self.losses and not self.native_wait else []
         b = self.boundaries
         measurement = Measurement(
             status=status,
-            windows=tuple(self.windows),
+            windows=tuple(self.timings),
             applied=tuple(self.instr.changes.applied),
             startup_s=b[0] - self.t0 if b else None,
             first_step_s=b[1] - b[0] if len(b) > 1 else None,
