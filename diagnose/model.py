@@ -137,7 +137,8 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class Window:
+class SteadyTiming:
+    """Consecutive steady steps of a timed run, timed together in whole loader bursts (measure.json `windows`)."""
     steps: int  # consecutive steady steps: an epoch's start-up is left out (and amortised when comparing)
     seconds: float
     samples: Optional[int]
@@ -161,7 +162,7 @@ class FedRecord:
 class Measurement:
     """What one timed run saw (RUN/experiments/<n>/measure.json)."""
     status: str
-    windows: tuple[Window, ...]
+    windows: tuple[SteadyTiming, ...]
     applied: tuple[str, ...]
     startup_s: Optional[float]  # process start to the first step
     first_step_s: Optional[float]  # includes compilation, worker start-up
@@ -332,7 +333,7 @@ class MemorySizes:
 
 
 @dataclass(frozen=True)
-class UnprofiledWindow:
+class PlainTiming:
     """Steps timed before the profiled window, the profiler never started: the step time the user's script runs at.
     The device is synchronised at the window's two edges only (never per step), so queued GPU work counts."""
     steps: int
@@ -457,7 +458,7 @@ class Capture:
     redirected_writes: dict[str, str] = field(default_factory=dict)  # user path -> what the script left, in RUN/sandbox
     restored_files: tuple[str, ...] = ()  # the user's files and folders put back after the script changed or removed
     unrestored_files: tuple[str, ...] = ()  # changed by another process during the run, no copy from before: as left
-    unprofiled_window: Optional[UnprofiledWindow] = None  # None: not measured (script ended first, old capture)
+    unprofiled_window: Optional[PlainTiming] = None  # None: not measured (script ended first, old capture)
     autocast_dtypes: tuple[str, ...] = ()  # dtypes of the enabled autocast regions the script entered
     framework: Optional[FrameworkSite] = None  # the training framework the script runs under, if any
     out_of_memory: Optional[OutOfMemory] = None  # status out_of_memory: where and how

@@ -1,7 +1,10 @@
 """`diagnose analyze` on traces people already have: the real GPU traces in tests/data/traces (recorded on A100,
-V100 and MI250 machines) and traces our own runs wrote. Run through the real CLI, as a user would."""
+V100 and MI250 machines) and traces our own runs wrote. Run through the real CLI, as a user would, where what is
+checked is the command's (its terminal, its folder, its report); a metric or a finding the analyzers and rules
+compute is checked on them in this process (no process start, each fixture read once)."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import shutil
@@ -28,6 +31,21 @@ def _rules(diagnosis: dict) -> dict[str, dict]:
     return {f["rule"]: f for f in diagnosis["findings"]}
 
 
+@functools.lru_cache(maxsize=None)
+def _analysis(path: Path):
+    """The analysis `diagnose analyze PATH` writes (analysis.json), computed in this process."""
+    from diagnose.analysis.sources import analyze_traces, find_traces
+
+    return analyze_traces(find_traces(path))
+
+
+def _findings(path: Path) -> list:
+    """The findings `diagnose analyze PATH` writes into diagnosis.json, in its order, computed in this process."""
+    from diagnose.commands.pipeline import diagnose_analysis
+
+    return diagnose_analysis(_analysis(path), ())
+
+
 def test_host_sync_trace_names_its_syncs_per_step_and_their_source_and_low_utilization(tmp_path):
     proc, out = _analyze(TRACES / "a100_rank0_of16_host_syncs.json.gz", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -50,14 +68,13 @@ def test_host_sync_trace_names_its_syncs_per_step_and_their_source_and_low_utili
     assert "GPU mostly idle" in proc.stderr  # the terminal summary
 
 
-def test_kernel_heavy_trace_is_busy_but_told_its_fp32_kernels_skip_the_tensor_cores(tmp_path):
-    proc, out = _analyze(TRACES / "v100_single_rank_kernel_heavy.json.gz", tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    d = _diagnosis(out)
-    assert d["breakdown"]["compute"] > 0.9
+def test_kernel_heavy_trace_is_busy_but_told_its_fp32_kernels_skip_the_tensor_cores():
+    path = TRACES / "v100_single_rank_kernel_heavy.json.gz"
+    analysis = _analysis(path)
+    assert analysis.breakdown["compute"] > 0.9
     # the GPU is not idle; but whether autocast ran is unknown from a trace, and its volta_sgemm kernels say no
-    assert [f["rule"] for f in d["findings"] if f["category"] == "utilization"] == ["utilization.tensor-cores-unused"]
-    assert d["metrics"]["fp32_gemm_frac"] == pytest.approx(0.36, abs=0.02)  # inside the steps, overlaps once
+    assert [f.rule for f in _findings(path) if f.category == "utilization"] == ["utilization.tensor-cores-unused"]
+    assert analysis.metrics["fp32_gemm_frac"] == pytest.approx(0.36, abs=0.02)  # inside the steps, overlaps once
 
 
 def test_pageable_copies_without_profiler_steps_give_a_transfer_finding(tmp_path):
@@ -86,9 +103,13 @@ def test_a_folder_of_ranks_gives_a_per_rank_table(tmp_path):
 @pytest.mark.parametrize("name", ["rocm_mi250_toy.json.gz", "cpu_only_gloo_rank34.json.gz",
                                   "cpu_only_with_dataloader.json.gz", "a100_nccl_rank0_of2.json.gz"])
 def test_other_traces_are_analysed_without_error(tmp_path, name):
-    proc, out = _analyze(TRACES / name, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
+    """The analyze command's whole path in this process (reading, analysis, rules, diagnosis, report); the CLI's
+    own process is run by the tests above and below."""
+    from diagnose.commands.analyze import analyze_and_report
+
+    out = tmp_path / "out"
+    _, code = analyze_and_report(TRACES / name, out=str(out), jobs=1)
+    assert code == 0
     assert (out / "report.html").exists() and _diagnosis(out)["steps_profiled"] >= 1
 
 
@@ -96,42 +117,33 @@ def test_plain_json_and_a_bare_event_list_are_accepted(tmp_path):
     events = json.loads(gzip.decompress((TRACES / "rocm_mi250_toy.json.gz").read_bytes()))["traceEvents"]
     bare = tmp_path / "events.json"
     bare.write_text(json.dumps(events))
-    proc, out = _analyze(bare, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert _diagnosis(out)["metrics"]["has_gpu"] == 1
+    assert _analysis(bare).metrics["has_gpu"] == 1
 
 
-def test_gpu_idle_time_is_split_by_what_the_host_did(tmp_path):
-    proc, out = _analyze(TRACES / "a100_nccl_rank0_of2.json.gz", tmp_path)
-    m = _diagnosis(out)["metrics"]
+def test_gpu_idle_time_is_split_by_what_the_host_did():
+    m = _analysis(TRACES / "a100_nccl_rank0_of2.json.gz").metrics
     parts = ["data_wait", "sync", "runtime", "cpu_ops", "python"]
     assert sum(m[f"gpu_idle_{p}_frac"] for p in parts) == pytest.approx(m["gpu_idle_frac"])
     # torch-tb-profiler on this trace: kernel 23%, CPU exec 65%: the host runs ops while the GPU waits
     assert m["gpu_idle_cpu_ops_frac"] > 0.4 and m["gpu_busy_frac"] < 0.3
 
 
-def test_sync_sources_name_the_torch_op_around_each_sync(tmp_path):
-    proc, out = _analyze(TRACES / "a100_ddp_rank3_of8.json.gz", tmp_path)
-    analysis = json.loads((out / "analysis.json").read_text())
-    ops = {s["op"]: s["per_step"] for s in analysis["syncs"]}
+def test_sync_sources_name_the_torch_op_around_each_sync():
+    ops = {s.op: s.per_step for s in _analysis(TRACES / "a100_ddp_rank3_of8.json.gz").syncs}
     assert ops["aten::item"] == pytest.approx(3.0) and ops["aten::to"] == pytest.approx(6.0)
 
 
-def test_a_data_loading_bound_trace_gets_the_finding_and_a_compute_bound_one_does_not(tmp_path, sample_run):
+def test_a_data_loading_bound_trace_gets_the_finding_and_a_compute_bound_one_does_not(sample_run):
     slow = sample_run("slow_loader.py")
-    proc, out = _analyze(slow.run_dir / "tb", tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    d = _diagnosis(out)
-    loading = _rules(d)["data-loading.slow-loader"]
-    assert loading["severity"] == "high"
-    assert d["breakdown"]["data_wait"] == pytest.approx(slow.diagnosis["breakdown"]["data_wait"], abs=0.05)
+    loading = {f.rule: f for f in _findings(slow.run_dir / "tb")}["data-loading.slow-loader"]
+    assert loading.severity == "high"
+    assert _analysis(slow.run_dir / "tb").breakdown["data_wait"] == pytest.approx(
+        slow.diagnosis["breakdown"]["data_wait"], abs=0.05)
     # a loader that is not the bottleneck (on this 2-core machine even 2 workers for the tiny slow_loader model
     # leave it waiting a third of its 1 ms step, so the counterpart is the compute-bound sample)
     fixed = sample_run("healthy.py")
-    proc, out = _analyze(fixed.run_dir / "tb", tmp_path / "fixed")
-    assert proc.returncode == 0, proc.stderr
-    assert not [f for f in _diagnosis(out)["findings"]
-                if f["category"] == "data-loading" and f["severity"] in ("medium", "high")]
+    assert not [f for f in _findings(fixed.run_dir / "tb")
+                if f.category == "data-loading" and f.severity in ("medium", "high")]
 
 
 def test_missing_path_empty_folder_and_non_trace_are_clear_errors(tmp_path):

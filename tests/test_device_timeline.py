@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, TRACES, diagnose_cli
 
 from diagnose.analysis.analyze import Inputs, analyze
-from diagnose.analysis.breakdown import step_windows
+from diagnose.analysis.breakdown import host_steps
 from diagnose.analysis.sources import analyze_traces
 from diagnose.commands.pipeline import diagnose_analysis
 from diagnose.formatting import fmt_ms
@@ -87,7 +87,7 @@ def gpu_bound_trace(tmp_path_factory):
 def test_host_running_a_queue_ahead_is_timed_at_the_gpus_pace(gpu_bound_trace):
     path, counts = gpu_bound_trace
     trace = load_trace(path)
-    host = step_windows(trace)
+    host = host_steps(trace)
     host_mean_us = float((host[:, 1] - host[:, 0]).mean())
     gpu_us = counts["gpu_us_per_step"]
     assert host_mean_us < 0.8 * gpu_us  # the host's own spans are misleading here: the test means something
@@ -99,7 +99,7 @@ def test_host_running_a_queue_ahead_is_timed_at_the_gpus_pace(gpu_bound_trace):
 def test_traces_without_gpu_lag_keep_their_host_step_times():
     """A host-bound trace whose GPU keeps up: the device timeline changes nothing that matters."""
     trace = load_trace(TRACES / "a100_ddp_rank3_of8.json.gz")
-    host = step_windows(trace)
+    host = host_steps(trace)
     analysis = analyze(Inputs(trace))
     assert analysis.step_time_s["mean"] * 1e6 == pytest.approx(float((host[:, 1] - host[:, 0]).mean()), rel=0.02)
 
@@ -123,7 +123,7 @@ def test_a_step_whose_device_work_is_missing_neither_overlaps_nor_doubles_the_ot
     """A step that launched nothing the trace links (events the profiler dropped) while the GPU lags: the steps
     stay in order and disjoint, and the GPU's total time is not counted twice."""
     trace = load_trace(H200 / "convnet_fp32.pt.trace.json.gz")
-    host = step_windows(trace)
+    host = host_steps(trace)
     corr = trace.runtime.correlations()
     in_step_2 = (trace.runtime.start >= host[2, 0]) & (trace.runtime.start < host[2, 1])
     corr[in_step_2] = -1

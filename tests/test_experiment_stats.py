@@ -8,7 +8,7 @@ import pytest
 from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.stage import _headline
 from diagnose.experiments.stats import compare, loss_drift, pooled_noise
-from diagnose.model import Experiment, Measurement, Window
+from diagnose.model import Experiment, Measurement, SteadyTiming
 
 
 def _arm(rng: random.Random, mean: float, runs: int, between: float = 0.03, within: float = 0.05,
@@ -22,8 +22,9 @@ def _arm(rng: random.Random, mean: float, runs: int, between: float = 0.03, with
         for _ in range(windows):
             stall = 0.6 if rng.random() < 0.03 else 1.0
             rate = mean * (1 + offset) * (1 + rng.gauss(0, within)) * stall
-            timed.append(Window(steps=40, seconds=40 / rate, samples=None))
-        arm.runs.append(Measurement("completed", tuple(timed), (), None, None, (), None, 200))
+            timed.append(SteadyTiming(steps=40, seconds=40 / rate, samples=None))
+        arm.runs.append(Measurement(status="completed", windows=tuple(timed), applied=(), startup_s=None,
+                                    first_step_s=None, losses=(), peak_memory_bytes=None, steps_seen=200))
     return arm
 
 

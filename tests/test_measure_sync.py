@@ -56,17 +56,17 @@ def _measure(monkeypatch, tmp_path: Path, gpu: SimulatedGpu, epoch_steps: int = 
 def test_gpu_bound_windows_measure_the_devices_rate(monkeypatch, tmp_path):
     gpu = SimulatedGpu(host_s=0.001, device_s=0.010)  # the host could enqueue 1000 steps/s; the GPU runs 100
     session = _measure(monkeypatch, tmp_path, gpu)
-    assert len(session.windows) == 2  # steady: two windows that agree end the timing
-    for window in session.windows:
+    assert len(session.timings) == 2  # steady: two windows that agree end the timing
+    for window in session.timings:
         assert window.steps / window.seconds == pytest.approx(100, rel=0.1)
 
 
 def test_the_device_is_synchronised_at_window_edges_only(monkeypatch, tmp_path):
     gpu = SimulatedGpu(host_s=0.001, device_s=0.010)
     session = _measure(monkeypatch, tmp_path, gpu)
-    timed = sum(w.steps for w in session.windows)
+    timed = sum(w.steps for w in session.timings)
     in_windows = [s for s in gpu.syncs if s > session.plan.warmup_steps + 1]
-    assert len(in_windows) <= len(session.windows) + 1  # one per window edge, not one per timed step
+    assert len(in_windows) <= len(session.timings) + 1  # one per window edge, not one per timed step
     assert timed >= 2 * session.plan.min_window_steps
 
 
@@ -80,7 +80,7 @@ def test_windows_that_disagree_are_timed_up_to_the_plans_count(monkeypatch, tmp_
 
     gpu.step = drifting
     session = _measure(monkeypatch, tmp_path, gpu)
-    assert len(session.windows) == session.plan.windows == 3
+    assert len(session.timings) == session.plan.windows == 3
 
 
 def test_windows_cut_by_short_epochs_are_still_timed_at_the_gpus_pace(monkeypatch, tmp_path):
@@ -88,6 +88,6 @@ def test_windows_cut_by_short_epochs_are_still_timed_at_the_gpus_pace(monkeypatc
     not timed at the host's enqueue rate (7x too fast in this simulation before)."""
     gpu = SimulatedGpu(host_s=0.001, device_s=0.010, queue_steps=8)
     session = _measure(monkeypatch, tmp_path, gpu, epoch_steps=14)
-    assert session.windows
-    for window in session.windows:
+    assert session.timings
+    for window in session.timings:
         assert window.steps / window.seconds == pytest.approx(100, rel=0.1)

@@ -18,7 +18,7 @@ from diagnose.model import (
     ModelInfo,
     OptimizerInfo,
     OutOfMemory,
-    Window,
+    SteadyTiming,
 )
 from diagnose.optimizations.base import Context
 
@@ -105,7 +105,9 @@ def test_step_time_follows_the_measured_runs_a_sample_at_a_time():
     accumulate = _arm("grad_accumulation", micro_batches=2, batch_size=65536)
     assert _expected_step_s(clock, accumulate, ctx) is None  # nothing measured yet: the run shortens itself
     # a short run at half the batch: 3.8 s a step of 65536 samples
-    clock.learn(Measurement("completed", (Window(1, 3.8, 65536),), (), 2.0, 4.0, (), None, 3))
+    clock.learn(Measurement(status="completed", windows=(SteadyTiming(steps=1, seconds=3.8, samples=65536),),
+                            applied=(), startup_s=2.0, first_step_s=4.0, losses=(), peak_memory_bytes=None,
+                            steps_seen=3))
     assert abs(_expected_step_s(clock, accumulate, ctx) - 7.6) < 1e-6  # an optimizer step: the whole batch
     assert _expected_step_s(clock, _arm("activation_checkpointing"), ctx) > 7.6
 
@@ -173,8 +175,9 @@ class _Budgeted:
         self.asked.append((arm.optimization, probe))
         if not probe:
             return None
-        windows = (Window(1, 9.0, 131072),) if self.status == "completed" else ()
-        measurement = Measurement(self.status, windows, (), 2.0, 9.0, (), 2 * GIB, 3)
+        windows = (SteadyTiming(steps=1, seconds=9.0, samples=131072),) if self.status == "completed" else ()
+        measurement = Measurement(status=self.status, windows=windows, applied=(), startup_s=2.0, first_step_s=9.0,
+                                  losses=(), peak_memory_bytes=2 * GIB, steps_seen=3)
         arm.runs.append(measurement)
         return measurement
 

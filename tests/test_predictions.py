@@ -13,7 +13,7 @@ from diagnose import rules as rule_engine
 from diagnose.compare.interval import RUN_NOISE_DEFAULT_SD, RUN_NOISE_FLOOR_SD, gate, step_change
 from diagnose.compare.sides import block_noise
 from diagnose.experiments.predictions import check_predictions
-from diagnose.model import Analysis, CompareSide, Experiment, Finding, UnprofiledWindow
+from diagnose.model import Analysis, CompareSide, Experiment, Finding, PlainTiming
 from diagnose.optimizations import REGISTRY
 
 BUNDLED = {r.id: r for r in rule_engine.load_rules(optimization_ids=REGISTRY)}
@@ -120,9 +120,9 @@ def test_a_finding_whose_fixes_did_not_run_is_unmeasured():
     assert check.verdict == "unmeasured" and check.measured_speedup is None
 
 
-def _window(step_s: list[float], burst: int = 1) -> UnprofiledWindow:
+def _window(step_s: list[float], burst: int = 1) -> PlainTiming:
     ends = [sum(step_s[:i + 1]) for i in range(len(step_s))]
-    return UnprofiledWindow(len(step_s), ends[-1], False, tuple(ends), burst)
+    return PlainTiming(len(step_s), ends[-1], False, tuple(ends), burst)
 
 
 def test_the_blocks_of_a_timed_window_measure_its_spread():

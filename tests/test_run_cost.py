@@ -306,7 +306,8 @@ def test_compare_says_the_same_run_in_hours_and_money_on_both_sides(short_runs, 
 def _timed(joules: float, steps: int = 40, samples: int = 640) -> Measurement:
     """A timed run's record as a GPU machine writes it (the counter's figures stand in for a GPU's)."""
     reading = EnergyReading("gpu", joules, 2.0, steps, "nvml-energy-counter", 1, samples=samples)
-    return Measurement("completed", (), (), 1.0, 0.1, (), None, steps, energy=(reading,))
+    return Measurement(status="completed", windows=(), applied=(), startup_s=1.0, first_step_s=0.1, losses=(),
+                       peak_memory_bytes=None, steps_seen=steps, energy=(reading,))
 
 
 def test_a_changes_energy_is_its_runs_energy_per_unit_over_the_baselines():
@@ -314,8 +315,9 @@ def test_a_changes_energy_is_its_runs_energy_per_unit_over_the_baselines():
     assert energy_ratio(baseline, variant, "steps/s") == pytest.approx(0.25)
     bigger_batch = [_timed(400.0, steps=10, samples=640)] * 2  # the same samples in fewer, larger steps
     assert energy_ratio(baseline, bigger_batch, "samples/s") == pytest.approx(1.0)
-    assert energy_ratio(baseline, [_timed(100.0), Measurement("completed", (), (), 1.0, 0.1, (), None, 40)],
-                        "steps/s") is None  # a run that read no counter: no figure
+    unread = Measurement(status="completed", windows=(), applied=(), startup_s=1.0, first_step_s=0.1, losses=(),
+                         peak_memory_bytes=None, steps_seen=40)
+    assert energy_ratio(baseline, [_timed(100.0), unread], "steps/s") is None  # a run that read no counter: no figure
     faster = Experiment("amp", {}, "steps/s", 2.0, (1.8, 2.2), Verdict.FASTER, None, None, "", energy_ratio=0.6)
     cost = run_cost(_capture(), _Analysis(), ExperimentResults((faster,)), CostInputs(price_per_kwh=0.36))
     now, change = cost.options

@@ -9,7 +9,7 @@ import pytest
 from diagnose.experiments.plan import Candidate, covered, runs_needed
 from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.trials import Trials
-from diagnose.model import Change, Measurement, ScriptError, Window
+from diagnose.model import Change, Measurement, ScriptError, SteadyTiming
 
 
 class SimulatedScheduler:
@@ -35,10 +35,14 @@ class SimulatedScheduler:
         self.log.append(arm.label)
         rate = self.rates[arm.label]
         if rate is None:
-            m = Measurement("script_error", (), (), None, None, (), None, 3, ScriptError("OutOfMemoryError", "", "", 3))
+            m = Measurement(status="script_error", windows=(), applied=(), startup_s=None, first_step_s=None,
+                            losses=(), peak_memory_bytes=None, steps_seen=3,
+                            error=ScriptError("OutOfMemoryError", "", "", 3))
         else:
             noisy = rate * (1 + self.rng.gauss(0, 0.03))
-            m = Measurement("completed", (Window(60, 60 / noisy, None),), (), None, None, (), None, 80)
+            m = Measurement(status="completed", windows=(SteadyTiming(steps=60, seconds=60 / noisy, samples=None),),
+                            applied=(), startup_s=None, first_step_s=None, losses=(), peak_memory_bytes=None,
+                            steps_seen=80)
         arm.runs.append(m)
         return m
 

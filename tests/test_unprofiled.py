@@ -7,7 +7,8 @@ import json
 import pytest
 from conftest import SCRIPTS, TRACES, diagnose_cli, run_script
 
-from diagnose.capture.session import UnprofiledTimer
+from diagnose.capture.plain_timer import PlainTimer
+from diagnose.capture.step_plan import MIN_TIMED, REWARM_STEPS
 from diagnose.model import Capture
 from diagnose.serial import from_jsonable, to_jsonable
 
@@ -109,13 +110,13 @@ def test_enabled_autocast_is_counted_with_its_dtype(loop_run):
 
 
 def test_timer_closes_at_the_step_count_or_once_past_its_time_budget():
-    by_count = UnprofiledTimer(steps=4, budget_s=None)  # after REWARM_STEPS steps left out
-    assert [by_count.boundary() is None for _ in range(UnprofiledTimer.REWARM_STEPS + 3)] == [True] * 5
+    by_count = PlainTimer(steps=4, budget_s=None)  # after REWARM_STEPS steps left out
+    assert [by_count.boundary() is None for _ in range(REWARM_STEPS + 3)] == [True] * 5
     window = by_count.boundary()
     assert window.steps == 4 and window.seconds > 0 and window.device_synced is False
-    by_time = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0)  # already past its budget: 3 steps
+    by_time = PlainTimer(steps=20, budget_s=0.0, rewarm_steps=0)  # already past its budget: 3 steps
     assert by_time.boundary() is None and by_time.boundary() is None
-    assert by_time.boundary().steps == UnprofiledTimer.MIN_STEPS
+    assert by_time.boundary().steps == MIN_TIMED
 
 
 def test_a_capture_written_before_the_unprofiled_window_still_loads(sample_run):
@@ -141,22 +142,22 @@ def test_amp_is_tried_when_autocast_was_only_entered_disabled(loop_run):
 
 
 def test_an_epoch_ending_inside_the_unprofiled_window_is_not_timed_as_a_step():
-    timer = UnprofiledTimer(20, None, rewarm_steps=0)
+    timer = PlainTimer(20, None, rewarm_steps=0)
     for _ in range(4):
         assert timer.boundary() is None
     window = timer.epoch_started()  # the epoch's last step has just finished: 5 steps timed, then the epoch ends
     assert window is not None and window.steps == 5
-    short = UnprofiledTimer(20, None, rewarm_steps=0)
+    short = PlainTimer(20, None, rewarm_steps=0)
     short.boundary()
     assert short.epoch_started() is None  # too few steps: timing starts again after the new epoch's start-up
-    assert short.start is None and short.rewarm_left == UnprofiledTimer.REWARM_STEPS
+    assert short.start is None and short.rewarm_left == REWARM_STEPS
 
 
 def test_with_loader_workers_the_window_holds_whole_bursts_after_the_backlog():
     """8 workers, 2 batches prefetched each: the 16 steps served from the batches prefetched while a slow step ran
     are not timed (nor the 2 re-warm-up steps), and the window holds whole bursts of 8."""
-    timer = UnprofiledTimer(steps=20, budget_s=None, burst=8, backlog=16)
-    for _ in range(UnprofiledTimer.REWARM_STEPS + 16):
+    timer = PlainTimer(steps=20, budget_s=None, burst=8, backlog=16)
+    for _ in range(REWARM_STEPS + 16):
         assert timer.start is None and timer.boundary() is None
     assert timer.start is not None
     windows = [timer.boundary() for _ in range(24)]
@@ -164,7 +165,7 @@ def test_with_loader_workers_the_window_holds_whole_bursts_after_the_backlog():
 
 
 def test_a_window_cut_by_the_time_budget_still_holds_two_whole_bursts():
-    timer = UnprofiledTimer(steps=20, budget_s=0.0, rewarm_steps=0, burst=4)
+    timer = PlainTimer(steps=20, budget_s=0.0, rewarm_steps=0, burst=4)
     assert [timer.boundary() for _ in range(7)] == [None] * 7
     assert timer.boundary().steps == 8
 
@@ -172,14 +173,14 @@ def test_a_window_cut_by_the_time_budget_still_holds_two_whole_bursts():
 def test_epochs_that_keep_restarting_the_window_make_it_give_up():
     """A script that makes a new iterator every step (or epochs shorter than the window) never lets it close: past
     twice its planned length the timing is given up, so that the profile still comes."""
-    timer = UnprofiledTimer(5, None, rewarm_steps=0)
+    timer = PlainTimer(5, None, rewarm_steps=0)
     for _ in range(2 * 5 - 1):
         assert timer.boundary() is None and timer.epoch_started() is None and not timer.given_up
     assert timer.boundary() is None and timer.given_up
 
 
 def test_an_epoch_end_inside_a_burst_restarts_the_window():
-    timer = UnprofiledTimer(20, None, rewarm_steps=0, burst=4)
+    timer = PlainTimer(20, None, rewarm_steps=0, burst=4)
     for _ in range(4):
         timer.boundary()
     assert timer.epoch_started() is None and timer.start is None  # 5 steps: not whole bursts of 4

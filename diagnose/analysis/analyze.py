@@ -13,9 +13,9 @@ from diagnose.analysis.breakdown import (
     breakdown_fractions,
     compute_threads,
     exclusive_buckets,
+    host_steps,
     per_step,
     step_stats,
-    step_windows,
 )
 from diagnose.analysis.fixed_cost import fixed_cost_metrics, with_loader_fixed
 from diagnose.analysis.flops import trace_flops
@@ -62,19 +62,19 @@ class Inputs:
 
 def analyze(inputs: Inputs) -> Analysis:
     trace = inputs.trace
-    host_windows = step_windows(trace)
+    host_step_spans = host_steps(trace)
     cut_short = inputs.capture is not None and not inputs.capture.last_step_complete and trace.kept_steps is None
-    if cut_short and len(host_windows) > 1:
-        host_windows = host_windows[:-1]  # the script stopped mid-step: that step's time is not a step time
-    timeline = released(step_timeline(trace, host_windows))
+    if cut_short and len(host_step_spans) > 1:
+        host_step_spans = host_step_spans[:-1]  # the script stopped mid-step: that step's time is not a step time
+    timeline = released(step_timeline(trace, host_step_spans))
     if trace.kept_steps is not None:  # its lead-in and lead-out steps were kept for the timeline: not steps of it
-        host_windows, timeline = trace.kept_steps.own_steps(host_windows, timeline)
-    windows = timeline.device  # time is accounted where the step really ran; host events are counted per host step
-    buckets, _ = released(exclusive_buckets(trace, windows))
-    steps = per_step(buckets, windows)
+        host_step_spans, timeline = trace.kept_steps.own_steps(host_step_spans, timeline)
+    device_steps = timeline.device  # time is accounted where the step really ran; host events are counted per host step
+    buckets, _ = released(exclusive_buckets(trace, device_steps))
+    steps = per_step(buckets, device_steps)
     fractions = breakdown_fractions(steps)
     stats = step_stats(steps)
-    steady = released(within_steps(trace, host_windows))
+    steady = released(within_steps(trace, host_step_spans))
     self_t, top = released(self_times(steady.cpu_ops, compute_threads(trace)))
     frames = innermost_segments(trace.python, trace.main_thread)
     if inputs.stacks is not None:
@@ -89,14 +89,14 @@ def analyze(inputs: Inputs) -> Analysis:
         elementwise_us = op_stats.elementwise_op_self_us(steady.cpu_ops, self_t, optimizer_intervals(steady))
         metrics["elementwise_frac"] = elementwise_us / steps_us
     metrics.update(fixed_cost_metrics(trace, steady, top, buckets["host_overhead"],
-                                      iv.intersect(optimizer_intervals(steady), iv.union(windows)), steps_us))
+                                      iv.intersect(optimizer_intervals(steady), iv.union(device_steps)), steps_us))
     metrics["fixed_step_frac"] = with_loader_fixed(metrics, stats["mean"])
     metrics.update(optimizer_metrics(steady, timeline, phases, inputs.capture))
-    memory = memory_breakdown(trace, host_windows, inputs.capture, inputs.samples)
+    memory = memory_breakdown(trace, host_step_spans, inputs.capture, inputs.samples)
     metrics.update(memory_metrics(memory, inputs.capture))
     busy = metrics.get("gpu_busy_frac") if trace.has_gpu else metrics.get("compute_frac")
     step_time_s = {**stats, "unprofiled": unprofiled_step_s(inputs.capture)}
-    light = released(_speed_of_light(inputs, host_windows, step_time_s, busy))
+    light = released(_speed_of_light(inputs, host_step_spans, step_time_s, busy))
     metrics.update(speed_metrics(light))
     return Analysis(
         steps=tuple(steps),
@@ -117,26 +117,26 @@ def analyze(inputs: Inputs) -> Analysis:
     )
 
 
-def _speed_of_light(inputs: Inputs, host_windows: np.ndarray, step_time_s: dict,
+def _speed_of_light(inputs: Inputs, host_step_spans: np.ndarray, step_time_s: dict,
                     busy_frac: Optional[float]) -> Optional[SpeedOfLight]:
     """torch's count from the run where there is one (the trace's beside it as a cross-check), else the trace's,
     over the step time the report states (unprofiled when measured)."""
-    from_trace = released(trace_flops(inputs.trace, host_windows))
+    from_trace = released(trace_flops(inputs.trace, host_step_spans))
     capture = inputs.capture
     counted = capture.flops if capture is not None and capture.flops and capture.flops.per_step else None
     mean_step_s = step_time_s["mean"]
     tf32 = capture is not None and capture.tf32_matmuls and inputs.trace.has_gpu
-    ops = roofline(inputs.trace, host_windows, preferred_peaks(inputs.peaks), tf32, mean_step_s)
+    ops = roofline(inputs.trace, host_step_spans, preferred_peaks(inputs.peaks), tf32, mean_step_s)
     return speed_of_light(counted or from_trace, stated_step_s(step_time_s), inputs.peaks,
                           from_trace if counted else None, Busy(busy_frac, mean_step_s), tf32, ops)
 
 
-def within_steps(trace: Trace, windows: np.ndarray) -> Trace:
+def within_steps(trace: Trace, steps: np.ndarray) -> Trace:
     """The host-side events that start inside the measured steps: counted per step, they must not include an
     evaluation loop after training, or the step that was cut short."""
-    if not len(windows):
+    if not len(steps):
         return trace
-    within = iv.union(windows)
+    within = iv.union(steps)
 
     def keep(spans):
         inside = np.flatnonzero(iv.contains(within, spans.start))

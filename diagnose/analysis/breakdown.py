@@ -19,7 +19,8 @@ from diagnose.trace import intervals as iv
 PINNED_THREAD_OPS = ("aten::pin_memory", "aten::_pin_memory", "aten::is_pinned", "aten::empty")
 
 
-def step_windows(trace: Trace) -> np.ndarray:
+def host_steps(trace: Trace) -> np.ndarray:
+    """The steps as the host marked them: (start, end) in us, one row a step."""
     return trace.steps.intervals()
 
 
@@ -54,32 +55,32 @@ def bucket_sources(trace: Trace) -> list[tuple[str, np.ndarray]]:
 
 
 def exclusive_buckets(trace: Trace, steps: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Disjoint intervals per bucket inside the given step windows, and the host_overhead remainder."""
-    windows = iv.union(steps)
+    """Disjoint intervals per bucket inside the given steps, and the host_overhead remainder."""
+    in_steps = iv.union(steps)
     claimed = iv.EMPTY
     result: dict[str, list[np.ndarray]] = {b: [] for b in BUCKETS}
     for bucket, raw in bucket_sources(trace):
-        mine = iv.subtract(iv.intersect(iv.union(raw), windows), claimed)
+        mine = iv.subtract(iv.intersect(iv.union(raw), in_steps), claimed)
         result[bucket].append(mine)
         claimed = iv.union(np.vstack([claimed, mine]))
     merged = {b: iv.union(np.vstack(parts)) if parts else iv.EMPTY for b, parts in result.items()}
-    merged["host_overhead"] = iv.subtract(windows, claimed)
-    return merged, windows
+    merged["host_overhead"] = iv.subtract(in_steps, claimed)
+    return merged, in_steps
 
 
-def per_step(buckets: dict[str, np.ndarray], windows: np.ndarray) -> list[StepBreakdown]:
-    if len(windows) == 0:
+def per_step(buckets: dict[str, np.ndarray], steps: np.ndarray) -> list[StepBreakdown]:
+    if len(steps) == 0:
         return []
-    per_bucket = {b: iv.measure_within(buckets[b], windows) / 1e6 for b in BUCKETS}
-    first = windows[0, 0]
+    per_bucket = {b: iv.measure_within(buckets[b], steps) / 1e6 for b in BUCKETS}
+    first = steps[0, 0]
     return [
         StepBreakdown(
             index=i,
-            start_s=float((windows[i, 0] - first) / 1e6),
-            duration_s=float((windows[i, 1] - windows[i, 0]) / 1e6),
+            start_s=float((steps[i, 0] - first) / 1e6),
+            duration_s=float((steps[i, 1] - steps[i, 0]) / 1e6),
             buckets_s={b: float(per_bucket[b][i]) for b in BUCKETS},
         )
-        for i in range(len(windows))
+        for i in range(len(steps))
     ]
 
 

@@ -98,13 +98,13 @@ class EnergyMeter:
         self.rapl = rapl if rapl is not None else (RaplCounters() if reads_host() else None)
         self.clock = clock
         self.started: Optional[tuple[float, Optional[float], Optional[tuple[int, ...]]]] = None
-        self.window: Optional[tuple[float, float, int]] = None  # (start, end, steps), the clock's seconds
+        self.span: Optional[tuple[float, float, int]] = None  # (start, end, steps), the clock's seconds
         self.gpu_j: Optional[float] = None
         self.host_j: Optional[float] = None
         self.samples: Optional[int] = None
 
     def start(self) -> None:
-        self.window = None
+        self.span = None
         self.started = (self.clock(), self._gpu_now(), self._host_now())
 
     def stop(self, steps: int) -> None:
@@ -117,7 +117,7 @@ class EnergyMeter:
             return
         begin, gpu0, host0 = self.started
         end, gpu1, host1 = self.clock(), self._gpu_now(), self._host_now()
-        self.window, self.samples = (begin, end, steps), samples
+        self.span, self.samples = (begin, end, steps), samples
         self.gpu_j = gpu1 - gpu0 if gpu0 is not None and gpu1 is not None else None
         self.host_j = self.rapl.joules_between(host0, host1) if host0 is not None and host1 is not None else None
 
@@ -130,9 +130,9 @@ class EnergyMeter:
     def readings(self, power_samples: Sequence[tuple[float, Optional[float]]] = ()) -> tuple[EnergyReading, ...]:
         """The window's energy per domain. `power_samples`: (time on this meter's clock, watts) from the system
         sampler, for a GPU whose counter is missing or whose window is too short for it."""
-        if self.window is None:
+        if self.span is None:
             return ()
-        begin, end, steps = self.window
+        begin, end, steps = self.span
         seconds = end - begin
         readings = [] if self.gpu is None else [self._gpu_reading(seconds, steps, begin, end, power_samples)]
         if self.rapl is not None:

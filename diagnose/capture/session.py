@@ -19,7 +19,7 @@ from typing import Optional
 import psutil
 import torch
 
-from diagnose.capture import hang, probe, run_length, worker_failure, worker_stacks
+from diagnose.capture import hang, probe, run_length, step_plan, worker_failure, worker_stacks
 from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.flop_counter import StepFlops
@@ -27,9 +27,11 @@ from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.limits import cgroup_candidates, oom_kill_count
 from diagnose.capture.memory import StepMemory
+from diagnose.capture.plain_timer import PlainTimer
 from diagnose.capture.run_facts import cost_facts
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.startup import StartupWatch
+from diagnose.capture.step_plan import Feed, Phase, plan_steps
 from diagnose.model import (
     Capture,
     Environment,
@@ -38,28 +40,18 @@ from diagnose.model import (
     LoaderInfo,
     LossCheck,
     MemorySizes,
+    PlainTiming,
     RunConfig,
     ScriptError,
     Startup,
     Status,
-    UnprofiledWindow,
 )
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
 # Ends of the script by itself or at --max-seconds: before a step was profiled, the note says what would fit.
 ENDS_OF_SCRIPT = (Status.SCRIPT_FINISHED, Status.TIMEOUT)
-# Long steps (_fit_to_time): a profiled step costs about twice a plain one; the warm-up, timed and profiled steps
-# get this share of the time left (the rest: exporting the trace, the files); at least this many profiled steps.
-PROFILED_COST = 2
-FIT_SHARE = 0.8
-MIN_PROFILED = 2
 INSTRUMENTED_STEPS = 2  # the first steps, slowed by measuring memory (the first) and counting FLOPs (the second)
-# Steps timed without the profiler before it starts: as many as are profiled (UnprofiledTimer.MIN_STEPS at least;
-# whole loader bursts). A quarter once: 5 steps of a 20 ms step moved 21% between two runs of one script, and
-# compare's verdicts rest on this window; cut in blocks it also measures how far the run's own step time moves.
-# A script that ends inside it runs again with the steps that fit.
-TIMED_SHARE = 1
 MAX_LOSSES = 4096  # losses kept for the finite check: a long warm-up does not grow memory without end
 
 
@@ -85,18 +77,19 @@ class Session(ScriptHost):
         self.trace_dir, self.worker_name = trace_dir, worker_name
         self.instr.worker_stack_folder = Path(tempfile.mkdtemp(prefix="diagnose-worker-stacks-"))
         self.workers_at_deadline: tuple[str, ...] = ()  # each DataLoader worker's state when a step hung
+        self.phase = Phase.WARM_UP
         self.profiler: Optional[torch.profiler.profile] = None
         self.step_span = None
         self.profiled = 0
         self.profile_start: Optional[int] = None  # the step the profiler started at
         self.boundaries_s: list[float] = []
         self.sync_mark_ns: Optional[int] = None
-        self.window: list[float] = []
-        self.plain_timer: Optional[UnprofiledTimer] = None  # set while the steps are timed without the profiler
-        self.unprofiled: Optional[UnprofiledWindow] = None
+        self.profiled_span_s: list[float] = []  # the profiled steps' start and end, on the run's clock
+        self.plain_timer: Optional[PlainTimer] = None  # the timer of the TIMED phase
+        self.plain_timing: Optional[PlainTiming] = None
         self.system = SystemSampler(self.t0)
         self.energy = EnergyMeter(getattr(self.system.nvml, "nvml", None), self.system.nvml.handle,
-                                  clock=lambda: time.monotonic() - self.t0)  # read at the timed window's edges
+                                  clock=lambda: time.monotonic() - self.t0)  # read at the plain timing's edges
         self.script_loops: Optional[run_length.Observed] = None  # the loops around the step: the run's length
         self.step_memory: Optional[StepMemory] = None  # sizes measured over the first step
         self.memory_sizes: Optional[MemorySizes] = None
@@ -108,9 +101,7 @@ class Session(ScriptHost):
         self.flops: Optional[FlopCount] = None
         self.flops_note = "no warm-up step to count in (--warmup 1 or more counts one)"
         # the warm-up, timed and profiled steps as run: fewer than asked when steps are long against --max-seconds
-        # (timed: steps timed without the profiler before it starts; 0: none)
-        self.warmup, self.steps = config.warmup_steps, config.profile_steps
-        self.timed = timed_steps(self.steps)
+        self.plan = plan_steps(config.warmup_steps, config.profile_steps)
         self.fit_note = ""
         self.fitted_steps = 0
         self.losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) kept on its device: read back at the end
@@ -159,92 +150,68 @@ class Session(ScriptHost):
         self.boundaries_s.append(now - self.t0)
         step = count - 1  # index of the step that starts now
         self._measure_memory(step)
-        if step <= self.warmup:
+        if step <= self.plan.warmup:
             self._fit_to_time(step)
         self._count_flops(step)
-        if step == self.warmup:
+        if step == self.plan.warmup:
             self.script_loops = run_length.observe(sys._getframe())
-        if step == self.warmup and self.timed:
+        if step == self.plan.warmup and self.plan.timed:
             self._start_unprofiled()
-        elif step == self.warmup or self._timed_window_closed():
+        elif step == self.plan.warmup or (self.phase is Phase.TIMED and self._timing_closed()):
             self._start_profiler(step)
-        elif self.profiler is not None:
+        elif self.phase is Phase.PROFILED:
             self.profiled += 1
-            if self.profiled == self.steps:
+            if self.profiled == self.plan.profiled:
                 self._stop_profiler()
                 self.stop(Status.COMPLETED)  # the script stops here: what it would run after is not measured
-        self.progress(f"step {count} {self._planned_steps()} {self._phase()}")
-        if self.profiler is not None:
+        self.progress(f"step {count} {self._planned_steps()} {self.phase.value}")
+        if self.phase is Phase.PROFILED:
             self._mark_step(step)
 
     def _planned_steps(self) -> int:
         if self.profile_start is not None:
-            return self.profile_start + self.steps
-        return self.warmup + self._timed_length(self.timed) + self.steps
-
-    def _phase(self) -> str:
-        if self.profiler is not None:
-            return "profiling"
-        return "timing" if self.plain_timer is not None else "warm-up"
+            return self.profile_start + self.plan.profiled
+        return self.plan.planned_steps(self._feed())
 
     def _fit_to_time(self, step: int) -> None:
-        """Long steps: when the rest of the warm-up, the timed steps and the profiled steps (the profiler slows
-        them: PROFILED_COST each) would not fit in what is left of --max-seconds, fewer of each, at least
-        MIN_PROFILED profiled."""
+        """Long steps: fewer warm-up, timed and profiled steps when they would not fit in what is left of
+        --max-seconds (step_plan.fit_to_time), and a note that says so."""
         per_step = self._step_estimate(step)
         if per_step is None:
             return
         # ranks plan from the slowest rank's figures: each planning from its own clock could stop a rank a step
         # before its peers, and they would wait for it in their next collective until the job's timeout
         per_step, measured_s = agreed_by_ranks(step, per_step, self.measured_s())
-        room = int(FIT_SHARE * (self.config.max_seconds - measured_s) / per_step)  # steps that fit from here
-        if (self.warmup - step) + self._timed_length(self.timed) + PROFILED_COST * self.steps <= room:
+        room = step_plan.room_steps(self.config.max_seconds, measured_s, per_step)
+        fitted = step_plan.fit_to_time(self.plan, self._feed(), step, room)
+        if fitted is None:
             return
-        # profiling may start now: a complete step came before (_step_estimate measured one, or at step 0 the
-        # first boundary ended one); time left over goes to profiled steps first (a script with long steps may
-        # end soon), then to timed steps (MIN_STEPS at least, else none), then to warm-up
-        profiled = min(self.steps, max(MIN_PROFILED, room // PROFILED_COST))
-        left = max(0, room - PROFILED_COST * profiled)
-        self.timed = next((t for t in (timed_steps(profiled), UnprofiledTimer.MIN_STEPS)
-                           if self._timed_length(t, step) <= left), 0)
-        spare = left - self._timed_length(self.timed, step) if profiled == self.steps else 0
-        self.warmup = step + max(0, min(self.warmup - step, spare))
-        self.steps = profiled
+        self.plan = fitted
         limit = f"--max-seconds {self.config.max_seconds:g}"
-        if (self.warmup - step) + PROFILED_COST * profiled <= room:
-            timed, untimed = (f", {self.timed} timed", "") if self.timed else ("", "; none timed without the profiler")
-            self.fit_note = (f"steps take about {per_step:.1f} s: {self.warmup} warm-up{timed} and {profiled} "
-                             f"profiled step(s) fit {limit}{untimed}")
+        if step_plan.fits(fitted, step, room):
+            untimed = "; none timed without the profiler"
+            timed, untimed = (f", {fitted.timed} timed", "") if fitted.timed else ("", untimed)
+            self.fit_note = (f"steps take about {per_step:.1f} s: {fitted.warmup} warm-up{timed} and "
+                             f"{fitted.profiled} profiled step(s) fit {limit}{untimed}")
         else:
-            self.fit_note = (f"steps take about {per_step:.1f} s: {MIN_PROFILED} profiled steps do not fit {limit}; "
-                             f"run with {self._options_that_fit(per_step)}")
+            self.fit_note = (f"steps take about {per_step:.1f} s: {step_plan.MIN_PROFILED} profiled steps do not "
+                             f"fit {limit}; run with {self._options_that_fit(per_step)}")
 
     def _too_few_note(self, status: str) -> str:
         """No step was profiled: the step time seen, and the options that would have given a diagnosis."""
         marks = self.boundaries_s
         step, seen = marks[-1] - marks[-2], len(marks)
         if status == Status.SCRIPT_FINISHED:
-            steps = self._steps_that_fit(seen)
-            if steps >= MIN_PROFILED:
+            steps = step_plan.steps_that_fit(seen, self._feed())
+            if steps >= step_plan.MIN_PROFILED:
                 self.fitted_steps = steps
                 return f"steps took about {step:.1f} s and the script ran {seen}: run with --warmup 1 --steps {steps}"
             return f"steps took about {step:.1f} s: give the script more steps (iterations or data) to profile"
         return f"steps take about {step:.1f} s: run with {self._options_that_fit(step)}"
 
-    def _steps_that_fit(self, seen: int) -> int:
-        """The most --steps that `--warmup 1` leaves room for in a script of `seen` step boundaries: the warm-up
-        step, the timed window, the profiled steps and the boundary that ends the last of them (0: none)."""
-        return next((steps for steps in range(seen, 0, -1)
-                     if 1 + self._timed_length(timed_steps(steps), warmup=1) + steps + 1 <= seen), 0)
-
     def _options_that_fit(self, step_s: float) -> str:
-        """A warm-up step, MIN_STEPS timed ones, MIN_PROFILED profiled ones at PROFILED_COST, one more for the
-        trace (and start-up, when --max-seconds counts it), rounded up to 10 s."""
         startup = self.boundaries_s[0] if self.config.startup_seconds is None else 0.0
-        steps = 1 + UnprofiledTimer.MIN_STEPS + PROFILED_COST * MIN_PROFILED + 1
-        steps_s = steps * step_s / FIT_SHARE  # as _fit_to_time counts the room
-        seconds = math.ceil((startup + steps_s) / 10) * 10
-        return f"--warmup 1 --steps {MIN_PROFILED} --max-seconds {seconds}"
+        return step_plan.options_that_fit(step_s, startup)
 
     def _step_estimate(self, step: int) -> Optional[float]:
         """A plain step's time from the steps so far; before one completed, the time from the model's first forward
@@ -270,7 +237,7 @@ class Session(ScriptHost):
     def _count_flops(self, step: int) -> None:
         """The FLOPs of one warm-up step: the second when there are two (the first makes lazy state), else the
         first; counting slows that step, which is why it is not a profiled or timed one."""
-        warmup = self.warmup
+        warmup = self.plan.warmup
         target = min(1, warmup - 1)
         if warmup < 1 or current_rank() not in (None, 0):
             return
@@ -296,31 +263,24 @@ class Session(ScriptHost):
     def _start_unprofiled(self) -> None:
         """Time the steps as the user runs them, before the profiler has ever started: once it has, the process is
         not as it was (on a CPU the loop of benchmarks/after_profiler.py ran 1.5-1.9x faster after a profiled
-        window: the freed profiler's memory spared it 93,000 page faults a step). The window closes after `timed`
+        window: the freed profiler's memory spared it 93,000 page faults a step). The timing closes after `timed`
         steps (whole loader bursts), or once it has lasted PROFILED_COST times as long as the plain steps so far
-        said (MIN_STEPS at least), so a slowing script does not run twice as long. Ranks close it on the step count
-        alone: a rank that started profiling before its peers would profile other steps, and stop before them."""
+        said (MIN_TIMED at least), so a slowing script does not run twice as long. Ranks close it on the step count
+        alone: a rank that started profiling before its peers would profile other steps, and stop before them.
+        The loader's workers filled their queue while the instrumented steps (memory, FLOPs) ran: that backlog is
+        left out; without warm-up, the first step is instrumented (its memory measured): not timed."""
         per_step = typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
-        budget = PROFILED_COST * self.timed * per_step if per_step and current_rank() is None else None
-        burst, backlog, rewarm = self._timing_overheads()
-        self.plain_timer = UnprofiledTimer(self.timed, budget, rewarm_steps=rewarm, burst=burst, backlog=backlog,
-                                           meter=self.energy)
+        timed = self.plan.timed
+        budget = step_plan.PROFILED_COST * timed * per_step if per_step and current_rank() is None else None
+        feed = self._feed()
+        self.plain_timer = PlainTimer(timed, budget, rewarm_steps=int(self.plan.warmup == 0), burst=feed.burst,
+                                      backlog=feed.backlog, meter=self.energy)
+        self.phase = Phase.TIMED
 
-    def _timing_overheads(self, warmup: Optional[int] = None) -> tuple[int, int, int]:
-        """(burst, backlog, re-warm-up steps) of the timed window: N loader workers deliver N batches at a time,
-        and filled their queue (prefetch_factor x N) while the instrumented steps (memory, FLOPs) ran; without
-        warm-up, the first step is instrumented (its memory measured): not timed."""
+    def _feed(self) -> Feed:
+        """The training loader's pace (none known: no workers)."""
         loader = self._train_loader()
-        workers = loader.num_workers if loader is not None else 0
-        backlog = workers * (loader.prefetch_factor or 2) if workers else 0
-        return max(1, workers), backlog, int((self.warmup if warmup is None else warmup) == 0)
-
-    def _timed_length(self, timed: int, warmup: Optional[int] = None) -> int:
-        """Steps the timed window takes, its re-warm-up, backlog and whole bursts included (0: not timed)."""
-        if not timed:
-            return 0
-        burst, backlog, rewarm = self._timing_overheads(warmup)
-        return UnprofiledTimer.planned_steps(timed, burst, backlog, rewarm)
+        return Feed(loader.num_workers, loader.prefetch_factor) if loader is not None else Feed()
 
     def _train_loader(self) -> Optional[LoaderInfo]:
         index = self.instr.train_loader_index()
@@ -329,18 +289,16 @@ class Session(ScriptHost):
     def _on_epoch(self, iterator) -> None:
         """An epoch ends while the unprofiled steps are timed: its start-up (workers, evaluation, checkpoints
         around it) is not a training step's time."""
-        if self.plain_timer is not None and self.unprofiled is None:
-            self.unprofiled = self.plain_timer.epoch_started()
+        if self.phase is Phase.TIMED and self.plain_timing is None:
+            self.plain_timing = self.plain_timer.epoch_started()
 
-    def _timed_window_closed(self) -> bool:
-        """One more step timed without the profiler: whether the window has closed (at an epoch's end, or now), or
+    def _timing_closed(self) -> bool:
+        """One more step timed without the profiler: whether the timing has closed (at an epoch's end, or now), or
         was given up (epochs shorter than it kept restarting it: no step time, and the profile still comes)."""
-        if self.plain_timer is None:
+        timing = self.plain_timing or self.plain_timer.boundary()
+        if timing is None and not self.plain_timer.given_up:
             return False
-        window = self.unprofiled or self.plain_timer.boundary()
-        if window is None and not self.plain_timer.given_up:
-            return False
-        self.unprofiled, self.plain_timer = window, None
+        self.plain_timing, self.plain_timer = timing, None
         return True
 
     def _start_profiler(self, step: int) -> None:
@@ -353,7 +311,7 @@ class Session(ScriptHost):
             activities=activities, record_shapes=True, profile_memory=True, with_stack=self.config.with_stack,
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
         )
-        sync_device()  # the window starts with an empty device queue: no earlier steps' kernels in it
+        sync_device()  # the profiled span starts with an empty device queue: no earlier steps' kernels in it
         # the profiler's start-up and, on the host, its event buffers over the profiled steps are not the script's
         # memory: the host's limit stays lifted until the profiler has stopped (the warm-up and timed steps before
         # run under it); a CUDA limit stays on
@@ -363,12 +321,12 @@ class Session(ScriptHost):
         except BaseException:
             self.memory.restore()
             raise
-        self.profiler, self.profile_start = profiler, step
+        self.profiler, self.profile_start, self.phase = profiler, step, Phase.PROFILED
         for _ in range(2):  # the first record_function after start is slow; the second one is the mark
             self.sync_mark_ns = time.monotonic_ns()
             with torch.profiler.record_function("diagnose::clock_sync"):
                 pass
-        self.window = [time.monotonic() - self.t0]
+        self.profiled_span_s = [time.monotonic() - self.t0]
         self.instr.timing = True
         self.stacks.active.set()
         self.progress("profiling")
@@ -390,9 +348,9 @@ class Session(ScriptHost):
         self.instr.timing = False
         with signals_held():
             sync_device()  # the last steps' GPU work runs before the profiler stops, so it is in the trace
-            self.window.append(time.monotonic() - self.t0)
+            self.profiled_span_s.append(time.monotonic() - self.t0)
             self.progress("writing trace")
-            profiler, self.profiler = self.profiler, None
+            profiler, self.profiler, self.phase = self.profiler, None, Phase.STOPPING
             self.memory.lift()  # exporting the trace needs memory the script's limit does not cover
             try:
                 profiler.stop()
@@ -411,7 +369,7 @@ class Session(ScriptHost):
 
     # -- finishing ----------------------------------------------------------------------------------
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
-        last_complete = self.profiler is None
+        last_complete = self.phase is not Phase.PROFILED
         self.hang = self._hang() if status == Status.TIMEOUT else None
         if self.hang is not None:
             status = Status.HUNG
@@ -434,7 +392,8 @@ class Session(ScriptHost):
         capture = self._capture(status, error, last_complete)
         shutil.rmtree(self.instr.worker_stack_folder, ignore_errors=True)
         files = RunFolder(self.run_dir)
-        write_json(files.samples, self.system.finish(tuple(self.window) if len(self.window) == 2 else None))
+        span = tuple(self.profiled_span_s) if len(self.profiled_span_s) == 2 else None
+        write_json(files.samples, self.system.finish(span))
         write_json(files.stacks, self.stacks.finish(self.sync_mark_ns))
         write_json(files.capture, capture)
         return Status.exit_code_of(status)
@@ -459,12 +418,13 @@ class Session(ScriptHost):
         waits = instr.seen.wait_s
         wait = max(range(len(waits)), key=waits.__getitem__) if waits and max(waits) > 0 else train
         loader = instr.seen.loaders_alive[wait] if wait is not None else None
+        micro_per_step = _usual(instr.clock.micro_per_step[self.plan.warmup:])
         return Capture(
             status=status,
             script=self.config.script,
             script_args=tuple(self.config.script_args),
             step_source=instr.clock.source,
-            micro_batches_per_step=_usual(instr.clock.micro_per_step[self.warmup:]),
+            micro_batches_per_step=micro_per_step,
             fit_note=self.fit_note,
             fitted_steps=self.fitted_steps,
             startup=self.startup,
@@ -475,7 +435,7 @@ class Session(ScriptHost):
                                                          self._failure_surroundings(error)),
             steps_seen=instr.clock.boundaries,
             steps_profiled=self.profiled,
-            warmup_steps=self.warmup,
+            warmup_steps=self.plan.warmup,
             wall_s=time.monotonic() - self.t0,
             environment=environment(),
             boundaries_s=tuple(self.boundaries_s),
@@ -497,7 +457,7 @@ class Session(ScriptHost):
             redirected_writes=self.sandbox.written(),  # in a process of its own: filled in by the parent (runner.py)
             restored_files=tuple(self.sandbox.restored),
             unrestored_files=tuple(self.sandbox.unrestored),
-            unprofiled_window=self.unprofiled,
+            unprofiled_window=self.plain_timing,
             autocast_dtypes=tuple(sorted(instr.seen.autocast_dtypes)),
             framework=instr.seen.framework,
             out_of_memory=self.oom,
@@ -508,7 +468,7 @@ class Session(ScriptHost):
             flops=self.flops,
             flops_note=self.flops_note if self.flops is None else "",
             tf32_matmuls=_tf32_matmuls(),
-            **cost_facts(self, _usual(instr.clock.micro_per_step[self.warmup:])),  # the run's length, energy, start-up
+            **cost_facts(self, micro_per_step),  # the run's length, energy, start-up
         )
 
 
@@ -537,105 +497,6 @@ def _tf32_matmuls() -> bool:
         return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
     except Exception:
         return False
-
-
-class UnprofiledTimer:
-    """Times steps with the profiler off, before it starts. The device is synchronised at the window's edges only:
-    a sync per step would serialise host and GPU and change what is measured. The window closes after `steps`
-    steps, or once it has lasted `budget_s` (MIN_STEPS at least).
-
-    With N loader workers batches arrive N at a time, so the window holds whole bursts of N steps (any N
-    consecutive steady steps span one worker period). And while a slow step ran (memory measured, FLOPs counted,
-    a new epoch's start) the workers filled their queue (prefetch_factor x N batches): the steps served from that
-    backlog run faster than the loader can feed them (8 workers at one batch per 8 ms read as 4.6 ms per step), so
-    they are left out, with `rewarm_steps`. A step that waits for its batch does not mean the backlog is gone:
-    batches come in order, and the next may be a slow worker's while the others' are ready."""
-    MIN_STEPS = 3
-    # After a new epoch's first step, its workers' first batches: left out, as warm-up steps are.
-    REWARM_STEPS = 2
-
-    def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
-                 backlog: int = 0, meter: Optional[EnergyMeter] = None):
-        self.meter = meter  # the energy counters, read at the window's edges as its clock is
-        self.burst = max(1, burst)
-        self.least = self.least_steps(self.burst)
-        self.target = self.target_steps(steps, self.burst)
-        self.budget_s = budget_s  # None: close on the step count alone
-        self.backlog = backlog
-        self.rewarm_left = rewarm_steps + backlog
-        self.start: Optional[float] = None
-        self.steps = 0
-        self.step_ends: list[float] = []
-        # epochs that end inside the window restart it: past twice its planned length the timing is given up
-        self.seen, self.most = 0, 2 * (rewarm_steps + backlog + self.target)
-        self._begin_when_warm()
-
-    @classmethod
-    def target_steps(cls, steps: int, burst: int = 1) -> int:
-        """Steps in the window: whole bursts, two at least, MIN_STEPS at least."""
-        return -(-max(steps, cls.least_steps(burst)) // burst) * burst
-
-    @classmethod
-    def least_steps(cls, burst: int) -> int:
-        return max(cls.MIN_STEPS, 2 * burst if burst > 1 else 0)  # two bursts at least
-
-    @classmethod
-    def planned_steps(cls, steps: int, burst: int = 1, backlog: int = 0, rewarm_steps: int = 0) -> int:
-        """Steps from the timer's start to its window's close when no epoch ends inside it."""
-        return rewarm_steps + backlog + cls.target_steps(steps, max(1, burst))
-
-    @property
-    def given_up(self) -> bool:
-        return self.seen >= self.most
-
-    def boundary(self) -> Optional[UnprofiledWindow]:
-        """One more step done (a new one starts now): the window, once it closes, else None."""
-        self.seen += 1
-        if self.start is None:
-            self.rewarm_left -= 1
-            self._begin_when_warm()
-            return None
-        self.steps += 1
-        self.step_ends.append(time.perf_counter() - self.start)
-        if self.steps % self.burst or (self.steps < self.target and not self._over_budget()):
-            return None
-        return self._window(self.steps)
-
-    def epoch_started(self) -> Optional[UnprofiledWindow]:
-        """The epoch ended inside the window: the steps so far are the window when there are enough whole bursts
-        (the epoch's last step has just finished), else timing starts again after the new epoch's first steps
-        (and the new workers' backlog)."""
-        steps = self.steps + 1
-        if self.start is not None and steps >= self.MIN_STEPS and steps % self.burst == 0:
-            self.step_ends.append(time.perf_counter() - self.start)
-            return self._window(steps)
-        self.start, self.steps, self.rewarm_left = None, 0, self.REWARM_STEPS + self.backlog
-        return None
-
-    def _window(self, steps: int) -> UnprofiledWindow:
-        synced = sync_device()
-        seconds = time.perf_counter() - self.start
-        if self.meter is not None:
-            self.meter.stop(steps)
-        # the last step's end as the synchronised clock saw it: queued device work counts in the last block
-        ends = (*self.step_ends[:steps - 1], seconds)
-        return UnprofiledWindow(steps, seconds, synced, ends, self.burst)
-
-    def _begin_when_warm(self) -> None:
-        if self.rewarm_left <= 0:
-            sync_device()
-            self.start = time.perf_counter()
-            self.step_ends = []
-            if self.meter is not None:
-                self.meter.start()
-
-    def _over_budget(self) -> bool:
-        return (self.budget_s is not None and self.steps >= self.least
-                and time.perf_counter() - self.start >= self.budget_s)
-
-
-def timed_steps(profiled: int) -> int:
-    return max(UnprofiledTimer.MIN_STEPS, -(-profiled // TIMED_SHARE))
 
 
 def _usual(counts: list[int]) -> int:

@@ -47,7 +47,7 @@ def trace_profile(path: Path, steps_analysed: int, max_events: int = MAX_EVENTS,
 
 def profile_of(table: OpColumns, steps_analysed: int) -> TraceProfile:
     """The table per step; the columns are given up as it is made (one kind's arrays held at a time)."""
-    marks = [] if table.window is not None and table.window.by_time else table.marks  # its markers were dropped
+    marks = [] if table.kept is not None and table.kept.by_time else table.marks  # its markers were dropped
     span = (min(s for s, _ in marks), max(s + d for s, d in marks)) if marks else None
     steps = len(marks) if marks else max(steps_analysed, 1)
     device = table.device.joined()

@@ -16,8 +16,8 @@ from diagnose.model import (
     CompareSide,
     Finding,
     Measurement,
+    PlainTiming,
     RunConfig,
-    UnprofiledWindow,
     unprofiled_step_s,
 )
 from diagnose.rules import Rule, findings_for
@@ -126,7 +126,7 @@ MIN_BLOCKS = 3  # fewer blocks give no spread worth the name
 MAX_BLOCKS = 4
 
 
-def block_noise(window: UnprofiledWindow) -> Optional[tuple[float, int]]:
+def block_noise(window: PlainTiming) -> Optional[tuple[float, int]]:
     """The timed window cut into up to MAX_BLOCKS blocks of whole bursts: the spread (sample std) of the log of
     each block's seconds per step, and how many blocks. A block is a shorter window than the whole, so its spread
     is more than the window's mean has from step to step: it stands, conservatively, for how far the same script's

@@ -8,10 +8,12 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import replace
+from enum import Enum
 from typing import Any, Optional
 
 import torch
 
+from diagnose.capture.bursts import Bursts
 from diagnose.capture.device import Nvml, device_in_use, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.fingerprint import sample_fingerprints
@@ -19,7 +21,7 @@ from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.experiments.cost import long_step_plan
-from diagnose.model import FedRecord, Measurement, ScriptError, Status, Window
+from diagnose.model import FedRecord, Measurement, MeasurePlan, ScriptError, Status, SteadyTiming
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.runfolder import RunFolder
 from diagnose.serial import write_json
@@ -105,25 +107,48 @@ class FedSamples:
                          hash_s=self.hash_s, batches=self.batches, unhashable=self.unhashable, ragged=self.ragged)
 
 
+class StepKind(Enum):
+    """What a step that just ended was, to a timed run (MeasureSession._classify_last_step)."""
+    WARM_UP = "warm-up"
+    RESTART = "restart"  # part of an epoch's start-up after the warm-up: it cuts the open window
+    STEADY = "steady"
+
+
 class MeasureSession(ScriptHost):
+    """A timed run: its state, all of it declared here; its plan (config.measure, adapted to long steps by
+    adapted_plan) and how its windows close (measure_bursts) are pure functions of the plan."""
+
     def __init__(self, config, run_dir, progress):
-        self.plan = config.measure
+        self.plan: MeasurePlan = config.measure
         changes = build_change_set(list(self.plan.changes), self.plan.train_loader_location,
                                     self.plan.framework)
         instr = Instrumentation(self.boundary, changes, on_batch=self.on_batch, on_loss=self.on_loss,
                                 on_epoch=self.on_epoch)
         super().__init__(config, run_dir, progress, instr)
+        # the steps: boundary i's time and the samples by then
         self.boundaries: list[float] = []  # the end of each step (the first: the end of step 0's set-up)
         self.samples_at: list[int] = []  # samples fetched by then
         self.unique_at: list[int] = []  # samples not fed before in the same epoch, by then
+        # what the loader fed
         self.fed = FedSamples()
-        self.windows: list[Window] = []
         self.samples = 0
         self.samples_known = True
+        self.last_samples = 0  # in the last batch
         self.losses: list[torch.Tensor] = []
-        self.epoch_started = False  # the next step begins a new epoch (worker start-up, sampler reset)
-        self.restart_steps: list[float] = []
+        # epochs: the next step begins a new one (worker start-up, sampler reset); its start-up's steps left to see
+        self.epoch_started = False
+        self.epoch_began_at: Optional[int] = None  # boundaries seen when the last epoch's iterator was made
         self.steps_per_epoch: Optional[int] = None
+        self.span_left, self.span_total = 0, 0.0  # the epoch start-up being seen: its steps left, its time so far
+        self.restart_steps: list[float] = []
+        # the timed windows (SteadyTiming): the open one's first boundary, the wall time's (epoch start-ups
+        # included), the closed ones
+        self.timing_start: Optional[int] = None
+        self.wall_start: Optional[int] = None
+        self.timings: list[SteadyTiming] = []
+        self.closed_here = False  # a window closed at this boundary, synchronised: the next opens here
+        self.stop_due = False  # windows enough at an epoch's end: stop at the next boundary, not inside iter()
+        self.finishing = False  # the script has ended: a last window may close, nothing more to stop
         self.energy = _energy_meter()  # read at the timed span's edges: the last warm-up boundary, each window's end
         self.energy_from: Optional[int] = None  # the boundary the span starts at
         self._seed()
@@ -137,8 +162,6 @@ class MeasureSession(ScriptHost):
             numpy.random.seed(self.plan.seed)
         except ImportError:
             pass
-
-    last_samples = 0
 
     def on_batch(self, batch: Any) -> None:
         n = batch_samples(batch)
@@ -154,7 +177,7 @@ class MeasureSession(ScriptHost):
             self.losses.append(loss.detach().reshape(()))  # kept on its device: no sync per step
 
     def on_epoch(self, iterator: Any) -> None:
-        if self.window_start is not None and sync_device():
+        if self.timing_start is not None and sync_device():
             self._close_at_epoch_end()
         self.epoch_started = True
         self.fed.new_epoch()
@@ -165,69 +188,60 @@ class MeasureSession(ScriptHost):
                 self.steps_per_epoch = len(self.boundaries) - self.epoch_began_at
         self.epoch_began_at = len(self.boundaries)
 
-    epoch_began_at: Optional[int] = None  # boundaries seen when the last epoch's iterator was made
-
     def on_boundary(self, count: int) -> None:
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
         is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
         N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
         if self.stop_due and not self.finishing:
             self.stop(Status.COMPLETED)
-        if self.window_start is None and not self.closed_here:
+        if self.timing_start is None and not self.closed_here:
             sync_device()  # this boundary may open a window: the GPU work queued so far belongs before it
         self.closed_here = False
         self.boundaries.append(time.monotonic())
         if self.plan.adapt_to_long_steps and len(self.boundaries) == 2:
-            self._adapt_to_step(self.boundaries[1] - self.boundaries[0])
+            self.plan = adapted_plan(self.plan, self.boundaries[1] - self.boundaries[0])
         self.samples_at.append(self.samples)
         self.unique_at.append(self.fed.unique)
         kind = self._classify_last_step()
-        if kind == "warmup":
+        if kind is StepKind.WARM_UP:
             self.energy.start()  # the span may start here: the next step may be the first timed one
             return
         if self.wall_start is None:
             self.wall_start = len(self.boundaries) - 2
             self.energy_from = self.wall_start if self.energy_from is None else self.energy_from
             self.progress("measuring")
-        if kind == "restart":
-            self._close_window(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
+        if kind is StepKind.RESTART:
+            self._close_timing(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
             return
         end = len(self.boundaries) - 1
-        if self.window_start is None:
-            self.window_start = end - 1
-        plan, steps = self.plan, end - self.window_start
-        elapsed = self.boundaries[end] - self.boundaries[self.window_start]
-        if steps % plan.burst_steps == 0 and steps >= plan.min_window_steps and (
-                elapsed >= plan.window_s or steps >= plan.max_window_steps):
+        if self.timing_start is None:
+            self.timing_start = end - 1
+        steps, elapsed = end - self.timing_start, self.boundaries[end] - self.boundaries[self.timing_start]
+        if measure_bursts(self.plan).closes(steps, elapsed):
             if sync_device():  # the window ends when its steps' GPU work has, not when the host queued it
                 self.boundaries[end] = time.monotonic()
-            self._close_window(end, partial=False)
+            self._close_timing(end, partial=False)
             self.closed_here = True  # the next window opens here: synchronised already
 
-    def _adapt_to_step(self, step_s: float) -> None:
-        """The first step's length sets how many steps warm up and fill a window, when it takes seconds."""
-        warmup, window = long_step_plan(step_s)
-        plan = self.plan
-        self.plan = replace(plan, warmup_steps=min(plan.warmup_steps, warmup),
-                            min_window_steps=min(plan.min_window_steps, max(window, plan.burst_steps)))
-
-    def _close_window(self, last: int, partial: bool) -> None:
+    def _close_timing(self, last: int, partial: bool) -> None:
         """Record the open window. A partial one (cut short by an epoch's start-up or the script's end) keeps
         its whole bursts only, and is dropped when it has too few steps to time."""
-        if self.window_start is None:
+        if self.timing_start is None:
             return
-        plan, start = self.plan, self.window_start
-        steps = (last - start) // plan.burst_steps * plan.burst_steps
-        self.window_start = None
-        if partial and self._too_short(steps):
+        start, bursts = self.timing_start, measure_bursts(self.plan)
+        steps = bursts.whole(last - start)
+        self.timing_start = None
+        if partial and not bursts.keeps_cut(steps):
             return
         if partial and device_in_use():
             return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
         end = start + steps
         b, samples = self.boundaries, self.samples_at
-        enough = self._record(Window(steps, b[end] - b[start], samples[end] - samples[start] if self.samples_known
-                                     else None, end - self.wall_start, b[end] - b[self.wall_start],
-                                     self._unique_between(start, end)), end)
+        timing = SteadyTiming(steps=steps, seconds=b[end] - b[start],
+                              samples=samples[end] - samples[start] if self.samples_known else None,
+                              wall_steps=end - self.wall_start, wall_seconds=b[end] - b[self.wall_start],
+                              unique_samples=self._unique_between(start, end))
+        enough = self._record(timing, end)
         if enough and not self.finishing:
             self.stop(Status.COMPLETED)
 
@@ -237,16 +251,13 @@ class MeasureSession(ScriptHost):
             return None
         return (self.fed.unique if end is None else self.unique_at[end]) - self.unique_at[start]
 
-    def _too_short(self, steps: int) -> bool:
-        return steps < max(self.plan.burst_steps, self.plan.min_window_steps // 2, 2)
-
-    def _record(self, window: Window, next_wall_start: int) -> bool:
+    def _record(self, timing: SteadyTiming, next_wall_start: int) -> bool:
         """Keep a timed window; True when the run has windows enough (the plan's count, or agreeing ones)."""
-        self.windows.append(window)
+        self.timings.append(timing)
         self.wall_start = next_wall_start
         self._energy_lap(next_wall_start)
-        self.progress(f"window {len(self.windows)} {self.plan.windows}")
-        return len(self.windows) >= self.plan.windows or self._windows_agree()
+        self.progress(f"window {len(self.timings)} {self.plan.windows}")
+        return len(self.timings) >= self.plan.windows or self._timings_agree()
 
     def _energy_lap(self, end: int) -> None:
         """The counters from the span's start to boundary `end` (len(boundaries): now), with its steps and samples."""
@@ -256,9 +267,9 @@ class MeasureSession(ScriptHost):
         samples = samples_end - self.samples_at[self.energy_from] if self.samples_known else None
         self.energy.lap(end - self.energy_from, samples)
 
-    def _windows_agree(self) -> bool:
+    def _timings_agree(self) -> bool:
         """The last windows' rates agree: another window would tell little more (a shorter run, more runs)."""
-        recent = self.windows[-self.plan.min_windows:]
+        recent = self.timings[-self.plan.min_windows:]
         if len(recent) < self.plan.min_windows or len(recent) < 2:
             return False
         rates = [w.steps / w.seconds for w in recent if w.seconds > 0]
@@ -267,26 +278,28 @@ class MeasureSession(ScriptHost):
     def _close_at_epoch_end(self) -> None:
         """On a GPU, the window an epoch's end cuts closes here, device-synchronised, with the epoch's last step in
         it (it has just finished): its boundary at the next step would come after the epoch's start-up."""
-        plan, start = self.plan, self.window_start
+        start = self.timing_start
         steps = len(self.boundaries) - start
-        self.window_start = None
-        if steps % plan.burst_steps or self._too_short(steps):
+        self.timing_start = None
+        if not measure_bursts(self.plan).keeps_cut(steps):
             return
         now = time.monotonic()
         samples = self.samples - self.samples_at[start] if self.samples_known else None
-        window = Window(steps, now - self.boundaries[start], samples, len(self.boundaries) - self.wall_start,
-                        now - self.boundaries[self.wall_start], self._unique_between(start, None))
+        timing = SteadyTiming(steps=steps, seconds=now - self.boundaries[start], samples=samples,
+                              wall_steps=len(self.boundaries) - self.wall_start,
+                              wall_seconds=now - self.boundaries[self.wall_start],
+                              unique_samples=self._unique_between(start, None))
         # the wall time restarts at the next boundary: the epoch's start-up is timed on its own
-        self.stop_due = self._record(window, len(self.boundaries))  # stops at the next boundary, not inside iter()
+        self.stop_due = self._record(timing, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True
 
-    def _classify_last_step(self) -> str:
+    def _classify_last_step(self) -> StepKind:
         """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's
         iterator was made, joining the old workers and starting new ones, then the steps while the new workers
         deliver their first batches), or steady."""
         transition, self.epoch_started = self.epoch_started, False
         if len(self.boundaries) < 2:
-            return "warmup"  # the first epoch starts before the first step: it is warm-up
+            return StepKind.WARM_UP  # the first epoch starts before the first step: it is warm-up
         if transition:
             self.span_left, self.span_total = self.span_steps, 0.0
         in_span = self.span_left > 0
@@ -300,31 +313,24 @@ class MeasureSession(ScriptHost):
             warmed = len(self.boundaries) - 1 > plan.warmup_steps and \
                 self.boundaries[-2] - self.boundaries[0] >= plan.warmup_s
             if not warmed or in_span:
-                return "warmup"
-        return "restart" if in_span else "steady"
+                return StepKind.WARM_UP
+        return StepKind.RESTART if in_span else StepKind.STEADY
 
     @property
     def span_steps(self) -> int:
         return self.plan.rewarm_steps + 1
 
-    span_left, span_total = 0, 0.0
-    closed_here = False
-    stop_due = False
-    wall_start: Optional[int] = None
-    window_start: Optional[int] = None
-    finishing = False
-
     def finish(self, status: str, error: Optional[ScriptError]) -> int:
-        self.finishing = True  # the script has ended: a last window may close, nothing more to stop
+        self.finishing = True
         if status != Status.COMPLETED:
-            self._close_window(len(self.boundaries) - 1, partial=True)
+            self._close_timing(len(self.boundaries) - 1, partial=True)
         peak = self._peak_memory()
         # a main thread still waiting in native code (a hung device) must not be synced from here
         losses = torch.stack(self.losses).float().cpu().tolist() if self.losses and not self.native_wait else []
         b = self.boundaries
         measurement = Measurement(
             status=status,
-            windows=tuple(self.windows),
+            windows=tuple(self.timings),
             applied=tuple(self.instr.changes.applied),
             startup_s=b[0] - self.t0 if b else None,
             first_step_s=b[1] - b[0] if len(b) > 1 else None,
@@ -348,6 +354,22 @@ class MeasureSession(ScriptHost):
             return self.memory.peak_in_use_bytes()
         peak, _ = peak_memory()
         return peak if peak is not None else peak_rss_bytes()
+
+
+def adapted_plan(plan: MeasurePlan, step_s: float) -> MeasurePlan:
+    """The plan for steps as long as the first one (`step_s`): fewer warm-up steps and steps to a window when a
+    step takes seconds (cost.long_step_plan)."""
+    warmup, window = long_step_plan(step_s)
+    return replace(plan, warmup_steps=min(plan.warmup_steps, warmup),
+                   min_window_steps=min(plan.min_window_steps, max(window, plan.burst_steps)))
+
+
+def measure_bursts(plan: MeasurePlan) -> Bursts:
+    """How a timed run's windows close: at whole bursts of `burst_steps`, once `min_window_steps` have lasted
+    `window_s` (or `max_window_steps`, whatever their time); one cut short keeps whole bursts, half a window (and
+    two steps) at least."""
+    return Bursts(size=plan.burst_steps, least=plan.min_window_steps, most=plan.max_window_steps,
+                  seconds=plan.window_s, least_cut=max(plan.burst_steps, plan.min_window_steps // 2, 2))
 
 
 def _energy_meter() -> EnergyMeter:

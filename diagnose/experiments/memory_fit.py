@@ -268,5 +268,6 @@ def _headline(results: list[Experiment]) -> Optional[Headline]:
     best = max(fitting, key=lambda r: r.throughput)
     tied = tuple(setting_label(r.optimization, r.setting) for r in fitting if r is not best and r.throughput_ci
                  and best.throughput_ci and r.throughput_ci[1] >= best.throughput_ci[0])
-    return Headline((setting_label(best.optimization, best.setting),), None, None, Verdict.FITS, best.metric,
-                    throughput=best.throughput, throughput_ci=best.throughput_ci, tied_with=tied)
+    return Headline(changes=(setting_label(best.optimization, best.setting),), speedup=None, ci=None,
+                    verdict=Verdict.FITS, metric=best.metric, throughput=best.throughput,
+                    throughput_ci=best.throughput_ci, tied_with=tied)

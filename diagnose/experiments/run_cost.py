@@ -49,7 +49,8 @@ def run_cost(capture: Optional[Capture], analysis: Optional[Analysis], results: 
     devices = _devices(capture)
     samples = _samples_per_step(capture)
     energy_step, sources, energy_note = _energy_per_step(capture.energy)
-    now = _option("now", "", 1.0, None, length, step_s, startup_s, energy_step, devices, inputs, "")
+    now = _option(label="now", optimization="", speedup=1.0, ci=None, length=length, step_s=step_s,
+                  startup_s=startup_s, energy_step_j=energy_step, devices=devices, inputs=inputs, energy_note="")
     changes = [_with_saving(_change_option(e, length, step_s, startup_s, energy_step, devices, inputs), now, devices,
                             inputs) for e in _verified(results)]
     return RunCost(
@@ -132,24 +133,27 @@ def _change_option(e: Experiment, length: RunLength, step_s: float, startup_s: O
         startup = max(0.0, startup + e.first_step_s - e.baseline_first_step_s)
     energy_step = energy_step_j * e.energy_ratio if energy_step_j is not None and e.energy_ratio else None
     # a change of the batch changes the steps, not the samples: per step of now's size, as the ratio is per sample
-    return _option(label, e.optimization, e.speedup, e.ci, length, step_s, startup, energy_step, devices, inputs,
-                   "" if energy_step is not None else CHANGE_ENERGY_NOTE)
+    return _option(label=label, optimization=e.optimization, speedup=e.speedup, ci=e.ci, length=length,
+                   step_s=step_s, startup_s=startup, energy_step_j=energy_step, devices=devices, inputs=inputs,
+                   energy_note="" if energy_step is not None else CHANGE_ENERGY_NOTE)
 
 
-def _option(label: str, optimization: str, speedup: float, ci: Optional[tuple[float, float]], length: RunLength,
+def _option(*, label: str, optimization: str, speedup: float, ci: Optional[tuple[float, float]], length: RunLength,
             step_s: float, startup_s: Optional[float], energy_step_j: Optional[float], devices: int,
             inputs: CostInputs, energy_note: str) -> RunCostOption:
     steps = length.total_steps
     if steps is None:
-        return RunCostOption(label, optimization, speedup, ci, None, None, startup_s, energy_note=energy_note)
+        return RunCostOption(label=label, optimization=optimization, speedup=speedup, speedup_ci=ci, train_s=None,
+                             train_s_ci=None, startup_s=startup_s, energy_note=energy_note)
     once = startup_s or 0.0
     train_s = steps * step_s / speedup + once
     train_ci = (steps * step_s / ci[1] + once, steps * step_s / ci[0] + once) if ci else None
     energy_j = steps * energy_step_j if energy_step_j is not None else None
     hours = train_s / 3600 * devices
     money, money_ci = _money(train_s, train_ci, energy_j, devices, inputs)
-    return RunCostOption(label, optimization, speedup, ci, train_s, train_ci, startup_s, energy_j=energy_j,
-                         device_hours=hours, money=money, money_ci=money_ci, energy_note=energy_note)
+    return RunCostOption(label=label, optimization=optimization, speedup=speedup, speedup_ci=ci, train_s=train_s,
+                         train_s_ci=train_ci, startup_s=startup_s, energy_j=energy_j, device_hours=hours, money=money,
+                         money_ci=money_ci, energy_note=energy_note)
 
 
 def _money(train_s: float, train_ci: Optional[tuple[float, float]], energy_j: Optional[float], devices: int,

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments import cost
 from diagnose.experiments.records import setting_label
-from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, ScriptError, Status, Window, stated_step_s
+from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, ScriptError, Status, SteadyTiming, stated_step_s
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.runfolder import RunFolder
@@ -71,7 +71,7 @@ class Arm:
         return max(0.0, starts[len(starts) // 2] - span * steady_step_s)
 
 
-def _amount(window: Window, metric: str) -> Optional[int]:
+def _amount(window: SteadyTiming, metric: str) -> Optional[int]:
     if metric == UNIQUE_SAMPLES:
         return window.unique_samples
     return window.samples if metric == "samples/s" else window.steps

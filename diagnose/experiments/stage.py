@@ -109,7 +109,8 @@ def run_experiments(selection: str, capture: Capture, analysis: Analysis, findin
     if not chosen:
         results = [_result(arm, Arm("baseline", {}, ()), ctx, unrun_reason=TOO_SMALL_REASON)
                    for c in candidates for arm in c.arms]
-        budget = BudgetReport(budget_s, run_s, (), (), tuple(c.optimization for c in candidates), too_small=True,
+        budget = BudgetReport(budget_s=budget_s, run_estimate_s=run_s, planned=(), decided=(),
+                              untried=tuple(c.optimization for c in candidates), too_small=True,
                               rest_command=rest_command(capture, candidates, run_s))
         return Outcome(tuple(results + skipped), None, False, budget, search)
     trials = Trials(scheduler, Arm("baseline", {}, ()))
@@ -179,10 +180,10 @@ def _report(budget_s: float, chosen: list[Candidate], candidates: list[Candidate
     decided = {r.optimization for r in results if r.verdict in MEASURED | {Verdict.FAILED, Verdict.FLAGGED}}
     untried = [c for c in candidates if c.optimization not in decided]
     run_s = scheduler.estimate_s(Arm("baseline", {}, ()))  # one run, as measured by now
-    return BudgetReport(budget_s, run_s, tuple(c.optimization for c in chosen),
-                        tuple(c.optimization for c in candidates if c.optimization in decided),
-                        tuple(c.optimization for c in untried), scheduler.count, scheduler.elapsed_s(),
-                        rest_command=rest_command(scheduler.ctx.capture, untried, run_s))
+    return BudgetReport(budget_s=budget_s, run_estimate_s=run_s, planned=tuple(c.optimization for c in chosen),
+                        decided=tuple(c.optimization for c in candidates if c.optimization in decided),
+                        untried=tuple(c.optimization for c in untried), runs=scheduler.count,
+                        spent_s=scheduler.elapsed_s(), rest_command=rest_command(scheduler.ctx.capture, untried, run_s))
 
 
 def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
@@ -402,8 +403,9 @@ def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optio
     if combined is None:
         if ceiling is None:
             return None
-        return Headline((), None, None, Verdict.NO_CHANGE, "steps/s", None,
-                        ceiling.speedup if ceiling.verdict == Verdict.FASTER else None)
+        return Headline(changes=(), speedup=None, ci=None, verdict=Verdict.NO_CHANGE, metric="steps/s",
+                        data_loading_recovered_frac=None,
+                        ceiling_speedup=ceiling.speedup if ceiling.verdict == Verdict.FASTER else None)
     verified_ceiling = ceiling is not None and ceiling.verdict == Verdict.FASTER and ceiling.speedup
     recovered = None
     if verified_ceiling and combined.verdict == Verdict.FASTER and combined.speedup and combined.metric == "steps/s":
@@ -411,5 +413,6 @@ def _headline(winners: list[Arm], combined: Optional[Experiment], ceiling: Optio
         # when the fixes also sped up more than data loading (e.g. caching skips preprocessing the ceiling keeps)
         recovered = min((1 - 1 / combined.speedup) / (1 - 1 / ceiling.speedup), 1.0)
     changes = tuple(combined.setting.get("changes", ())) or tuple(a.label for a in winners)  # riders included
-    return Headline(changes, combined.speedup, combined.ci, combined.verdict, combined.metric,
-                    recovered, ceiling.speedup if verified_ceiling else None)
+    return Headline(changes=changes, speedup=combined.speedup, ci=combined.ci, verdict=combined.verdict,
+                    metric=combined.metric, data_loading_recovered_frac=recovered,
+                    ceiling_speedup=ceiling.speedup if verified_ceiling else None)

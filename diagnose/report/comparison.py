@@ -126,9 +126,11 @@ class CompareView:
 def build_compare_view(c: Comparison) -> CompareView:
     a_ms = {r.name: r.a * 1000 for r in c.buckets}
     b_ms = {r.name: r.b * 1000 for r in c.buckets}
-    return CompareView(c, f"diagnose compare: {Path(c.a.path).name} vs {Path(c.b.path).name}", step_sentence(c),
-                       basis_sentence(c), gate_sentence(c.gate), breakdown_pair_chart(a_ms, b_ms),
-                       dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"), __version__, compare_sentence(c.run_cost))
+    return CompareView(comparison=c, title=f"diagnose compare: {Path(c.a.path).name} vs {Path(c.b.path).name}",
+                       step_sentence=step_sentence(c), basis_sentence=basis_sentence(c),
+                       gate_sentence=gate_sentence(c.gate), chart=breakdown_pair_chart(a_ms, b_ms),
+                       generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"), version=__version__,
+                       run_cost_sentence=compare_sentence(c.run_cost))
 
 
 def write_compare_html(out_dir: Path, c: Comparison, templates_dir: Optional[str] = None) -> Path:

@@ -57,7 +57,7 @@ class OpColumns:
     correlation id). With a window, only the events the window's analysis kept: memory bounded by its size."""
 
     def __init__(self, window: Optional[KeptSteps]):
-        self.window = window
+        self.kept = window
         self.metadata: dict = {}
         self.threads: dict = {}
         self.op_keys: dict[tuple[str, str], int] = {}
@@ -91,11 +91,11 @@ class OpColumns:
         self.device.append(device)
 
     def _on_host(self, start: float) -> bool:
-        window = self.window
+        window = self.kept
         return window is None or window.keep_from <= start < window.keep_until  # the next step starts there
 
     def _on_device(self, start: float, duration: float, correlation: int) -> bool:
-        window = self.window
+        window = self.kept
         if window is None:
             return True
         if window.by_launch and window.corr_low <= correlation <= window.corr_high:

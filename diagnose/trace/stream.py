@@ -171,7 +171,7 @@ class _Share:
     """One process's share of the pieces (every `of`-th, from `parity`): what each left, by piece index."""
 
     def __init__(self, parity: int, of: int, jit: bool, window: Optional[KeptSteps] = None, limit: int = 0):
-        self.parity, self.of, self.jit, self.window = parity, of, jit, window
+        self.parity, self.of, self.jit, self.kept = parity, of, jit, window
         self.limit, self.events = limit, 0  # stop past `limit` complete events (0: no limit)
         self.pieces: dict[int, tuple] = {}
         self.started = False  # the events' list found (the pieces before are read by every share)
@@ -195,9 +195,9 @@ class _Share:
         self.events += complete
         if self.limit and self.events > self.limit:
             raise _OverBudget
-        if self.window is not None:  # only the window's events are kept: memory bounded by its size
-            parts = {kind: spans_in(self.window, kind, spans) for kind, spans in parts.items()}
-            memory, flops = memory_in(self.window, memory), flops_in(self.window, flops)
+        if self.kept is not None:  # only the window's events are kept: memory bounded by its size
+            parts = {kind: spans_in(self.kept, kind, spans) for kind, spans in parts.items()}
+            memory, flops = memory_in(self.kept, memory), flops_in(self.kept, flops)
             if not (len(memory) or len(flops) or any(parts.values())):
                 return True  # nothing of the window here: not even an entry is kept
         self.pieces[index] = (parts, memory, flops)
