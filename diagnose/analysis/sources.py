@@ -23,7 +23,7 @@ from diagnose.trace import (
     KeptSteps,
     Trace,
     agreed_kept_steps,
-    counted,
+    first_pass,
     load_trace,
     text_is_big,
     usable_cores,
@@ -162,7 +162,7 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
     (per-rank table, the rank to diagnose). A trace of more than `max_events` events: a window of its steps."""
     calls = [(i, path, max_events, None) for i, path in enumerate(paths)]
     if len(paths) > 1 and max_events > 0:  # the ranks' windows are chosen together: the same steps in each
-        counters = in_workers(counted, [(path, max_events) for path in paths], jobs)
+        counters = in_workers(first_pass, [(path, max_events) for path in paths], jobs)
         windows = agreed_kept_steps(counters, max_events)
         # a rank counted and given no window is read whole (0: not counted again)
         calls = [(i, path, 0 if counter is not None and window is None else max_events, window)

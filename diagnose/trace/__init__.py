@@ -28,7 +28,7 @@ SURFACE = {
     "is_communication": "classify", "SYNC_RUNTIME": "classify",
     # a trace past its budget: the steps kept, chosen for several ranks together
     "MAX_EVENTS": "prefetch", "text_is_big": "prefetch", "KeptSteps": "kept_steps", "agreed_kept_steps": "kept_steps",
-    "counted": "trace_file",
+    "first_pass": "trace_file",
     # compare's op table: the columns it needs, read as a stream
     "OpColumns": "op_columns", "read_op_columns": "op_columns", "whole_text_columns": "op_columns",
     "NO_CORRELATION": "op_columns", "PIECE_BYTES": "event_pieces",

@@ -62,7 +62,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
             return trace
         # a layout the expressions do not read: parsed as objects a piece at a time, past the budget some
         # of its steps chosen by a first pass over its objects (the ranks' agreed one was chosen from that pass
-        # too: trace_file.counted)
+        # too: trace_file.first_pass)
         kept_steps = kept_steps if kept_steps is not None else kept_steps_of_objects(path, max_events)
         parsed = parsed_in_pieces(path, window=kept_steps)
         if parsed is not None:

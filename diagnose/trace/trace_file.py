@@ -113,7 +113,7 @@ def object_counted(path: Path, piece_bytes: Optional[int] = None) -> Optional[Ob
     return counter
 
 
-def counted(path: Path, max_events: int) -> Optional[StepCounter]:
+def first_pass(path: Path, max_events: int) -> Optional[StepCounter]:
     """The first pass over a trace that may hold more than `max_events` events (None: it cannot, or no budget):
     over its text, or over its objects where its events are in a layout the text's pass does not read."""
     counter = stream.text_counted(path, max_events)
@@ -125,7 +125,7 @@ def counted(path: Path, max_events: int) -> Optional[StepCounter]:
 def kept_steps_of(path: Path, max_events: int) -> Optional[KeptSteps]:
     """The window of steps to keep of a trace in any layout that holds more than `max_events` events (None: keep
     every event), chosen by the first pass its layout needs."""
-    counter = counted(path, max_events)
+    counter = first_pass(path, max_events)
     window = counter.kept_steps(max_events) if counter is not None else None
     del counter
     give_back_freed_memory()
