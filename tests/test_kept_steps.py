@@ -252,7 +252,7 @@ def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tm
     # rank 1's events have their keys sorted: the text's pass reads nothing of it, its objects are counted instead
     from diagnose.analysis.sources import analyze_traces
     from diagnose.trace.kept_steps import agreed_kept_steps
-    from diagnose.trace.trace_file import counted
+    from diagnose.trace.trace_file import first_pass
 
     paths = []
     for rank, events, layout in ((0, 60_000, ()), (1, 90_000, ("--sorted-keys",))):
@@ -261,7 +261,7 @@ def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tm
                         str(events), "--rank", str(rank), "--seed", str(rank), "--world-size", "2", *layout],
                        check=True, capture_output=True, timeout=300)
     budget = 25_000
-    counters = [counted(path, budget) for path in paths]
+    counters = [first_pass(path, budget) for path in paths]
     assert counters[0].kineto_layout is True and isinstance(counters[1], ObjectCounter)
     assert len(counters[1].marks) == 10 and counters[1].stepped
     alone = [(w.first, w.last) for w in (c.kept_steps(budget) for c in counters)]
