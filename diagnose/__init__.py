@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 
+from diagnose import step_hook
+
 __version__ = "0.1.0"
 
 # The Python doors, loaded on first use so that `import diagnose` (and the capture child that imports it for
@@ -17,9 +19,6 @@ PUBLIC = {"run": "diagnose.api.calls", "analyze": "diagnose.api.calls",
 __all__ = ["step", "__version__", "run", "analyze", "compare", "load", "window", "Window", "Result",
            "ComparisonResult", "UserError"]
 
-_step_hook = None  # set by the capture child; None when the script runs on its own
-
-
 def step() -> None:
     """Mark the start of a training step. A no-op unless the script runs under `diagnose run` (or in a %%diagnose
     notebook cell).
@@ -29,8 +28,7 @@ def step() -> None:
             diagnose.step()
             ...
     """
-    if _step_hook is not None:
-        _step_hook()
+    step_hook.step()
 
 
 def __getattr__(name: str):

@@ -1,13 +1,14 @@
-"""Where the bundled rules/ and templates/ are: inside the wheel (diagnose/_data) or at the top of a checkout."""
+"""Where diagnose is: its package folder (PACKAGE_DIR: its own frames and files are told apart by it), and the
+bundled rules/ and templates/, inside the wheel (diagnose/_data) or at the top of a checkout."""
 from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def bundled(name: str) -> Path:
-    for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
+    for candidate in (PACKAGE_DIR / "_data" / name, PACKAGE_DIR.parent / name):
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"diagnose is installed without its {name}/ folder")

@@ -72,3 +72,22 @@ def test_with_gradient_accumulation_a_step_is_an_optimizer_step():
 def test_without_an_optimizer_step_each_backward_is_a_step_after_a_while():
     instr = _accumulating(micro=1, steps=70, with_optimizer=False)  # an optimizer built, never stepped
     assert len(instr.seen_boundaries) == 70 - instr.clock.MAX_UNSETTLED
+
+
+def test_diagnose_step_marks_the_steps_while_instrumented_and_is_a_no_op_after():
+    # a loop with no DataLoader, backward() or optimizer: the user's diagnose.step() calls are its steps
+    import diagnose
+
+    seen: list[int] = []
+    instr = Instrumentation(seen.append)
+    instr.install()
+    try:
+        for _ in range(4):
+            diagnose.step()
+            torch.ones(8).sum()
+    finally:
+        instr.uninstall()
+    assert instr.clock.source == "manual" and len(seen) >= 3
+    marked = len(seen)
+    diagnose.step()  # outside the capture: nothing watches
+    assert len(seen) == marked

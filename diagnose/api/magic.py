@@ -56,13 +56,13 @@ class StepBoundaries:
         import torch
         from torch.utils.data import dataloader
 
-        import diagnose
+        from diagnose import step_hook
 
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", "next")
         self._wrap(torch.Tensor, "backward", "backward")
-        previous_hook = diagnose._step_hook
-        diagnose._step_hook = lambda: self.seen("diagnose.step()")
-        self.undo.append(lambda: setattr(diagnose, "_step_hook", previous_hook))
+        previous_hook = step_hook.hook
+        step_hook.hook = lambda: self.seen("diagnose.step()")
+        self.undo.append(lambda: setattr(step_hook, "hook", previous_hook))
         return self
 
     def __exit__(self, *exc) -> None:

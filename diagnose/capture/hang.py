@@ -15,15 +15,15 @@ import threading
 from types import FrameType
 from typing import Optional
 
-import diagnose
 from diagnose.capture.sites import is_user_file
 from diagnose.model import Hang
+from diagnose.resources import PACKAGE_DIR
 
 HANG_FACTOR = 20  # an open step this many times the typical step...
 HANG_MIN_S = 5.0  # ...and at least this long has hung, not run slow
 STACK_DEPTH = 12  # frames kept of each stack, innermost last
 INNER_FRAMES = 6  # the innermost frames that say what the wait is
-DIAGNOSE_DIR = os.path.dirname(os.path.realpath(diagnose.__file__)) + os.sep
+DIAGNOSE_DIR = str(PACKAGE_DIR) + os.sep
 OWN_THREADS = ("diagnose-",)  # diagnose's samplers and its deadline's timer
 
 # what a wait is, from the innermost frames' files, functions and code: (what, a test on (file, function, code))

@@ -22,7 +22,7 @@ import torch
 import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dl_module
 
-import diagnose
+from diagnose import step_hook
 from diagnose.capture import frameworks, worker_stacks
 from diagnose.capture.changes import ChangeSet
 from diagnose.capture.sites import class_location, user_location
@@ -167,12 +167,12 @@ class Instrumentation:
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self._undo.append(lambda: setattr(warnings, "filters", saved_filters))
         self._undo.append(frameworks.install(self.changes.framework_settings))
-        diagnose._step_hook = lambda: self.clock.signal("manual")
+        step_hook.hook = lambda: self.clock.signal("manual")
         for start in self.changes.start_hooks:
             start()
 
     def uninstall(self) -> None:
-        diagnose._step_hook = None
+        step_hook.hook = None
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()

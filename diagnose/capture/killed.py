@@ -62,7 +62,7 @@ def cgroup_reading(machine_bytes: int) -> MemoryLimitReading:
 def oom_killed_capture(config: RunConfig, watch: OomKillWatch) -> Capture:
     """What the parent knows of a capture child the OOM killer took: its configuration, how long it ran, and the
     limit it was killed against."""
-    from diagnose.capture.session import environment  # torch: only on this path, `diagnose run` has it loaded
+    from diagnose.capture.environment import environment  # torch: only on this path, `diagnose run` has it loaded
 
     env = environment()
     reading = cgroup_reading(env.total_memory_bytes)

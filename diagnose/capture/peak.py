@@ -9,7 +9,6 @@ import math
 import os
 import platform
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -76,9 +75,9 @@ def peaks_in_child(device: str, timeout_s: float = 120.0, fresh: bool = False,
 
 
 def _package_root() -> str:
-    import diagnose
+    from diagnose.resources import PACKAGE_DIR
 
-    root = str(Path(diagnose.__file__).resolve().parent.parent)
+    root = str(PACKAGE_DIR.parent)
     return os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), root]))
 
 

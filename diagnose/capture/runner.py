@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-import diagnose
 from diagnose.capture import sandbox
 from diagnose.capture.killed import OomKillWatch, write_killed_capture
 from diagnose.capture.orphans import PARENT_ENV
 from diagnose.errors import UserError
 from diagnose.model import Capture, RunConfig, Status
+from diagnose.resources import PACKAGE_DIR
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json
 
@@ -57,7 +57,7 @@ def child_env(progress_fd: int, extra: tuple[tuple[str, str], ...] = ()) -> dict
     env["DIAGNOSE_PROGRESS_FD"] = str(progress_fd)
     env[PARENT_ENV] = str(os.getpid())  # the child stops when this process dies (orphans.stop_with_parent)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    package_root = str(Path(diagnose.__file__).resolve().parent.parent)
+    package_root = str(PACKAGE_DIR.parent)
     if "site-packages" not in package_root:  # running from a source checkout: let the child import us too
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), package_root]))
     return env

@@ -6,7 +6,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -20,8 +19,9 @@ import psutil
 import torch
 
 from diagnose.capture import hang, probe, run_length, step_plan, worker_failure, worker_stacks
-from diagnose.capture.device import allocator_stats, device_facts, peak_memory, sync_device
+from diagnose.capture.device import allocator_stats, peak_memory, sync_device
 from diagnose.capture.energy import EnergyMeter
+from diagnose.capture.environment import environment
 from diagnose.capture.flop_counter import StepFlops
 from diagnose.capture.host import ScriptHost, signals_held
 from diagnose.capture.instrument import Instrumentation
@@ -34,7 +34,6 @@ from diagnose.capture.startup import StartupWatch
 from diagnose.capture.step_plan import Feed, Phase, plan_steps
 from diagnose.model import (
     Capture,
-    Environment,
     FlopCount,
     Hang,
     LoaderInfo,
@@ -509,28 +508,6 @@ def _read_or_none(read):
         return read()
     except Exception:
         return None
-
-
-def environment() -> Environment:
-    facts = device_facts()
-    return Environment(
-        python=platform.python_version(),
-        torch=torch.__version__,
-        platform=platform.platform(),
-        cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-        total_memory_bytes=int(psutil.virtual_memory().total),
-        cuda_available=torch.cuda.is_available(),
-        gpu_name=facts.get("gpu_name"),
-        gpu_memory_bytes=facts.get("gpu_memory_bytes"),
-        gpu_capability=facts.get("gpu_capability"),
-        nvml=_nvml_status(),
-    )
-
-
-def _nvml_status() -> str:
-    from diagnose.capture.device import Nvml
-
-    return Nvml().status
 
 
 DISTRIBUTED_ENV = "DIAGNOSE_DISTRIBUTED"  # set by `diagnose run --nproc-per-node` and `diagnose capture`

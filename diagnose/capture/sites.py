@@ -8,13 +8,13 @@ from typing import Optional
 
 import torch
 
-import diagnose
+from diagnose.resources import PACKAGE_DIR
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
     for p in {
         os.path.dirname(torch.__file__),
-        os.path.dirname(diagnose.__file__),
+        str(PACKAGE_DIR),
         sysconfig.get_paths()["stdlib"],
         sysconfig.get_paths()["purelib"],
         sysconfig.get_paths()["platlib"],
@@ -42,7 +42,7 @@ def is_user_file(filename: str) -> bool:
 _FRAMEWORK = tuple(os.path.join(_TORCH_DIR, p) for p in (
     "optim", "nn", "autograd", "utils/data", "_dynamo", "_inductor", "amp", "cuda/amp", "_tensor.py",
     "functional.py", "overrides.py", "_ops.py", "profiler", "utils/hooks.py", "_compile.py")) + (
-    os.path.realpath(os.path.dirname(diagnose.__file__)) + os.sep,)
+    str(PACKAGE_DIR) + os.sep,)
 
 
 def is_framework_file(filename: str) -> bool:

@@ -2,7 +2,7 @@
 is the user's TrainingArguments(...) call and each change is one of its fields."""
 from __future__ import annotations
 
-from diagnose.frameworks.catalog import LOG_EVERY, Framework, accumulation, sparse_logging
+from diagnose.frameworks.framework import LOG_EVERY, Framework, accumulation, sparse_logging
 
 
 def _batch(metrics: dict) -> dict:

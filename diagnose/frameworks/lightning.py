@@ -3,7 +3,7 @@ own module, so those fixes stay on the user's lines; precision, accumulation and
 arguments."""
 from __future__ import annotations
 
-from diagnose.frameworks.catalog import LOG_EVERY, Framework, accumulation, sparse_logging
+from diagnose.frameworks.framework import LOG_EVERY, Framework, accumulation, sparse_logging
 
 _PRECISION = {"bfloat16": '"bf16-mixed"', "float16": '"16-mixed"'}
 
