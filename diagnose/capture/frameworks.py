@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import diagnose.frameworks.catalog as frameworks
 from diagnose.capture.sites import is_framework_file, is_user_file, user_location
+from diagnose.frameworks.framework import Framework
 from diagnose.model import FrameworkSite
 
 STAMP = "_diagnose_location"
@@ -115,7 +116,7 @@ def remade_from(frame: Optional[FrameType], cls: type) -> Optional[Any]:
     return None
 
 
-def running(frame: Optional[FrameType]) -> Optional[tuple[frameworks.Framework, Any, FrameType]]:
+def running(frame: Optional[FrameType]) -> Optional[tuple[Framework, Any, FrameType]]:
     """The framework whose Trainer is running somewhere up this stack, its trainer and that trainer's frame."""
     while frame is not None:
         obj = frame.f_locals.get("self") if frame.f_code.co_varnames[:1] == ("self",) else None
@@ -136,7 +137,7 @@ def site(frame: Optional[FrameType]) -> Optional[FrameworkSite]:
                          entry=user_location(trainer_frame), settings=_watched(framework, config))
 
 
-def _watched(framework: frameworks.Framework, config: Any) -> dict[str, str]:
+def _watched(framework: Framework, config: Any) -> dict[str, str]:
     """The values the run had of the settings the framework's fixes change (an enum as its value)."""
     values = {}
     for name in framework.watched:

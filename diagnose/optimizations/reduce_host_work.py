@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 import diagnose.frameworks.catalog as frameworks
+from diagnose.frameworks.framework import LOG_EVERY
 from diagnose.optimizations.base import IDENTICAL, Context, Optimization
 from diagnose.optimizations.registry import register
 
@@ -28,7 +29,7 @@ class ReduceHostWork(Optimization):
         return f"{framework.call}: {covered}; the per-step host work is elsewhere" if covered else None
 
     def settings(self, ctx):
-        return [{"every": frameworks.LOG_EVERY}]
+        return [{"every": LOG_EVERY}]
 
     def apply(self, setting, changes):
         raise NotImplementedError(f"{self.id} is applied only as a framework's setting (optimizations/runtime.py)")

@@ -5,6 +5,7 @@ from typing import Optional
 
 import diagnose.frameworks.catalog as frameworks
 from diagnose.capture.changes import ChangeSet
+from diagnose.frameworks.framework import Framework
 from diagnose.model import Change
 
 
@@ -27,7 +28,7 @@ def build_change_set(changes: list[Change], train_loader_location: Optional[str]
     return change_set
 
 
-def _apply_as_setting(framework: frameworks.Framework, change: Change, change_set: ChangeSet) -> None:
+def _apply_as_setting(framework: Framework, change: Change, change_set: ChangeSet) -> None:
     change_set.framework_settings.setdefault(framework.name, {}).update(framework.values(change.id, change.setting))
     said = ", ".join(f"{k}={v}" for k, v in framework.edits(change.id, change.setting).items())
     change_set.applied.append(f"{framework.call}({said})")
