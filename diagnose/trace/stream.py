@@ -214,8 +214,8 @@ def read_piece(piece: bytes, jit: bool) -> tuple[dict[str, list[Spans]], int, in
     whole events: all from the compiled scanner's one pass where it reads the piece, else by the expressions."""
     scanned = jitscan.scan(piece, 0, len(piece)) if jit else None
     events = scanned_coded(piece, scanned) if scanned is not None and len(scanned.ints) else None
-    if events is None:
-        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], jit)
+    if events is None:  # the scanner could not read it (or two labels share a hash): the expressions do
+        parts, matched, complete = _read_chunks(piece, [(0, len(piece))], False)
         return parts, matched, complete, read_memory_events(piece), read_flop_ops(piece)
     parts: dict[str, list[Spans]] = {kind: [] for kind in KINDS}
     matched = _coded_into(parts, events, ({}, {}, {}))
