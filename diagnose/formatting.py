@@ -57,8 +57,15 @@ def display_location(location: str | None, cwd: Path | None = None) -> str | Non
         return location
 
 
+def fmt_seconds(value) -> str:
+    """'3.7 s', '0.27 s', '41 s': seconds at a precision that reads (compile times, whole runs)."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0f} s" if abs(value) >= 10 else f"{value:.2g} s" if abs(value) < 1 else f"{value:.1f} s"
+
+
 # the same names in both environments (the report's and the rules')
-NUMBER_FILTERS = {"pct": fmt_pct, "ms": fmt_ms, "gib": fmt_gib, "flops": fmt_flops}
+NUMBER_FILTERS = {"pct": fmt_pct, "ms": fmt_ms, "gib": fmt_gib, "flops": fmt_flops, "seconds": fmt_seconds}
 
 
 # what the start-up watch calls the script's own code before training, and the first step once a forward has run

@@ -10,7 +10,8 @@ from enum import Enum
 from typing import Optional
 
 BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
-CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
+CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "host-overhead", "communication",
+              "compile")
 SEVERITIES = ("high", "medium", "low")
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 
@@ -177,6 +178,7 @@ class Measurement:
     # the energy counters over the timed span (the first window's start to the last one's end, epoch starts
     # included), per domain; empty where none was read
     energy: tuple["EnergyReading", ...] = ()
+    compile_s: Optional[float] = None  # time torch.compile spent compiling in this run (None: nothing compiled)
 
 
 @dataclass(frozen=True)
@@ -427,6 +429,57 @@ class EnergyReading:
 
 
 @dataclass(frozen=True)
+class CompileEvent:
+    """One compilation dynamo made while the script ran, from torch._dynamo's own CompilationMetrics
+    (capture/dynamo.py). Times in seconds; None where this torch does not record them."""
+    compile_id: str  # frame/attempt, as the trace's "Torch-Compiled Region: 0/1" names it
+    frame: str  # the function compiled (a resume function after a graph break: torch_dynamo_resume_in_...)
+    location: Optional[str]  # the user's file:line where that function starts
+    step: int  # the step (from 0, warm-up included) during which it compiled
+    seconds: float  # the forward's compile and its backward's, together
+    dynamo_s: Optional[float] = None  # tracing the bytecode
+    aot_autograd_s: Optional[float] = None
+    inductor_s: Optional[float] = None
+    codegen_s: Optional[float] = None  # inductor's code generation (part of inductor_s)
+    autotune_s: Optional[float] = None
+    backward_s: Optional[float] = None  # the backward graph, compiled at the first backward() through it
+    cache_hits: int = 0  # FX graph and AOTAutograd cache hits (local and remote) of this compilation
+    cache_misses: int = 0
+    recompile_reason: str = ""  # the guard that failed, for a recompilation; "" for a frame's first compile
+    failed: str = ""  # why dynamo gave up on the frame (the recompile limit: the frame runs eagerly)
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """A place in the user's code where dynamo ended a graph (torch._dynamo's GraphCompileReason)."""
+    location: Optional[str]  # file:line of the break, in the user's code
+    function: str  # the function the break is in
+    reason: str  # dynamo's reason, its first line ("Unsupported Tensor.item() call ...")
+    code: str = ""  # the graph-break registry's code (GB0124), where torch gives one
+    hint: str = ""  # torch's first hint
+    frame_ids: tuple[int, ...] = ()  # dynamo frames whose graph it ended: the trace's "Torch-Compiled Region: F/..."
+    compiles: int = 1  # compilations that met it
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """What torch.compile did in the run, read while it ran (capture/dynamo.py)."""
+    torch_version: str
+    call_location: Optional[str] = None  # the user's torch.compile(...) or module.compile() line
+    dynamic: Optional[bool] = None  # the dynamic= it was given (None: torch's default, automatic)
+    mode: Optional[str] = None
+    backend: str = "inductor"
+    events: tuple[CompileEvent, ...] = ()
+    graph_breaks: tuple[GraphBreak, ...] = ()
+    recompile_limit: Optional[int] = None  # torch._dynamo.config.recompile_limit when the run ended
+    # frames (function at file:line) that reached the recompile limit and from then on run eagerly
+    eager_after_limit: tuple[str, ...] = ()
+    # where the compile cache lived: "private" (a fresh folder of this run: the capture compiles cold, the timed
+    # runs after it warm), "user" (the user's own TORCHINDUCTOR_CACHE_DIR, in whatever state it was)
+    cache: str = "private"
+
+
+@dataclass(frozen=True)
 class Capture:
     """What the child process saw while running the user's script (RUN/capture.json)."""
     status: str  # a Status's value
@@ -488,6 +541,7 @@ class Capture:
     # imports and set-up left out); then the script's first line to its first step
     process_start_s: Optional[float] = None
     script_to_first_step_s: Optional[float] = None
+    compilation: Optional[Compilation] = None  # torch.compile ran: its compilations, graph breaks, recompiles
 
 
 @dataclass(frozen=True)
@@ -688,6 +742,52 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
+class CompiledFrame:
+    """One dynamo frame's compiled code in the profiled steps (analysis/compiled.py): the trace's
+    "Torch-Compiled Region: F/C" spans of frame F."""
+    frame_id: int
+    entries_per_step: float
+    eager_s_per_step: float  # inside the frame but outside its graphs and the frames it resumes into
+
+
+@dataclass(frozen=True)
+class BreakSite:
+    """A graph break with what it costs in the profiled steps (where the trace tells its frames apart)."""
+    location: Optional[str]
+    function: str
+    reason: str
+    code: str = ""
+    hint: str = ""
+    per_step: Optional[float] = None  # times the break is met per step (entries into the frame it ends)
+    eager_s_per_step: Optional[float] = None  # eager code it leaves between graphs, per profiled step
+    recompiles: int = 0  # recompilations of the frames it resumes into (a guard on the value read back)
+
+
+@dataclass(frozen=True)
+class RecompileSite:
+    """Recompilations of one compiled function, with the guard that failed."""
+    frame: str
+    location: Optional[str]
+    count: int
+    seconds: float  # compile time of the recompilations
+    guard: str  # the first failed guard, as dynamo states it ("tensor 'x' size mismatch at index 1 ...")
+    variable: Optional[str] = None  # what the guard checks ('x', or the value a graph break read back)
+    dimension: Optional[int] = None  # the size that changed, for a shape guard
+    eager_after_limit: bool = False  # reached the recompile limit: runs eagerly from then on
+    steps: tuple[int, ...] = ()  # the steps they happened in (from 0, warm-up included)
+
+
+@dataclass(frozen=True)
+class CompiledSteps:
+    """Compiled code in the profiled steps (from the trace) and what dynamo did in the run (from the capture)."""
+    graphs_per_step: float  # compiled frames entered per step (1 for a forward compiled whole)
+    eager_frac: float  # share of step time in compiled frames outside their graphs: eager code between graphs
+    frames: tuple[CompiledFrame, ...] = ()
+    breaks: tuple[BreakSite, ...] = ()  # costliest first
+    recompiles: tuple[RecompileSite, ...] = ()  # most first
+
+
+@dataclass(frozen=True)
 class Analysis:
     steps: tuple[StepBreakdown, ...]
     step_time_s: dict[str, Optional[float]]  # mean, p50, p95 (profiled); unprofiled (None when not measured)
@@ -704,6 +804,7 @@ class Analysis:
     framework: Optional[FrameworkSite] = None  # findings speak in its settings' words
     memory: Optional[MemoryBreakdown] = None  # the peak of a step, what it is made of, where it falls
     speed_of_light: Optional[SpeedOfLight] = None  # FLOPs per step against the device's peak
+    compiled: Optional[CompiledSteps] = None  # torch.compile'd code in the steps (None: none in the trace)
 
 
 @dataclass(frozen=True)
@@ -723,6 +824,10 @@ class Finding:
     # a finding whose cost only ranks it: a memory risk, a cost no measurement gives); cost_basis: what bounded it
     predicted_speedup: Optional[float] = None
     cost_basis: str = ""
+    share_of: str = "step"  # what cost_fraction is a share of: the step's time, or the whole run's (compile time)
+    # predicted_speedup is what the fix gives at most (upper), or at least (lower: the cost counts only part of
+    # what the fix removes, as a graph break's machinery without the fusion it loses)
+    prediction_bound: str = "upper"
 
 
 @dataclass(frozen=True)
@@ -776,6 +881,10 @@ class Experiment:
     # energy per unit of work (a step, or a sample for samples/s), the variant's over the baseline's: geometric means
     # of their timed runs' counters; None where the runs read no counter
     energy_ratio: Optional[float] = None
+    # time torch.compile spent compiling in a timed run (median over its runs), the variant's and the baseline's:
+    # a change to how the model compiles pays or saves it once per run, apart from the steady speedup
+    compile_s: Optional[float] = None
+    baseline_compile_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -1008,6 +1117,45 @@ def stated_step_s(step_time_s: dict) -> Optional[float]:
 
 
 @dataclass(frozen=True)
+class CompileTrial:
+    """A change to how the model compiles, measured: its steady speedup and what it does over the whole run, where
+    the compile time each pays once counts (experiments/compile_cost.py)."""
+    label: str  # the change as optimization(setting)
+    optimization: str
+    speedup: Optional[float]  # steady steps/s against the baseline (the experiment's)
+    speedup_ci: Optional[tuple[float, float]]
+    compile_s: Optional[float]  # the variant's compile time in its timed runs (median)
+    baseline_compile_s: Optional[float]
+    run_steps: Optional[float]  # the whole run's steps it is counted over
+    run_speedup: Optional[float] = None  # (steps x step + compile) of the baseline over the variant's
+    run_speedup_ci: Optional[tuple[float, float]] = None
+    run_verdict: str = ""  # faster | slower | no-change over the whole run; "" where not counted
+
+
+@dataclass(frozen=True)
+class CompileSummary:
+    """What torch.compile costs the run and whether it pays (diagnosis.json `compilation`)."""
+    torch_version: str
+    compile_s: float  # this run's compilations, all together (dynamo, AOT autograd, inductor, the backward)
+    first_step_s: float  # of which before the first step ended
+    recompile_s: float
+    recompiles: int
+    graph_breaks: int
+    split_s: dict[str, float]  # dynamo, aot_autograd, inductor, codegen (part of inductor), autotune, backward
+    cache: str  # this run's: cold (every lookup missed) | warm (every lookup hit) | mixed | unknown
+    cold_s: Optional[float]  # compile time with an empty cache: this run's when it was cold
+    warm_s: Optional[float]  # with a warm cache: the timed runs after this one (median), or this run's when warm
+    eager_step_s: Optional[float] = None  # the same step not compiled (the eager experiment), where measured
+    compiled_step_s: Optional[float] = None  # the step as the script runs it
+    saved_per_step_s: Optional[float] = None  # eager - compiled: negative when compiling makes steps slower
+    break_even_steps: Optional[float] = None  # steps for the saving to repay warm_s (else compile_s)
+    run_steps: Optional[float] = None  # the whole run's steps, where known
+    note: str = ""  # why a figure is missing, or what it rests on
+    trials: tuple[CompileTrial, ...] = ()
+    eager_after_limit: tuple[str, ...] = ()  # frames past the recompile limit, running eagerly
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The stable contract written to RUN/diagnosis.json (schema 1)."""
     schema: int
@@ -1036,3 +1184,4 @@ class Diagnosis:
     hang: Optional[Hang] = None  # status hung: where the step that never ended waited
     worker_failure: Optional[WorkerFailure] = None  # the script's error was a DataLoader worker's death
     run_cost: Optional[RunCost] = None  # the run's time, energy and money, now and with each verified change
+    compilation: Optional[CompileSummary] = None  # torch.compile: compile time, cache, break-even, changes tried

@@ -24,15 +24,16 @@ SEVERITY_FROM_COST = (("high", 0.20), ("medium", 0.05))  # XProf's tiers for inp
 # A step at this share of its dtype's peak or more computes as well-tuned training does (published MFU of large
 # runs: 33-58%): what remains is worth fixing, but it is not what holds training back, so no finding is high.
 WELL_TUNED_MFU = 0.40
-PREDICTS = ("speedup", "rank")  # what a rule's cost is: a share of step time a fix removes, or only a rank
+# a rule's cost: step time a fix removes at most (speedup) or at least (floor), a rank, a share of the whole run
+PREDICTS = ("speedup", "floor", "rank", "run-share")
 CEILINGS = {"mfu": "its dtype's peak", "mfu_best_dtype": "the fastest dtype's peak"}
 MOST_PREDICTED = 100.0  # a cost of the whole step: the bound says "up to 100x", not infinity
-LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync")
+LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync", "compile", "graph_break")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
                  "explanation", "predicts", "ceiling")
 TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "optimizer_location", "syncs",
-                   "step_s"}
+                   "step_s", "graph_breaks", "recompiles", "compile_location"}
 
 
 def _environment() -> SandboxedEnvironment:
@@ -253,7 +254,10 @@ def _context(analysis: Analysis) -> dict:
             "loader_location": locations.get("loader") or "your DataLoader",
             "host_top_location": locations.get("host_top") or "your training loop",
             "optimizer_location": locations.get("optimizer") or "where your optimizer is built",
-            "host_top_code": _host_top_code(analysis), "syncs": analysis.syncs}
+            "host_top_code": _host_top_code(analysis), "syncs": analysis.syncs,
+            "graph_breaks": analysis.compiled.breaks if analysis.compiled else (),
+            "recompiles": analysis.compiled.recompiles if analysis.compiled else (),
+            "compile_location": locations.get("compile") or "where the model is compiled"}
 
 
 def _host_top_code(analysis: Analysis) -> str:
@@ -267,7 +271,7 @@ def predicted_cost(rule: Rule, metrics: dict) -> tuple[float, str, str]:
     """The rule's cost, no more than the speed of light leaves, its severity, and what bounded either. A step at
     49% of its peak cannot lose 90% of its time to anything that keeps its FLOPs and dtype: at most 51%."""
     cost = rule.cost_of(metrics)
-    if rule.predicts != "speedup":
+    if rule.predicts not in ("speedup", "floor"):
         return cost, severity_for(cost), ""
     reached = metrics.get(rule.ceiling)
     basis = ""
@@ -300,7 +304,9 @@ def _finding(rule: Rule, metrics: dict, context: dict, framework: Optional[Frame
         rule=rule.id, category=rule.category, severity=severity, cost_fraction=cost, title=rule.title,
         message=" ".join(rule.evidence.render(context).split()),
         location=location, fix=rule.fix, fix_code=fix_code, optimizations=rule.optimizations, docs=rule.docs,
-        predicted_speedup=speedup_bound(cost) if rule.predicts == "speedup" else None, cost_basis=basis,
+        predicted_speedup=speedup_bound(cost) if rule.predicts in ("speedup", "floor") else None, cost_basis=basis,
+        share_of="run" if rule.predicts == "run-share" else "step",
+        prediction_bound="lower" if rule.predicts == "floor" else "upper",
     )
 
 

@@ -17,6 +17,7 @@ from diagnose.analysis.breakdown import (
     per_step,
     step_stats,
 )
+from diagnose.analysis.compiled import compile_metrics, compiled_steps, with_dynamo
 from diagnose.analysis.fixed_cost import fixed_cost_metrics, with_loader_fixed
 from diagnose.analysis.flops import trace_flops
 from diagnose.analysis.frames import innermost_segments
@@ -98,6 +99,9 @@ def analyze(inputs: Inputs) -> Analysis:
     step_time_s = {**stats, "unprofiled": unprofiled_step_s(inputs.capture)}
     light = released(_speed_of_light(inputs, host_step_spans, step_time_s, busy))
     metrics.update(speed_metrics(light))
+    compiled = with_dynamo(released(compiled_steps(steady, len(steps), steps_us)),
+                           inputs.capture.compilation if inputs.capture is not None else None)
+    metrics.update(compile_metrics(compiled, inputs.capture, step_time_s))
     return Analysis(
         steps=tuple(steps),
         step_time_s=step_time_s,
@@ -105,7 +109,7 @@ def analyze(inputs: Inputs) -> Analysis:
         top_ops=op_stats.top_ops(steady.cpu_ops, self_t),
         host_lines=host_lines,
         metrics=metrics,
-        locations=_locations(inputs.capture, host_lines, syncs),
+        locations=_locations(inputs.capture, host_lines, syncs, compiled),
         step_definition=trace.step_definition,
         notes=analysis_notes(trace, inputs.capture, steps, from_frames=inputs.stacks is None and bool(host_lines))
         + timeline_notes(timeline),
@@ -114,6 +118,7 @@ def analyze(inputs: Inputs) -> Analysis:
         framework=inputs.capture.framework if inputs.capture is not None else None,
         memory=memory,
         speed_of_light=light,
+        compiled=compiled,
     )
 
 
@@ -173,7 +178,7 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
     return m
 
 
-def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optional[str]]:
+def _locations(capture: Optional[Capture], host_lines, syncs, compiled) -> dict[str, Optional[str]]:
     # "loader" is where the DataLoader is made (fixes edit that call): only a capture knows it, not a trace's frames
     loader = training_loader(capture)
     return {
@@ -182,4 +187,6 @@ def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optio
         "model": capture.model.location if capture and capture.model else None,
         "host_top": next((h.location for h in host_lines if not h.in_torch), None),
         "sync": next((s.location for s in syncs if s.location), None),
+        "compile": capture.compilation.call_location if capture and capture.compilation else None,
+        "graph_break": next((b.location for b in compiled.breaks if b.location), None) if compiled else None,
     }

@@ -148,4 +148,26 @@ METRICS: dict[str, str] = {
     "item_calls_per_step": "aten::item / .item() calls per step",
     "h2d_pageable_frac": "share of host-to-device copy time from pageable (unpinned) memory",
     "data_parallel_used": "1 when torch.nn.DataParallel wraps the model",
+    # torch.compile
+    "compiled": "1 when the steps run torch.compile'd code (a compiled region in the trace, or torch.compile called "
+                "in the run), 0 when a run compiled nothing",
+    "compile_dynamic": "the dynamic= torch.compile was given: 1 for True, 0 for False, None when left to torch's "
+                       "default (automatic dynamic shapes) or not compiled (run mode)",
+    "compile_graphs_per_step": "compiled frames entered per step, from the trace's Torch-Compiled Region spans (1 for "
+                               "a forward compiled whole; each graph break adds one)",
+    "compile_eager_frac": "share of step time inside compiled frames but outside their graphs: the eager code "
+                          "between graphs, guards and graph calls' own wrappers",
+    "compile_break_frac": "share of step time in the eager code of the frames a graph break ended (run mode)",
+    "compile_graph_breaks": "places in the user's code where dynamo ended a graph (run mode)",
+    "compile_recompiles": "recompilations: a compiled frame whose guard failed compiled again (run mode)",
+    "compile_recompiles_after_warmup": "recompilations during the timed and profiled steps, after the warm-up "
+                                       "(run mode)",
+    "compile_recompile_limit_hit": "1 when a frame reached dynamo's recompile limit and from then on runs eagerly "
+                                   "(run mode)",
+    "compile_s": "seconds torch.compile spent compiling in the run: dynamo, AOT autograd, inductor, the backward "
+                 "(run mode)",
+    "compile_recompile_s": "seconds of that spent on recompilations (run mode)",
+    "compile_run_frac": "compile_s as a share of the whole run the script is written for: its steps at the stated "
+                        "step time plus compile_s (run mode, where the run's length is known)",
+    "compile_recompile_run_frac": "compile_recompile_s as a share of that whole run",
 }

@@ -20,6 +20,8 @@ class ChangeSet:
     loss_transforms: list[Callable[[Any], Any]] = field(default_factory=list)  # tensor passed to backward()
     start_hooks: list[Callable[[], None]] = field(default_factory=list)
     framework_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # framework -> setting -> value
+    compile_edits: list[Callable[[dict], None]] = field(default_factory=list)  # torch.compile's keyword arguments
+    skip_compile: bool = False  # torch.compile and module.compile leave the model as it is (eager)
     replay_first_batch: bool = False
     applied: list[str] = field(default_factory=list)  # what actually happened, for the record
 

@@ -25,6 +25,7 @@ import torch.utils.data.dataloader as dl_module
 from diagnose import step_hook
 from diagnose.capture import frameworks, worker_stacks
 from diagnose.capture.changes import ChangeSet
+from diagnose.capture.dynamo import DynamoWatch
 from diagnose.capture.sites import class_location, user_location
 from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
 
@@ -132,7 +133,13 @@ class Instrumentation:
                  on_batch: Optional[Callable[[Any], None]] = None, on_loss: Optional[Callable[[Any], None]] = None,
                  on_epoch: Optional[Callable[[Any], None]] = None):
         self.seen = Observed()
-        self.clock = StepClock(on_boundary, optimizer_built=lambda: bool(self.seen.optimizers))
+        self.dynamo = DynamoWatch()  # what torch.compile does, step by step
+
+        def boundary(count: int) -> None:
+            self.dynamo.on_step(count - 1)
+            on_boundary(count)
+
+        self.clock = StepClock(boundary, optimizer_built=lambda: bool(self.seen.optimizers))
         self.changes = changes or ChangeSet()
         self.on_batch, self.on_loss, self.on_epoch = on_batch, on_loss, on_epoch
         self._undo: list[Callable[[], None]] = []
@@ -161,6 +168,7 @@ class Instrumentation:
         post = torch.nn.modules.module.register_module_forward_hook(self._after_forward)
         self._global_module_hooks = [pre.remove, post.remove]
         self._undo.append(self._remove_global_module_hooks)
+        self._undo.append(self.dynamo.install())
         self._patch(torch, "compile", self._wrap_compile)
         self._patch(torch.nn.Module, "compile", self._wrap_module_compile)
         saved_filters = warnings.filters[:]
@@ -440,6 +448,11 @@ class Instrumentation:
 
         @functools.wraps(original)
         def compile(model=None, *args, **kwargs):
+            instr.dynamo.on_compile_call(kwargs, user_location(sys._getframe(1)))
+            for edit in instr.changes.compile_edits:
+                edit(kwargs)
+            if instr.changes.skip_compile and model is not None:
+                return model  # run eagerly: what compiling costs and saves, measured against not compiling
             result = original(model, *args, **kwargs)
             instr.compiled = instr.compiled or isinstance(result, torch.nn.Module)
             return result
@@ -452,6 +465,11 @@ class Instrumentation:
 
         @functools.wraps(original)
         def compile(module, *args, **kwargs):
+            instr.dynamo.on_compile_call(kwargs, user_location(sys._getframe(1)))
+            for edit in instr.changes.compile_edits:
+                edit(kwargs)
+            if instr.changes.skip_compile:
+                return None
             result = original(module, *args, **kwargs)
             instr.compiled = True
             compiled = getattr(module, "_compiled_call_impl", None)

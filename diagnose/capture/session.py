@@ -467,6 +467,7 @@ class Session(ScriptHost):
             flops=self.flops,
             flops_note=self.flops_note if self.flops is None else "",
             tf32_matmuls=_tf32_matmuls(),
+            compilation=instr.dynamo.compilation(),
             **cost_facts(self, micro_per_step),  # the run's length, energy, start-up
         )
 

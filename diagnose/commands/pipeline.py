@@ -29,6 +29,7 @@ def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...])
 
 def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
                     experiments: ExperimentResults, cost_inputs: CostInputs = CostInputs()) -> Diagnosis:
+    from diagnose.experiments.compile_cost import compile_summary
     from diagnose.experiments.predictions import check_predictions, count_off
     from diagnose.experiments.run_cost import run_cost
 
@@ -61,6 +62,7 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
         hang=capture.hang if capture else None,
         worker_failure=capture.worker_failure if capture else None,
         run_cost=run_cost(capture, analysis, experiments, cost_inputs),
+        compilation=compile_summary(capture, analysis, experiments),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 
 from rich.console import Console
 
+from diagnose.capture.compile_cache import private_compile_cache
 from diagnose.capture.runner import check_script, restore_abandoned, run_in_child
 from diagnose.commands.options import BaselineGate, OutputOptions
 from diagnose.commands.output import check_out_dir, finish_output, new_run_dir, progress_bar
@@ -56,7 +57,7 @@ def run_and_report(config: RunConfig, output: OutputOptions,
         console.print(line, style="yellow", highlight=False, markup=False)
     out_stream = Console(stderr=True) if output.as_json else Console()
     experiments, warmup = config.experiments, config.warmup_steps
-    with progress_bar(console) as progress:
+    with progress_bar(console) as progress, private_compile_cache():
         task = progress.add_task("profiling", total=warmup + config.profile_steps, note="starting")
         outcome = run_in_child(config, run_dir, _printer(progress, out_stream),
                                _progress_handler(progress, task))

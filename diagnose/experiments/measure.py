@@ -15,6 +15,7 @@ import torch
 
 from diagnose.capture.bursts import Bursts
 from diagnose.capture.device import Nvml, device_in_use, peak_memory, sync_device
+from diagnose.capture.dynamo import compile_seconds
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.fingerprint import sample_fingerprints
 from diagnose.capture.host import ScriptHost
@@ -343,6 +344,7 @@ class MeasureSession(ScriptHost):
             rewarm_steps=self.span_steps,
             fed=self.fed.record(),
             energy=self.energy.readings(),
+            compile_s=compile_seconds(self.instr.dynamo.compilation()),
         )
         write_json(RunFolder(self.run_dir).measure, measurement)
         return 0 if Status.is_ok(status) else 1

@@ -3,6 +3,7 @@ speedups. Input: the capture, analysis and findings; output: Experiment records 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -233,7 +234,13 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                       baseline_first_step_s=baseline.ok_runs()[0].startup_s if baseline.ok_runs() else None,
                       change=change_text(arm.changes, ctx), fidelity_warning=warning, data_check=data.verdict,
                       data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm),
-                      energy_ratio=energy_ratio(baseline.ok_runs(), ok, metric))
+                      energy_ratio=energy_ratio(baseline.ok_runs(), ok, metric),
+                      compile_s=_median_compile_s(ok), baseline_compile_s=_median_compile_s(baseline.ok_runs()))
+
+
+def _median_compile_s(runs) -> Optional[float]:
+    seconds = [m.compile_s for m in runs if m.compile_s is not None]
+    return statistics.median(seconds) if seconds else None
 
 
 def _baseline_mfu(baseline: Arm, ctx: Context) -> Optional[float]:

@@ -46,7 +46,7 @@ class Optimization:
     fidelity: str = IDENTICAL
     applied_automatically: bool = True
     metric: str = "steps/s"
-    site: Optional[str] = None  # "loader" or "optimizer": the construction call a diff edits
+    site: Optional[str] = None  # "loader", "optimizer" or "compile": the call a diff edits
     snippet_too: bool = False  # the keyword edit at `site` is half the change: the snippet shows the rest
     conflicts_with: tuple[str, ...] = ()  # optimizations that cannot be combined with this one
     # skipped alone because it needs another one (persistent workers need workers): joins that one's best setting

@@ -11,6 +11,13 @@ class Compile(ModelOptimization):
     title = "torch.compile"
     fidelity = APPROXIMATE
 
+    def model_skip_reason(self, ctx):
+        compilation = ctx.capture.compilation
+        if compilation is not None:
+            where = f" at {compilation.call_location}" if compilation.call_location else ""
+            return f"the script already compiles its model{where}"
+        return None
+
     def extra_warmup_steps(self, setting, ctx):
         return 10  # compilation and recompilations happen in the first steps
 

@@ -17,6 +17,7 @@ from diagnose.report.view import step_time_view
 from diagnose.report.wording import (
     CATEGORY_NAMES,
     batch_search_sentence,
+    compile_lines,
     headline_sentence,
     memory_sentence,
     prediction_text,
@@ -47,6 +48,8 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     startup = startup_sentence(diagnosis.startup)
     if startup:
         console.print(startup, style="dim", soft_wrap=True, markup=False, highlight=False)
+    for line in compile_lines(diagnosis.compilation):
+        console.print(line, style="dim", soft_wrap=True, markup=False, highlight=False)
     _print_headline(console, diagnosis)
     for i, line in enumerate(run_cost_lines(diagnosis.run_cost)):
         console.print(line, style="bold" if i == 0 else None, soft_wrap=True, markup=False, highlight=False)

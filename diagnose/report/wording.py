@@ -11,6 +11,7 @@ from diagnose.formatting import (
     fmt_flops,
     fmt_gib,
     fmt_ms,
+    fmt_seconds,
     setting_label,
     startup_place,
 )
@@ -20,6 +21,7 @@ CATEGORY_NAMES = {
     "training": "training",
     "data-loading": "data loading", "transfer": "host-to-device transfer", "utilization": "low utilization",
     "memory": "memory", "host-overhead": "host overhead", "communication": "communication",
+    "compile": "torch.compile",
 }
 
 
@@ -42,7 +44,8 @@ def verdict(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     if top.category == "training":
         return f"Not training{where}: {top.message}"
     rank = f" on rank {int(analysis.metrics['rank'])}" if len(analysis.ranks) > 1 else ""
-    return (f"Bottleneck{rank}: {CATEGORY_NAMES[top.category]}, {top.cost_fraction:.0%} of step time. "
+    share = "the whole run" if top.share_of == "run" else "step time"
+    return (f"Bottleneck{rank}: {CATEGORY_NAMES[top.category]}, {top.cost_fraction:.0%} of {share}. "
             f"{top.title}{where}.")
 
 
@@ -235,6 +238,48 @@ def startup_sentence(start: Optional[Startup]) -> str:
     return f"Start-up: {start.seconds:.0f} s before the first step: {startup_split(start, 1.0)}."
 
 
+CACHE_WORDS = {"cold": "cold: an empty cache", "warm": "warm: every graph from the cache",
+               "mixed": "partly from the cache", "unknown": "cache not read"}
+
+
+def compile_lines(summary) -> list[str]:
+    """The compile time, cold and warm, what it went to, and whether compiling pays back over the run:
+    'Compiling: 21 s (cold: an empty cache; 3.2 s warm) ...' Empty when nothing compiled."""
+    if summary is None:
+        return []
+    warm = f"; {fmt_seconds(summary.warm_s)} warm" if summary.warm_s is not None and summary.cache != "warm" else ""
+    split = ", ".join(f"{name.replace('_', ' ')} {fmt_seconds(s)}" for name, s in summary.split_s.items() if s >= 0.05)
+    counts = [f"{summary.graph_breaks} graph break(s)" if summary.graph_breaks else "",
+              f"{summary.recompiles} recompilation(s), {fmt_seconds(summary.recompile_s)}"
+              if summary.recompiles else "",
+              f"past the recompile limit, running eagerly: {', '.join(summary.eager_after_limit)}"
+              if summary.eager_after_limit else ""]
+    lines = [f"Compiling (torch {summary.torch_version}): {fmt_seconds(summary.compile_s)} "
+             f"({CACHE_WORDS.get(summary.cache, summary.cache)}{warm})" + (f": {split}" if split else "")
+             + "".join(f"; {c}" for c in counts if c) + "."]
+    lines.append(f"  {break_even_text(summary)}")
+    for trial in summary.trials:
+        if trial.run_speedup is not None:
+            lines.append(f"  {trial.label}: steady {speedup_text(trial.speedup, trial.speedup_ci)}, compiling "
+                         f"{fmt_seconds(trial.compile_s)} against {fmt_seconds(trial.baseline_compile_s)}: over the "
+                         f"run's {trial.run_steps:,.0f} steps {speedup_text(trial.run_speedup, trial.run_speedup_ci)} "
+                         f"({trial.run_verdict})")
+    return lines
+
+
+def break_even_text(summary) -> str:
+    """'Compiled steps save 0.6 ms each: compiling pays back after 5,400 steps (the run has 1,024).'"""
+    if summary.saved_per_step_s is None:
+        return f"Break-even unknown: {summary.note}." if summary.note else "Break-even unknown."
+    if summary.saved_per_step_s <= 0:
+        return (f"Compiled steps are no faster than eager ones ({fmt_ms(summary.compiled_step_s)} against "
+                f"{fmt_ms(summary.eager_step_s)}): compiling never pays back here.")
+    run = f" (the run has {summary.run_steps:,.0f})" if summary.run_steps else ""
+    return (f"Compiled steps save {fmt_ms(summary.saved_per_step_s)} each ({fmt_ms(summary.compiled_step_s)} against "
+            f"{fmt_ms(summary.eager_step_s)} eager): compiling pays back after {summary.break_even_steps:,.0f} "
+            f"steps{run}.")
+
+
 def _long_step_hint(capture: Capture) -> str:
     """Long steps: the fewer steps profiled, or when none was the options that would give a diagnosis."""
     return f" {capture.fit_note[0].upper()}{capture.fit_note[1:]}." if capture.fit_note else ""
@@ -405,7 +450,8 @@ def prediction_text(finding, check) -> str:
     if finding.predicted_speedup is None:
         return ""
     if check is None or check.measured_speedup is None:
-        return f"predicted: up to {speedup_text(finding.predicted_speedup, None)} if its fix removed the cost"
+        bound = "at least" if finding.prediction_bound == "lower" else "up to"
+        return f"predicted: {bound} {speedup_text(finding.predicted_speedup, None)} if its fix removed the cost"
     measured = speedup_text(check.measured_speedup, check.measured_ci)
     off = f": {PREDICTION_WORDS[check.verdict]}" if check.verdict in PREDICTION_WORDS else ""
     basis = f" ({check.basis})" if check.basis else ""

@@ -1,0 +1,245 @@
+"""What torch.compile did while the script ran, read from dynamo's own structured records, not its printed logs.
+
+- each compilation: torch._dynamo.utils.get_compilation_metrics() (CompilationMetrics: the frame, its times split
+  into dynamo, AOT autograd, inductor and code generation, cache hits, the guard that failed for a recompilation,
+  why a frame was given up: the recompile limit);
+- each graph break: torch._dynamo's GraphCompileReason (the reason and the user's stack where the graph ended),
+  kept with the compile id under way when it was made, so the trace's "Torch-Compiled Region: F/C" spans of frame
+  F can be charged to the break that ended F's graph;
+- the recompile limit: torch._dynamo.config.recompile_limit.
+
+Checked on torch 2.13. Every field is read with a default, so an older torch that records less gives less (None
+times, no breaks) rather than an error; a torch without these records gives no Compilation at all.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from diagnose.capture.compile_cache import cache_kind
+from diagnose.capture.sites import _realpath, is_user_file
+from diagnose.model import Compilation, CompileEvent, GraphBreak
+
+_GB_CODE = re.compile(r"/gb/(gb\d+)\.html", re.IGNORECASE)
+
+
+@dataclass
+class _Break:
+    location: Optional[str]
+    function: str
+    reason: str
+    code: str
+    hint: str
+    frame_ids: set = field(default_factory=set)
+    compiles: int = 0
+
+
+@dataclass
+class CompileSettings:
+    """The arguments of the user's torch.compile(...) / module.compile(...) call."""
+    location: Optional[str] = None
+    dynamic: Optional[bool] = None
+    mode: Optional[str] = None
+    backend: str = "inductor"
+
+
+class DynamoWatch:
+    """Collects compilations as steps go by; `compilation()` turns them into the frozen record."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.settings: Optional[CompileSettings] = None
+        self._events: list[CompileEvent] = []
+        self._pending_backward: dict[str, float] = {}  # compile id -> backward seconds, read before its forward
+        self._seen: set[int] = set()  # ids of the CompilationMetrics objects already read
+        self._breaks: dict[tuple, _Break] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    # -- install ----------------------------------------------------------------------------------
+    def install(self) -> Callable[[], None]:
+        """Start watching; returns the function that stops it."""
+        try:
+            from torch._dynamo.output_graph import GraphCompileReason
+        except ImportError:  # a torch without dynamo
+            return lambda: None
+        original = GraphCompileReason.__post_init__
+        watch = self
+
+        def post_init(reason_record) -> None:
+            original(reason_record)
+            if reason_record.graph_break:
+                watch._on_break(reason_record)
+
+        GraphCompileReason.__post_init__ = post_init
+        self._undo.append(lambda: setattr(GraphCompileReason, "__post_init__", original))
+        return self.uninstall
+
+    def uninstall(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    def on_compile_call(self, kwargs: dict[str, Any], location: Optional[str]) -> None:
+        """The script called torch.compile or module.compile: the first call's settings are the run's."""
+        if self.settings is not None:
+            return
+        backend = kwargs.get("backend", "inductor")
+        self.settings = CompileSettings(location=location, dynamic=kwargs.get("dynamic"), mode=kwargs.get("mode"),
+                                        backend=backend if isinstance(backend, str) else getattr(
+                                            backend, "__name__", type(backend).__name__))
+
+    # -- as the script runs -------------------------------------------------------------------------
+    def on_step(self, step: int) -> None:
+        """A step boundary: compilations read so far belong to the step that just ended."""
+        self.collect()
+        self.step = step
+
+    def collect(self) -> None:
+        try:
+            from torch._dynamo.utils import get_compilation_metrics
+        except ImportError:
+            return
+        for metrics in get_compilation_metrics():
+            if id(metrics) in self._seen:
+                continue
+            self._seen.add(id(metrics))
+            self._read(metrics)
+
+    def _read(self, m) -> None:
+        compile_id = str(_get(m, "compile_id") or "")
+        backward_us = _get(m, "backward_cumulative_compile_time_us")
+        if _get(m, "co_name") is None and backward_us is not None:  # the backward graph of a compiled forward
+            event = next((e for e in reversed(self._events) if e.compile_id == compile_id), None)
+            if event is None:
+                self._pending_backward[compile_id] = backward_us / 1e6
+            else:
+                self._events[self._events.index(event)] = _with_backward(event, backward_us / 1e6)
+            return
+        total = _get(m, "entire_frame_compile_time_s") or 0.0
+        backward_s = self._pending_backward.pop(compile_id, None)
+        filename, first_line = _get(m, "co_filename"), _get(m, "co_firstlineno")
+        self._events.append(CompileEvent(
+            compile_id=compile_id,
+            frame=str(_get(m, "co_name") or "?"),
+            location=f"{_realpath(filename)}:{first_line}" if filename and first_line else None,
+            step=self.step,
+            seconds=float(total) + (backward_s or 0.0),
+            # each cumulative time holds the next stage's: dynamo's tracing holds AOT autograd, which holds inductor
+            dynamo_s=_less(_get(m, "dynamo_cumulative_compile_time_us"),
+                           _get(m, "aot_autograd_cumulative_compile_time_us")),
+            aot_autograd_s=_less(_get(m, "aot_autograd_cumulative_compile_time_us"),
+                                 _get(m, "inductor_cumulative_compile_time_us")),
+            inductor_s=_us(_get(m, "inductor_cumulative_compile_time_us")),
+            codegen_s=_us(_get(m, "inductor_code_gen_cumulative_compile_time_us")),
+            autotune_s=_us(_get(m, "compile_time_autotune_time_us")),
+            backward_s=backward_s,
+            cache_hits=sum(_get(m, k) or 0 for k in (
+                "inductor_fx_local_cache_hit_count", "inductor_fx_remote_cache_hit_count",
+                "aotautograd_local_cache_hit_count", "aotautograd_remote_cache_hit_count")),
+            cache_misses=sum(_get(m, k) or 0 for k in (
+                "inductor_fx_local_cache_miss_count", "inductor_fx_remote_cache_miss_count",
+                "aotautograd_local_cache_miss_count", "aotautograd_remote_cache_miss_count")),
+            recompile_reason=str(_get(m, "recompile_reason") or ""),
+            failed=_first_line(_get(m, "fail_reason")) if _get(m, "fail_type") else "",
+        ))
+
+    def _on_break(self, record) -> None:
+        stack = list(getattr(record, "user_stack", None) or [])
+        site = next((f for f in reversed(stack) if f.filename and is_user_file(f.filename)), None)
+        reason = str(getattr(record, "reason", "") or "")
+        location = f"{_realpath(site.filename)}:{site.lineno}" if site is not None else None
+        title = _first_line(reason)
+        key = (location, title)
+        found = self._breaks.get(key)
+        if found is None:
+            code = _GB_CODE.search(reason)
+            found = self._breaks[key] = _Break(location=location, function=site.name if site else "?", reason=title,
+                                               code=code.group(1).upper() if code else "", hint=_hint(reason))
+        found.compiles += 1
+        frame_id = _current_frame_id()
+        if frame_id is not None:
+            found.frame_ids.add(frame_id)
+
+    # -- the record -----------------------------------------------------------------------------------
+    def compilation(self) -> Optional[Compilation]:
+        self.collect()
+        if self.settings is None and not self._events:
+            return None
+        settings = self.settings or CompileSettings()
+        events = [_with_backward(e, self._pending_backward.pop(e.compile_id)) if e.compile_id in self._pending_backward
+                  else e for e in self._events]
+        return Compilation(
+            torch_version=torch.__version__,
+            call_location=settings.location,
+            dynamic=settings.dynamic,
+            mode=settings.mode,
+            backend=settings.backend,
+            events=tuple(events),
+            graph_breaks=tuple(GraphBreak(location=b.location, function=b.function, reason=b.reason, code=b.code,
+                                          hint=b.hint, frame_ids=tuple(sorted(b.frame_ids)), compiles=b.compiles)
+                               for b in self._breaks.values()),
+            recompile_limit=_recompile_limit(),
+            cache=cache_kind(),
+            eager_after_limit=tuple(dict.fromkeys(f"{e.frame} at {e.location}" if e.location else e.frame
+                                                  for e in events if "recompile limit" in e.failed.lower())),
+        )
+
+
+def compile_seconds(compilation: Optional[Compilation]) -> Optional[float]:
+    """All the time dynamo spent compiling in a process (None: nothing was compiled)."""
+    if compilation is None or not compilation.events:
+        return None
+    return sum(e.seconds for e in compilation.events)
+
+
+def _with_backward(event: CompileEvent, backward_s: float) -> CompileEvent:
+    from dataclasses import replace
+
+    return replace(event, backward_s=(event.backward_s or 0.0) + backward_s, seconds=event.seconds + backward_s)
+
+
+def _current_frame_id() -> Optional[int]:
+    try:
+        compile_id = torch._guards.CompileContext.current_compile_id()
+    except Exception:  # no compile context outside a compilation, or an older torch
+        return None
+    frame_id = getattr(compile_id, "frame_id", None)
+    return int(frame_id) if frame_id is not None else None
+
+
+def _recompile_limit() -> Optional[int]:
+    config = torch._dynamo.config
+    limit = getattr(config, "recompile_limit", None)
+    if limit is None:
+        limit = getattr(config, "cache_size_limit", None)  # its name before torch 2.6
+    return int(limit) if isinstance(limit, int) else None
+
+
+def _get(metrics, name: str):
+    return getattr(metrics, name, None)
+
+
+def _us(value) -> Optional[float]:
+    return value / 1e6 if isinstance(value, (int, float)) else None
+
+
+def _less(total_us, part_us) -> Optional[float]:
+    if not isinstance(total_us, (int, float)):
+        return None
+    return max(total_us - (part_us if isinstance(part_us, (int, float)) else 0), 0) / 1e6
+
+
+def _first_line(text) -> str:
+    return str(text or "").strip().splitlines()[0].strip() if str(text or "").strip() else ""
+
+
+def _hint(reason: str) -> str:
+    """torch's first hint for the break ("Hint: Set `torch._dynamo.config.capture_scalar_outputs = True` ...")."""
+    for line in reason.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Hint:"):
+            return stripped[len("Hint:"):].strip()
+    return ""

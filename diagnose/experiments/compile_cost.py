@@ -1,0 +1,106 @@
+"""Whether torch.compile pays for itself in the run the script is written for, and what each change to how it
+compiles does over that whole run.
+
+Compile time is paid once per process; a steady step's saving is paid back over the run. The eager experiment
+(compile.eager: the same script, not compiled) gives the step without compiling, so the saving per step and the
+break-even step count: compile time / saving. A change to how the model compiles (compile.dynamic) changes both
+its steady step and its compile time (eight recompilations, or one symbolic compile): over N steps the whole run
+takes N x step + compile time, and the ratio of the two runs is what a user's run gets."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Optional
+
+from diagnose.formatting import setting_label
+from diagnose.model import (
+    Analysis,
+    Capture,
+    CompileSummary,
+    CompileTrial,
+    Experiment,
+    ExperimentResults,
+    Verdict,
+    stated_step_s,
+)
+
+CHANGES_TO_COMPILING = ("compile.dynamic", "compile.eager")
+
+
+def compile_summary(capture: Optional[Capture], analysis: Optional[Analysis],
+                    experiments: ExperimentResults) -> Optional[CompileSummary]:
+    compilation = capture.compilation if capture is not None else None
+    if compilation is None or not compilation.events:
+        return None
+    events = compilation.events
+    hits, misses = sum(e.cache_hits for e in events), sum(e.cache_misses for e in events)
+    cache = "unknown" if hits + misses == 0 else "cold" if hits == 0 else "warm" if misses == 0 else "mixed"
+    compile_s = sum(e.seconds for e in events)
+    tried = [e for e in experiments.experiments if e.optimization in CHANGES_TO_COMPILING]
+    warm_runs = [e.baseline_compile_s for e in tried if e.baseline_compile_s is not None]
+    warm_s = compile_s if cache == "warm" else statistics.median(warm_runs) if warm_runs else None
+    step_s = stated_step_s(analysis.step_time_s) if analysis is not None else None
+    run_steps = capture.run_length.total_steps if capture.run_length is not None else None
+    eager, notes = _eager_step(tried, step_s)
+    saved = eager - step_s if eager is not None and step_s is not None else None
+    paid = warm_s if warm_s is not None else compile_s
+    break_even = paid / saved if saved is not None and saved > 0 else None
+    if saved is not None and saved <= 0:
+        notes.append("compiled steps are no faster than eager ones here: compiling never pays back")
+    return CompileSummary(
+        torch_version=compilation.torch_version,
+        compile_s=compile_s,
+        first_step_s=sum(e.seconds for e in events if e.step == 0),
+        recompile_s=sum(e.seconds for e in events if e.recompile_reason),
+        recompiles=sum(bool(e.recompile_reason) for e in events),
+        graph_breaks=len(compilation.graph_breaks),
+        split_s=_split(events),
+        cache=cache,
+        cold_s=compile_s if cache == "cold" else None,
+        warm_s=warm_s,
+        eager_step_s=eager,
+        compiled_step_s=step_s,
+        saved_per_step_s=saved,
+        break_even_steps=break_even,
+        run_steps=run_steps,
+        note="; ".join(notes),
+        trials=tuple(_trial(e, step_s, run_steps) for e in tried if e.speedup is not None),
+        eager_after_limit=compilation.eager_after_limit,
+    )
+
+
+def _eager_step(tried: list[Experiment], step_s: Optional[float]) -> tuple[Optional[float], list[str]]:
+    eager = next((e for e in tried if e.optimization == "compile.eager"), None)
+    if eager is None:
+        return None, ["the eager experiment did not run (`--experiments compile.eager`): no break-even"]
+    if eager.speedup is None or step_s is None:
+        return None, [f"the eager experiment gave no speedup ({eager.reason}): no break-even"]
+    return step_s / eager.speedup, []
+
+
+def _split(events) -> dict[str, float]:
+    parts = ("dynamo_s", "aot_autograd_s", "inductor_s", "codegen_s", "autotune_s", "backward_s")
+    return {part[:-2]: sum(getattr(e, part) or 0.0 for e in events) for part in parts
+            if any(getattr(e, part) is not None for e in events)}
+
+
+def _trial(experiment: Experiment, step_s: Optional[float], run_steps: Optional[float]) -> CompileTrial:
+    trial = CompileTrial(label=setting_label(experiment.optimization, experiment.setting),
+                         optimization=experiment.optimization, speedup=experiment.speedup, speedup_ci=experiment.ci,
+                         compile_s=experiment.compile_s, baseline_compile_s=experiment.baseline_compile_s,
+                         run_steps=run_steps)
+    if not run_steps or not step_s or experiment.compile_s is None or experiment.baseline_compile_s is None:
+        return trial
+    ratio = _run_ratio(run_steps, step_s, experiment.speedup, experiment.baseline_compile_s, experiment.compile_s)
+    ci = None
+    if experiment.ci is not None:
+        ci = (_run_ratio(run_steps, step_s, experiment.ci[0], experiment.baseline_compile_s, experiment.compile_s),
+              _run_ratio(run_steps, step_s, experiment.ci[1], experiment.baseline_compile_s, experiment.compile_s))
+    verdict = ("" if ci is None else Verdict.FASTER if ci[0] > 1 else Verdict.SLOWER if ci[1] < 1
+               else Verdict.NO_CHANGE)
+    return replace(trial, run_speedup=ratio, run_speedup_ci=ci, run_verdict=str(verdict))
+
+
+def _run_ratio(steps: float, step_s: float, speedup: float, baseline_compile_s: float, compile_s: float) -> float:
+    """The baseline's whole run over the variant's: each is its steps at its steady step plus its compile time."""
+    return (steps * step_s + baseline_compile_s) / (steps * step_s / speedup + compile_s)
