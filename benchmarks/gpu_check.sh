@@ -55,6 +55,8 @@ if [[ "$DEVICE" == cuda ]]; then
     "gpu_bound_fp32|sample_runs/gpu_bound.py|own"
     "gpu_bound_bf16|sample_runs/gpu_bound.py --bf16|own"
     "cuda_train|sample_runs/cuda_train.py|hook"
+    "compiled_branch|sample_runs/compiled_branch.py --device cuda|hook"
+    "compiled_lengths|sample_runs/compiled_lengths.py --device cuda|hook"
   )
 else
   export OMP_NUM_THREADS=1  # CPU runs on a shared machine: spinning intra-op threads made step times swing 5x

@@ -448,6 +448,11 @@ class CompileEvent:
     recompile_reason: str = ""  # the guard that failed, for a recompilation; "" for a frame's first compile
     failed: str = ""  # why dynamo gave up on the frame (the recompile limit: the frame runs eagerly)
 
+    @property
+    def is_recompile(self) -> bool:
+        """A frame compiled again after a guard failed (not the attempt dynamo gave up at the limit)."""
+        return bool(self.recompile_reason) and not self.failed
+
 
 @dataclass(frozen=True)
 class GraphBreak:

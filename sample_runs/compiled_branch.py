@@ -37,17 +37,20 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--num-items", type=int, default=16384)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(args.num_items, 64, generator=g), torch.randint(0, 10, (args.num_items,), generator=g))
+    data = TensorDataset(torch.randn(args.num_items, 64, generator=g),
+                         torch.randint(0, 10, (args.num_items,), generator=g))
     loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True)
-    model = torch.compile(GatedMLP())
+    model = torch.compile(GatedMLP().to(args.device))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     for epoch in range(args.epochs):
         for step, (x, y) in enumerate(loader):
+            x, y = x.to(args.device), y.to(args.device)
             loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()

@@ -57,16 +57,18 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--num-items", type=int, default=8192)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     loader = DataLoader(Sentences(args.num_items), batch_size=args.batch_size, shuffle=True,
                         collate_fn=pad_to_longest)
-    model = torch.compile(Classifier(), dynamic=False)
+    model = torch.compile(Classifier().to(args.device), dynamic=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     for epoch in range(args.epochs):
         for step, (tokens, labels) in enumerate(loader):
+            tokens, labels = tokens.to(args.device), labels.to(args.device)
             loss = nn.functional.cross_entropy(model(tokens), labels)
             optimizer.zero_grad()
             loss.backward()

@@ -114,6 +114,22 @@ def _computed_in_run_mode(run) -> set[str]:
     return _computed(run.diagnosis["metrics"]) | _computed(analyze(inputs).metrics)
 
 
+def _computed_for_a_compiled_run() -> set[str]:
+    """The recorded run of sample_runs/compiled_branch.py (a graph break), and its capture as if compiled with
+    dynamic=False."""
+    from dataclasses import replace
+
+    from diagnose.analysis.analyze import Inputs, analyze
+    from diagnose.model import Capture
+    from diagnose.serial import read_json
+    from diagnose.trace.load import load_trace
+
+    recorded = Path(__file__).resolve().parent / "data" / "runs" / "compiled_branch"
+    capture = read_json(recorded / "capture.json", Capture)
+    capture = replace(capture, compilation=replace(capture.compilation, dynamic=False))
+    return _computed(analyze(Inputs(load_trace(next(recorded.glob("*.json.gz"))), capture)).metrics)
+
+
 def test_every_metric_is_computed_from_real_inputs(sample_run):
     from diagnose.analysis.metrics import METRICS
 
@@ -122,6 +138,7 @@ def test_every_metric_is_computed_from_real_inputs(sample_run):
     # host work's split between the user's lines and torch's needs stack samples inside host work: a sample
     # that has some (slow_loader's 1% gets none in some runs)
     computed |= _computed(sample_run("host_overhead.py").diagnosis["metrics"])
+    computed |= _computed_for_a_compiled_run()
     named = {name for rule in RULES for name in rule.condition.names | rule.cost.names}
     assert named <= METRICS.keys()  # the rules' loader checks this too
     assert named - computed <= NOT_COMPUTED_HERE.keys()

@@ -107,7 +107,7 @@ def recompile_sites(compilation: Compilation) -> tuple[RecompileSite, ...]:
     limited = set(compilation.eager_after_limit)
     sites = []
     for (frame, location), events in groups.items():
-        recompiled = [e for e in events if e.recompile_reason]
+        recompiled = [e for e in events if e.is_recompile]
         guard = _guard(recompiled[0].recompile_reason if recompiled else "")
         shape = _SHAPE_GUARD.search(guard)
         sites.append(RecompileSite(
@@ -144,7 +144,7 @@ def compile_metrics(compiled: Optional[CompiledSteps], capture: Optional[Capture
         return metrics
     if compiled.breaks and compiled.graphs_per_step > 1:
         metrics["compile_break_frac"] = break_share(compiled)
-    recompiles = [e for e in compilation.events if e.recompile_reason]
+    recompiles = [e for e in compilation.events if e.is_recompile]
     total_s = sum(e.seconds for e in compilation.events)
     recompile_s = sum(e.seconds for e in recompiles)
     metrics.update(

@@ -23,6 +23,9 @@ from diagnose.capture.compile_cache import cache_kind
 from diagnose.capture.sites import _realpath, is_user_file
 from diagnose.model import Compilation, CompileEvent, GraphBreak
 
+# Steps past the planned warm-up that a run may keep warming up while each step still compiles: dynamo's
+# recompile limit (8) twice over, so that a frame that recompiles to its limit has settled (or runs eagerly)
+COMPILE_SETTLE_STEPS = 16
 _GB_CODE = re.compile(r"/gb/(gb\d+)\.html", re.IGNORECASE)
 
 
@@ -56,6 +59,7 @@ class DynamoWatch:
         self._pending_backward: dict[str, float] = {}  # compile id -> backward seconds, read before its forward
         self._seen: set[int] = set()  # ids of the CompilationMetrics objects already read
         self._breaks: dict[tuple, _Break] = {}
+        self._frames: dict[str, tuple[str, Optional[str]]] = {}  # dynamo frame id -> (function, file:first line)
         self._undo: list[Callable[[], None]] = []
 
     # -- install ----------------------------------------------------------------------------------
@@ -74,6 +78,7 @@ class DynamoWatch:
                 watch._on_break(reason_record)
 
         GraphCompileReason.__post_init__ = post_init
+        self._seen.update(id(m) for m in _compilation_metrics())  # compiled before the watch began: not this run's
         self._undo.append(lambda: setattr(GraphCompileReason, "__post_init__", original))
         return self.uninstall
 
@@ -97,12 +102,19 @@ class DynamoWatch:
         self.collect()
         self.step = step
 
+    def seconds(self) -> float:
+        """Compile time read so far (to the last step boundary)."""
+        return sum(e.seconds for e in self._events)
+
+    def seconds_by_step(self) -> dict[int, float]:
+        """Compile time read so far, by the step it happened in."""
+        by_step: dict[int, float] = {}
+        for event in self._events:
+            by_step[event.step] = by_step.get(event.step, 0.0) + event.seconds
+        return by_step
+
     def collect(self) -> None:
-        try:
-            from torch._dynamo.utils import get_compilation_metrics
-        except ImportError:
-            return
-        for metrics in get_compilation_metrics():
+        for metrics in _compilation_metrics():
             if id(metrics) in self._seen:
                 continue
             self._seen.add(id(metrics))
@@ -121,10 +133,16 @@ class DynamoWatch:
         total = _get(m, "entire_frame_compile_time_s") or 0.0
         backward_s = self._pending_backward.pop(compile_id, None)
         filename, first_line = _get(m, "co_filename"), _get(m, "co_firstlineno")
+        frame_id = compile_id.split("/", 1)[0]
+        if _get(m, "co_name") is not None:
+            self._frames[frame_id] = (str(_get(m, "co_name")),
+                                      f"{_realpath(filename)}:{first_line}" if filename and first_line else None)
+        # a frame given up at the recompile limit is recorded without its code: it is the frame of its id
+        frame, location = self._frames.get(frame_id, ("?", None))
         self._events.append(CompileEvent(
             compile_id=compile_id,
-            frame=str(_get(m, "co_name") or "?"),
-            location=f"{_realpath(filename)}:{first_line}" if filename and first_line else None,
+            frame=frame,
+            location=location,
             step=self.step,
             seconds=float(total) + (backward_s or 0.0),
             # each cumulative time holds the next stage's: dynamo's tracing holds AOT autograd, which holds inductor
@@ -199,6 +217,14 @@ def _with_backward(event: CompileEvent, backward_s: float) -> CompileEvent:
     from dataclasses import replace
 
     return replace(event, backward_s=(event.backward_s or 0.0) + backward_s, seconds=event.seconds + backward_s)
+
+
+def _compilation_metrics() -> list:
+    try:
+        from torch._dynamo.utils import get_compilation_metrics
+    except ImportError:  # a torch without these records
+        return []
+    return list(get_compilation_metrics())
 
 
 def _current_frame_id() -> Optional[int]:

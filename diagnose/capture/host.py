@@ -63,19 +63,29 @@ class ScriptHost:
         """Called by the hooks at each step boundary (main thread only)."""
         if self.first_step_at is None:
             self.first_step_at = time.monotonic()
+            self.compile_s_at_first_step = self.instr.dynamo.seconds()
             if self.config.startup_seconds is not None:  # start-up is over: --max-seconds counts from here
                 self._start_timer(self.config.max_seconds)
             self.on_first_step()
+        elif self.instr.dynamo.seconds() > self.compile_s_counted and self.stop_reason is None:
+            # recompiling is not training: like start-up, it does not count against --max-seconds
+            self._start_timer(max(self.config.max_seconds - self.measured_s(), 0.001))
+        self.compile_s_counted = self.instr.dynamo.seconds()
         if self.stop_reason is None and self.measured_s() > self.config.max_seconds:
             self.stop_reason = Status.TIMEOUT  # also checked here: the script may handle the deadline signal itself
         if self.stop_reason is not None:
             raise StopCapture(self.stop_reason)  # again and again: a bare `except:` in the script cannot keep it
         self.on_boundary(count)
 
+    compile_s_at_first_step = 0.0
+    compile_s_counted = 0.0
+
     def measured_s(self) -> float:
-        """Seconds of the part --max-seconds bounds: from the first step when start-up has a limit of its own."""
+        """Seconds of the part --max-seconds bounds: from the first step when start-up has a limit of its own,
+        less the time torch.compile spent recompiling since (read at the last step boundary)."""
         start = self.t0 if self.config.startup_seconds is None or self.first_step_at is None else self.first_step_at
-        return time.monotonic() - start
+        compiled = self.compile_s_counted - self.compile_s_at_first_step if self.first_step_at is not None else 0.0
+        return time.monotonic() - start - compiled
 
     def on_first_step(self) -> None:
         pass

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,7 @@ import torch
 
 from diagnose.capture import hang, probe, run_length, step_plan, worker_failure, worker_stacks
 from diagnose.capture.device import allocator_stats, peak_memory, sync_device
+from diagnose.capture.dynamo import COMPILE_SETTLE_STEPS
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.environment import environment
 from diagnose.capture.flop_counter import StepFlops
@@ -54,12 +56,14 @@ INSTRUMENTED_STEPS = 2  # the first steps, slowed by measuring memory (the first
 MAX_LOSSES = 4096  # losses kept for the finite check: a long warm-up does not grow memory without end
 
 
-def typical_step_s(boundaries_s: list[float]) -> float:
+def typical_step_s(boundaries_s: list[float], compile_s: Optional[dict[int, float]] = None) -> float:
     """A plain step's time: the first two steps are left out while later ones exist (the first makes lazy state
     and has its memory measured, the second has its FLOPs counted: both slower), and one stalled step (a loaded
     machine, a checkpoint) must not shrink the plan: the lower of the last step and the median of the last five.
     Before a plain step, the quicker of the first two (both over-estimate; long steps stay long in both)."""
-    durations = [b - a for a, b in zip(boundaries_s, boundaries_s[1:])]
+    compile_s = compile_s or {}  # a step that compiled: its time less the compiling (the next steps do not pay it)
+    durations = [max(b - a - compile_s.get(i, 0.0), 1e-6)
+                 for i, (a, b) in enumerate(zip(boundaries_s, boundaries_s[1:]))]
     plain = durations[INSTRUMENTED_STEPS:]
     if not plain:
         return min(durations)
@@ -108,7 +112,13 @@ class Session(ScriptHost):
         self.batch_bytes: Optional[int] = None  # the first training batch's tensors: what a worker passes back
 
     def usual_step_s(self) -> Optional[float]:
-        return typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
+        return self._plain_step_s()
+
+    def _plain_step_s(self) -> Optional[float]:
+        """A plain step's time so far, its compiling left out (None: no step has ended)."""
+        if len(self.boundaries_s) < 2:
+            return None
+        return typical_step_s(self.boundaries_s, self.instr.dynamo.seconds_by_step())
 
     def _open_step_s(self) -> Optional[float]:
         """How long the step open when the deadline came had lasted (None: no deadline, or no step yet)."""
@@ -149,6 +159,8 @@ class Session(ScriptHost):
         self.boundaries_s.append(now - self.t0)
         step = count - 1  # index of the step that starts now
         self._measure_memory(step)
+        if step == self.plan.warmup and self._still_compiling(step):
+            self.plan = replace(self.plan, warmup=self.plan.warmup + 1)  # time and profile the steps that follow
         if step <= self.plan.warmup:
             self._fit_to_time(step)
         self._count_flops(step)
@@ -166,6 +178,12 @@ class Session(ScriptHost):
         self.progress(f"step {count} {self._planned_steps()} {self.phase.value}")
         if self.phase is Phase.PROFILED:
             self._mark_step(step)
+
+    def _still_compiling(self, step: int) -> bool:
+        """The step before this one compiled (a new shape, a recompilation), within a bound past the warm-up asked
+        for: warm-up goes on, so the timed and profiled steps are the ones the rest of the run takes."""
+        return (self.instr.dynamo.seconds_by_step().get(step - 1, 0.0) > 0
+                and step < self.config.warmup_steps + COMPILE_SETTLE_STEPS)
 
     def _planned_steps(self) -> int:
         if self.profile_start is not None:
@@ -216,7 +234,7 @@ class Session(ScriptHost):
         """A plain step's time from the steps so far; before one completed, the time from the model's first forward
         to the first boundary when that boundary ended a step (an optimizer step's or backward()'s)."""
         if step >= 1:
-            return typical_step_s(self.boundaries_s)
+            return typical_step_s(self.boundaries_s, self.instr.dynamo.seconds_by_step())
         if self.instr.compiled:  # the first step compiled the model: its time says nothing of the steps after
             return None
         first = self.instr.first_forward_at
@@ -268,12 +286,13 @@ class Session(ScriptHost):
         alone: a rank that started profiling before its peers would profile other steps, and stop before them.
         The loader's workers filled their queue while the instrumented steps (memory, FLOPs) ran: that backlog is
         left out; without warm-up, the first step is instrumented (its memory measured): not timed."""
-        per_step = typical_step_s(self.boundaries_s) if len(self.boundaries_s) >= 2 else None
+        per_step = self._plain_step_s()
         timed = self.plan.timed
         budget = step_plan.PROFILED_COST * timed * per_step if per_step and current_rank() is None else None
         feed = self._feed()
         self.plain_timer = PlainTimer(timed, budget, rewarm_steps=int(self.plan.warmup == 0), burst=feed.burst,
-                                      backlog=feed.backlog, meter=self.energy)
+                                      backlog=feed.backlog, meter=self.energy,
+                                      compile_clock=self.instr.dynamo.seconds)
         self.phase = Phase.TIMED
 
     def _feed(self) -> Feed:

@@ -2,8 +2,8 @@
 compiles does over that whole run.
 
 Compile time is paid once per process; a steady step's saving is paid back over the run. The eager experiment
-(compile.eager: the same script, not compiled) gives the step without compiling, so the saving per step and the
-break-even step count: compile time / saving. A change to how the model compiles (compile.dynamic) changes both
+(compile_eager: the same script, not compiled) gives the step without compiling, so the saving per step and the
+break-even step count: compile time / saving. A change to how the model compiles (compile_dynamic) changes both
 its steady step and its compile time (eight recompilations, or one symbolic compile): over N steps the whole run
 takes N x step + compile time, and the ratio of the two runs is what a user's run gets."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ from diagnose.model import (
     stated_step_s,
 )
 
-CHANGES_TO_COMPILING = ("compile.dynamic", "compile.eager")
+CHANGES_TO_COMPILING = ("compile_dynamic", "compile_eager")
 
 
 def compile_summary(capture: Optional[Capture], analysis: Optional[Analysis],
@@ -51,8 +51,8 @@ def compile_summary(capture: Optional[Capture], analysis: Optional[Analysis],
         torch_version=compilation.torch_version,
         compile_s=compile_s,
         first_step_s=sum(e.seconds for e in events if e.step == 0),
-        recompile_s=sum(e.seconds for e in events if e.recompile_reason),
-        recompiles=sum(bool(e.recompile_reason) for e in events),
+        recompile_s=sum(e.seconds for e in events if e.is_recompile),
+        recompiles=sum(e.is_recompile for e in events),
         graph_breaks=len(compilation.graph_breaks),
         split_s=_split(events),
         cache=cache,
@@ -70,9 +70,9 @@ def compile_summary(capture: Optional[Capture], analysis: Optional[Analysis],
 
 
 def _eager_step(tried: list[Experiment], step_s: Optional[float]) -> tuple[Optional[float], list[str]]:
-    eager = next((e for e in tried if e.optimization == "compile.eager"), None)
+    eager = next((e for e in tried if e.optimization == "compile_eager"), None)
     if eager is None:
-        return None, ["the eager experiment did not run (`--experiments compile.eager`): no break-even"]
+        return None, ["the eager experiment did not run (`--experiments compile_eager`): no break-even"]
     if eager.speedup is None or step_s is None:
         return None, [f"the eager experiment gave no speedup ({eager.reason}): no break-even"]
     return step_s / eager.speedup, []

@@ -15,7 +15,7 @@ import torch
 
 from diagnose.capture.bursts import Bursts
 from diagnose.capture.device import Nvml, device_in_use, peak_memory, sync_device
-from diagnose.capture.dynamo import compile_seconds
+from diagnose.capture.dynamo import COMPILE_SETTLE_STEPS, compile_seconds
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.fingerprint import sample_fingerprints
 from diagnose.capture.host import ScriptHost
@@ -238,9 +238,15 @@ class MeasureSession(ScriptHost):
             return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
         end = start + steps
         b, samples = self.boundaries, self.samples_at
-        timing = SteadyTiming(steps=steps, seconds=b[end] - b[start],
+        compiled = self.instr.dynamo.seconds_by_step()  # recompiling is paid once: counted apart (compile_s)
+
+        def compiling(first: int) -> float:
+            return sum(seconds for step, seconds in compiled.items() if first <= step < end)
+
+        timing = SteadyTiming(steps=steps, seconds=b[end] - b[start] - compiling(start),
                               samples=samples[end] - samples[start] if self.samples_known else None,
-                              wall_steps=end - self.wall_start, wall_seconds=b[end] - b[self.wall_start],
+                              wall_steps=end - self.wall_start,
+                              wall_seconds=b[end] - b[self.wall_start] - compiling(self.wall_start),
                               unique_samples=self._unique_between(start, end))
         enough = self._record(timing, end)
         if enough and not self.finishing:
@@ -313,9 +319,16 @@ class MeasureSession(ScriptHost):
             plan = self.plan
             warmed = len(self.boundaries) - 1 > plan.warmup_steps and \
                 self.boundaries[-2] - self.boundaries[0] >= plan.warmup_s
-            if not warmed or in_span:
+            if not warmed or in_span or self._still_compiling():
                 return StepKind.WARM_UP
         return StepKind.RESTART if in_span else StepKind.STEADY
+
+    def _still_compiling(self) -> bool:
+        """The step that just ended compiled (a new shape, a recompilation): warm-up goes on, up to a bound past
+        the plan's, so that the windows time the steps the rest of the run takes."""
+        last = len(self.boundaries) - 2
+        return (self.instr.dynamo.seconds_by_step().get(last, 0.0) > 0
+                and last < self.plan.warmup_steps + COMPILE_SETTLE_STEPS)
 
     @property
     def span_steps(self) -> int:

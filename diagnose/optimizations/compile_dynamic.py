@@ -13,7 +13,7 @@ from diagnose.optimizations.registry import register
 
 @register
 class CompileDynamic(Optimization):
-    id = "compile.dynamic"
+    id = "compile_dynamic"
     title = "dynamic shapes in torch.compile"
     fidelity = IDENTICAL  # the same computation, traced with symbolic sizes
     site = "compile"
@@ -27,11 +27,11 @@ class CompileDynamic(Optimization):
         return None
 
     def settings(self, ctx: Context) -> list[dict]:
-        # dynamic=None is torch's default: a script that left it there recompiles for another reason, and only
-        # dynamic=True is a change
+        # torch's default (None: a dimension seen to change is recompiled once, symbolically) for a script that
+        # turned it off; for one that left it there, symbolic from the start
         if ctx.capture.compilation is not None and ctx.capture.compilation.dynamic is None:
             return [{"dynamic": True}]
-        return [{"dynamic": None}, {"dynamic": True}]
+        return [{"dynamic": None}]
 
     def extra_warmup_steps(self, setting, ctx):
         return 10  # the compilations (and the one recompilation that makes a dimension symbolic) come first

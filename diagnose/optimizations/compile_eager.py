@@ -13,7 +13,7 @@ from diagnose.optimizations.registry import register
 
 @register
 class CompileEager(Optimization):
-    id = "compile.eager"
+    id = "compile_eager"
     title = "no torch.compile (eager)"
     fidelity = IDENTICAL  # the same computation; inductor's fused kernels may round differently in the last bits
 

@@ -29,6 +29,7 @@ from diagnose.report.wording import (
     CATEGORY_NAMES,
     batch_search_sentence,
     budget_sentence,
+    compile_lines,
     fed_data_sentence,
     headline_sentence,
     memory_sentence,
@@ -128,6 +129,7 @@ class ReportView:
     charts: dict[str, str] = field(default_factory=dict)
     bucket_labels: dict[str, str] = field(default_factory=dict)
     verdict_style: str = "neutral"  # ok | high | medium | error | neutral: the verdict box's colour
+    compile_lines: tuple[str, ...] = ()  # torch.compile: its time cold and warm, break-even, changes over the run
     experiments: tuple[ExperimentView, ...] = ()  # sorted for the table and the chart
     faster_experiments: tuple[ExperimentView, ...] = ()  # verified changes: the report shows each one's code
     estimated_changes: tuple[ExperimentView, ...] = ()  # computed, not run (no DataLoader): their code, said so
@@ -172,6 +174,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         status=diagnosis.status,
         status_sentence=status_sentence(capture, analysis),
         startup_sentence=startup_sentence(diagnosis.startup),
+        compile_lines=tuple(line.strip() for line in compile_lines(diagnosis.compilation)),
         diagnosis=diagnosis,
         capture=capture,
         analysis=analysis,
