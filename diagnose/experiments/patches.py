@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 import diagnose.frameworks.catalog as frameworks
-from diagnose.experiments.diffs import _call_at, _framework_edits, _site_location, _with_keywords
+from diagnose.experiments.diffs import call_at, framework_edits, site_location, with_keywords
 from diagnose.formatting import setting_label
 from diagnose.model import Change, Experiment, ExperimentResults, FileEdit, HandBack, HandBacks, SourceFiles, Verdict
 from diagnose.optimizations import REGISTRY
@@ -99,7 +99,7 @@ class _Builder:
         if optimization is None:
             return
         label = setting_label(change.id, change.setting)
-        framework_site = _framework_edits(change, self.ctx)
+        framework_site = framework_edits(change, self.ctx)
         if framework_site is not None:
             location, edits = framework_site
             framework = frameworks.get(self.ctx.capture.framework.name)
@@ -109,7 +109,7 @@ class _Builder:
                                                    f"{how}", optimization.snippet(change.setting, self.ctx))
             return
         edits = optimization.keyword_edits(change.setting)
-        location = _site_location(optimization.site, self.ctx)
+        location = site_location(optimization.site, self.ctx)
         edited = False
         if edits and location:
             edited = self._keywords(label, location, edits, f"a keyword argument of {SITE_CALLS[optimization.site]}"
@@ -153,7 +153,7 @@ class _Builder:
     @staticmethod
     def _call_found(work: _FileWork, line: int) -> bool:
         try:
-            return _call_at(ast.parse(work.before), line) is not None
+            return call_at(ast.parse(work.before), line) is not None
         except SyntaxError:
             return False
 
@@ -197,9 +197,9 @@ def _import_torch_line(source: str) -> Optional[int]:
 def _edited(work: _FileWork) -> str:
     source = work.before
     for line in sorted(work.keyword_edits, reverse=True):  # from the bottom: the lines above keep their numbers
-        call = _call_at(ast.parse(source), line)
+        call = call_at(ast.parse(source), line)
         if call is not None:
-            source = _with_keywords(source, call, work.keyword_edits[line])
+            source = with_keywords(source, call, work.keyword_edits[line])
     if work.statements:
         after = _import_torch_line(source)
         lines = source.splitlines(keepends=True)
