@@ -296,6 +296,26 @@ def report(run_dir, rules_dirs, templates_dir, as_json, jobs):
     sys.exit(report_command(Path(run_dir), rules_dirs, templates_dir, as_json, jobs))
 
 
+@cli.command(name="apply", short_help="Write the change a run verified into your files.")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--change", "name", metavar="NAME",
+              help="Apply this measured change (its name in RUN/changes/: an optimization id such as "
+                   "dataloader.num_workers) instead of the verified one; named, it is applied whatever its verdict.")
+@click.option("--dry-run", is_flag=True, help="Print the diff and check the files; write nothing.")
+def apply(run_dir, name, dry_run):
+    """Write the change that run RUN_DIR verified faster (RUN_DIR/verified.patch) into your files, in the folder
+    the run started in. Refuses (exit code 7) when a file it edits changed since the run, and writes nothing then.
+    Each edited file keeps a backup (FILE.orig) unless git has it committed unchanged. A change not verified
+    faster is applied only when named with --change."""
+    from rich.console import Console
+
+    from diagnose.commands.apply import apply_command
+
+    err = Console(stderr=True)
+    sys.exit(apply_command(run_dir, name, dry_run, lambda text: err.print(text, highlight=False, markup=False,
+                                                                           soft_wrap=True), click.echo))
+
+
 @cli.command(name="rules", short_help="List the rules and their fixes, or the metrics they use.")
 @RULES
 @click.option("--metrics", "show_metrics", is_flag=True, help="List the metrics that rule conditions can use.")

@@ -890,6 +890,46 @@ class Experiment:
     # a change to how the model compiles pays or saves it once per run, apart from the steady speedup
     compile_s: Optional[float] = None
     baseline_compile_s: Optional[float] = None
+    changes: tuple[Change, ...] = ()  # what the variant applied: optimization ids and settings (riders included)
+    patch: str = ""  # the change as an edit of the user's files: its patch in the run folder ("" when none)
+
+
+@dataclass(frozen=True)
+class SourceFiles:
+    """The user's source files as they were when the run started (RUN/sources.json): a change is handed back as
+    an edit of these, and `diagnose apply` refuses a file whose hash has changed since."""
+    folder: str  # the folder the run started in (absolute): the paths below and in the patches are relative to it
+    sha256: dict[str, str] = field(default_factory=dict)  # path -> sha256 of its bytes at the start
+    note: str = ""  # what was left out (too many files), when something was
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    path: str  # relative to the folder the run started in
+    before_sha256: str  # the file as the run measured it
+    after_sha256: str  # with the change written
+
+
+@dataclass(frozen=True)
+class HandBack:
+    """One measured change handed back (RUN/changes/NAME.patch; the verified combination RUN/verified.patch), with
+    what could not be written as an edit of the user's files said beside it (NAME.md)."""
+    name: str  # what `diagnose apply --change` takes: the optimization id (a sweep's others: id-value), "verified"
+    experiment: str  # the optimization id, or "combined"
+    label: str  # optimization(setting), as the report says it
+    verdict: str
+    speedup: Optional[float]
+    patch: str = ""  # relative to the run folder; "" when no part of it is an edit of a file
+    note: str = ""  # relative to the run folder: how each part is written, and what is not an edit
+    edits: tuple[FileEdit, ...] = ()
+    not_edits: tuple[str, ...] = ()  # parts that are not edits of a file: a command line, a snippet to adapt
+
+
+@dataclass(frozen=True)
+class HandBacks:
+    """RUN/changes/changes.json: what `diagnose apply` reads."""
+    folder: str  # the folder the run started in: where the patches apply
+    changes: tuple[HandBack, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -905,6 +945,7 @@ class Headline:
     throughput: Optional[float] = None  # an out-of-memory run: the fastest variant that fits, in `metric`
     throughput_ci: Optional[tuple[float, float]] = None
     tied_with: tuple[str, ...] = ()  # others that fit whose interval overlaps the fastest's
+    patch: str = ""  # the verified change as an edit of the user's files (verified.patch), "" when none
 
 
 @dataclass(frozen=True)

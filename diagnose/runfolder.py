@@ -38,6 +38,10 @@ class RunFolder:
     experiment_runs = _Entry("experiments")  # one folder per timed run
     compare = _Entry("compare.json")  # `diagnose run --baseline`: this run against the baseline
     compare_report = _Entry("compare.html")
+    sources = _Entry("sources.json")  # the hashes of the user's source files when the run started
+    changes = _Entry("changes")  # each measured change as a patch of the user's files (NAME.patch, NAME.md)
+    verified_patch = _Entry("verified.patch")  # the verified combination as a patch: what `diagnose apply` writes
+    verified_note = _Entry("verified.md")
     analysis_log = _Entry("analysis.log")  # a profiled window's background analysis: its output
 
     def __init__(self, path):

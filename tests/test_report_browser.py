@@ -24,6 +24,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 WINDOW = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}  # a phone's window, in CSS pixels
 # The page's screenshot stays in the test's temporary folder; DIAGNOSE_SCREENSHOT=PATH also copies it there.
 SCREENSHOT_COPY = os.environ.get("DIAGNOSE_SCREENSHOT", "")
 IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
@@ -99,6 +100,36 @@ TABLES_PAST_THEIR_COLUMN = """() => Array.from(document.querySelectorAll('table'
     return over > 1 ? [`table.${t.className || '(no class)'} in #${t.closest('section')?.id}: ` +
                        `${Math.round(over)} px past its column`] : [];
 })"""
+
+
+# Axis labels of each inline chart (<text class="tick">) whose boxes, as the browser laid them out, intersect.
+OVERLAPPING_AXIS_LABELS = """() => Array.from(document.querySelectorAll('svg')).flatMap(svg => {
+    const boxes = Array.from(svg.querySelectorAll('text.tick')).map(t => [t.textContent, t.getBoundingClientRect()]);
+    const found = [];
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const [a, p] = boxes[i], [b, q] = boxes[j];
+        if (p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom)
+            found.push(`${a} over ${b} in ${svg.getAttribute('aria-label')}`);
+    }
+    return found;
+})"""
+
+
+def layout_problems(browser, page_file: pathlib.Path, viewport: dict) -> dict:
+    """What a reader of this page in a window of this size would trip over: a page wider than the window, a table
+    past its column, axis labels written over each other."""
+    context = browser.new_context(viewport=viewport)
+    try:
+        page = context.new_page()
+        page.goto(page_file.resolve().as_uri(), wait_until="load")
+        return {"page_width_px": page.evaluate("document.documentElement.scrollWidth"),
+                "tables_past_their_column": page.evaluate(TABLES_PAST_THEIR_COLUMN),
+                "overlapping_axis_labels": page.evaluate(OVERLAPPING_AXIS_LABELS),
+                "ticks": page.locator("svg text.tick").count(),
+                "apply": page.locator("#apply").inner_text() if page.locator("#apply").count() else "",
+                "experiment_headers": page.locator("table.experiments th").all_inner_texts()}
+    finally:
+        context.close()
 
 
 def visit_page(browser, page_file: pathlib.Path, work: pathlib.Path) -> PageVisit:
@@ -204,6 +235,65 @@ def test_inline_svg_charts_render(visit: PageVisit):
 def test_the_page_fits_a_1280_pixel_window(visit: PageVisit):
     assert visit.page_width_px <= WINDOW["width"], f"the page is {visit.page_width_px} px wide"
     assert visit.tables_past_their_column == []
+
+
+def test_no_axis_labels_overlap_and_the_page_fits_a_phone(browser, report):
+    wide, narrow = layout_problems(browser, report, WINDOW), layout_problems(browser, report, PHONE)
+    assert wide["ticks"] > 5 and wide["overlapping_axis_labels"] == [], wide
+    assert narrow["page_width_px"] <= PHONE["width"] and narrow["tables_past_their_column"] == [], narrow
+
+
+def _experiments_report(folder: pathlib.Path) -> pathlib.Path:
+    """A report rendered from a constructed data-bound run with experiments from 0.87x to 17x (the spread that
+    wrote the speedup axis's "1x", "1.25x" and "1.5x" over each other), a long combination and long reasons."""
+    from diagnose.model import Change, Diagnosis, Experiment, FlopCount, Headline, SpeedOfLight
+    from diagnose.report.render import write_reports
+
+    def experiment(optimization, setting, verdict, speedup, reason, **more):
+        return Experiment(optimization=optimization, setting=setting, metric="steps/s", speedup=speedup,
+                          ci=(speedup * 0.95, speedup * 1.05) if speedup else None, verdict=verdict, loss_drift=0.0,
+                          peak_memory_bytes=330 << 20, reason=reason, fidelity="identical", runs=3,
+                          data_check_detail="the same 352 samples in the same order", mfu_before=0.0001,
+                          mfu_after=0.0001 * speedup if speedup else None, changes=(Change(optimization, setting),),
+                          **more)
+
+    long_reason = "verified over 3 runs interleaved with the baseline: the 99% interval lies above 1.0"
+    changes = ["dataloader.num_workers(num_workers=16)", "dataloader.persistent_workers(persistent_workers=True)"]
+    experiments = (
+        experiment("combined", {"changes": changes}, "faster", 17.0, long_reason),
+        experiment("dataloader.num_workers", {"num_workers": 16}, "faster", 11.1, long_reason,
+                   patch="changes/dataloader.num_workers.patch"),
+        experiment("dataloader.num_workers", {"num_workers": 2}, "faster", 1.9, long_reason),
+        experiment("dataloader.prefetch_factor", {"prefetch_factor": 4}, "no-change", 1.02,
+                   "no measurable change: the 99% interval includes 1.0"),
+        experiment("optimizer.fused", {"foreach": True}, "slower", 0.87,
+                   "slower on this machine: the 99% interval lies below 1.0"),
+        experiment("dataloader.persistent_workers", {}, "skipped", None,
+                   "needs worker processes (num_workers=0 here): added to the best num_workers setting in "
+                   "`combined` when more workers are verified faster"),
+    )
+    light = SpeedOfLight(flops=FlopCount(per_step=1e6, by_phase={}, by_dtype={}, source="test"), step_s=0.07,
+                         achieved_flops_s=1.4e7, dtype="float32", busy_frac=None)
+    diagnosis = Diagnosis(schema=1, script="train.py", steps_profiled=5,
+                          step_time_s={"mean": 0.07, "p50": 0.07, "p95": 0.08, "unprofiled": 0.07},
+                          breakdown={"data_wait": 0.97, "compute": 0.02, "other": 0.01}, findings=(),
+                          experiments=experiments, speed_of_light=light,
+                          headline=Headline(changes=tuple(changes), speedup=17.0, ci=(16.2, 17.9), verdict="faster",
+                                            metric="steps/s", patch="verified.patch"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_reports(folder, None, None, diagnosis)
+
+
+def test_the_experiments_read_at_1280_pixels_and_on_a_phone_with_the_apply_command(browser, tmp_path):
+    page = _experiments_report(tmp_path / "run")
+    wide, narrow = layout_problems(browser, page, WINDOW), layout_problems(browser, page, PHONE)
+    assert wide["overlapping_axis_labels"] == [] and wide["ticks"] >= 3, wide
+    assert wide["page_width_px"] <= WINDOW["width"] and wide["tables_past_their_column"] == [], wide
+    assert narrow["page_width_px"] <= PHONE["width"] and narrow["tables_past_their_column"] == [], narrow
+    assert narrow["overlapping_axis_labels"] == [], narrow
+    # the headline says how to apply it; a data-bound run has no MFU column (0% -> 0% says nothing)
+    assert f"diagnose apply {tmp_path / 'run'}" in wide["apply"] and "verified.patch" in wide["apply"], wide
+    assert not any("MFU" in h for h in wide["experiment_headers"]), wide["experiment_headers"]
 
 
 def test_screenshot_taken(visit: PageVisit):

@@ -82,7 +82,7 @@ def test_experiments_section_shows_headline_recovery_table_chart_and_diffs(tmp_p
             in section)
     assert ("The fixes recover 90% of the time data loading cost; with no data loading at all (ceiling) steps "
             "would be 3.0x faster.") in section
-    rows = re.findall(r'<tr class="exp-([a-z-]+)"><td><code>([^<]+)</code>', section)
+    rows = re.findall(r'<tr class="exp-([a-z-]+)"><td class="exp-change"[^>]*><code>([^<]+)</code>', section)
     # the combination and the ceiling first, then by speedup, unmeasured last
     assert rows == [("faster", "combined"), ("faster", "ceiling"), ("faster", "dataloader.num_workers"),
                     ("no-change", "amp"), ("failed", "compile")]

@@ -107,8 +107,25 @@ def run_experiments_stage(selection: str, capture: Capture, analysis: Analysis, 
     outcome = run_experiments(selection, capture, analysis, findings, run_dir, budget_s, on_progress, on_message)
     results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget,
                                 outcome.batch_search)
+    results = hand_back_changes(run_dir, results, capture, analysis)
     write_json(RunFolder(run_dir).experiments, results)
     return results
+
+
+def hand_back_changes(run_dir: Path, results: ExperimentResults, capture: Capture,
+                      analysis: Optional[Analysis]) -> ExperimentResults:
+    """Each measured change as a patch of the user's files as they were when the run started (RUN/sources.json;
+    a run without it, as the files are now), RUN/verified.patch for the verified one."""
+    from diagnose.capture.sources import snapshot
+    from diagnose.experiments.patches import write_hand_backs
+    from diagnose.model import SourceFiles
+    from diagnose.optimizations.base import Context
+
+    if not any(e.changes for e in results.experiments):
+        return results
+    saved = RunFolder(run_dir).sources
+    sources = read_json(saved, SourceFiles) if saved.exists() else snapshot(capture.script)
+    return write_hand_backs(run_dir, results, Context(capture, analysis), sources)
 
 
 def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analysis: Optional[Analysis],

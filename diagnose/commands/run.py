@@ -50,6 +50,7 @@ def run_and_report(config: RunConfig, output: OutputOptions,
     baseline_side = _load_baseline(gate.baseline, script, rules)  # so does a baseline that cannot be compared
     run_dir = new_run_dir(config.out_dir or None, Path(script).stem)
     config = replace(config, out_dir=str(run_dir))
+    _record_sources(run_dir, script)
     console = Console(stderr=True)
     console.print(f"diagnose {__version__} · torch {torch.__version__} · {_device_line()}", style="dim",
                   highlight=False)
@@ -96,6 +97,16 @@ def run_and_report(config: RunConfig, output: OutputOptions,
                                       (gate.fail_if_slower, gate.run_noise))
         return result, code or gate_code
     return result, code
+
+
+def _record_sources(run_dir: Path, script: str) -> None:
+    """The hashes of the user's source files before the script starts (RUN/sources.json): the changes are handed
+    back as patches of these, and `diagnose apply` refuses a file changed since."""
+    from diagnose.capture.sources import snapshot
+    from diagnose.runfolder import RunFolder
+    from diagnose.serial import write_json
+
+    write_json(RunFolder(run_dir).sources, snapshot(script))
 
 
 def _analysis_sentence(analysis_s: float, run_s: float) -> str:

@@ -14,7 +14,7 @@ from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 
 
-def _call_at(tree: ast.AST, line: int) -> Optional[ast.Call]:
+def call_at(tree: ast.AST, line: int) -> Optional[ast.Call]:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)]
     starting = [c for c in calls if c.lineno == line] or calls
     return min(starting, key=lambda c: (c.end_lineno or 0) - c.lineno, default=None) if starting else None
@@ -30,12 +30,12 @@ def keyword_diff(location: Optional[str], edits: dict[str, str], display_name: s
         return None
     source = path.read_text(encoding="utf-8", errors="replace")
     try:
-        call = _call_at(ast.parse(source), int(line_text))
+        call = call_at(ast.parse(source), int(line_text))
     except SyntaxError:
         return None
     if call is None:
         return None
-    new_source = _with_keywords(source, call, edits)
+    new_source = with_keywords(source, call, edits)
     diff = difflib.unified_diff(source.splitlines(keepends=True), new_source.splitlines(keepends=True),
                                 f"a/{display_name}", f"b/{display_name}", n=1)
     return "".join(diff) or None
@@ -46,7 +46,7 @@ def _offset(source: str, line: int, col: int) -> int:
     return sum(len(x) for x in lines[: line - 1]) + len(lines[line - 1].encode()[:col].decode(errors="ignore"))
 
 
-def _with_keywords(source: str, call: ast.Call, edits: dict[str, str]) -> str:
+def with_keywords(source: str, call: ast.Call, edits: dict[str, str]) -> str:
     replacements: list[tuple[int, int, str]] = []
     remaining = dict(edits)
     for kw in call.keywords:
@@ -74,7 +74,7 @@ def change_text(changes: tuple[Change, ...], ctx: Context) -> str:
         optimization = REGISTRY.get(change.id)
         if optimization is None:
             continue
-        location, edits = _framework_edits(change, ctx) or (_site_location(optimization.site, ctx),
+        location, edits = framework_edits(change, ctx) or (site_location(optimization.site, ctx),
                                                              optimization.keyword_edits(change.setting))
         diff = keyword_diff(location, edits, _diff_name(location))
         if diff:
@@ -94,7 +94,7 @@ def _diff_name(location: Optional[str]) -> str:
     return (display_location(location) or "").rpartition(":")[0].lstrip("/") if location else ""
 
 
-def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:
+def framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]:
     """The change as a setting on the user's configuring call (TrainingArguments(...), Trainer(...)), when the
     script runs under a framework that has that setting; None: the change is to the user's own code."""
     site = ctx.capture.framework
@@ -105,7 +105,7 @@ def _framework_edits(change: Change, ctx: Context) -> Optional[tuple[str, dict]]
     return site.location, edits
 
 
-def _site_location(site: Optional[str], ctx: Context) -> Optional[str]:
+def site_location(site: Optional[str], ctx: Context) -> Optional[str]:
     if site == "loader" and ctx.loader is not None:
         return ctx.loader.location
     if site == "optimizer" and ctx.capture.optimizers:

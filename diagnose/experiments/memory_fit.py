@@ -225,7 +225,7 @@ def _result(arm: Arm, ctx: Context, limit: Optional[int], noise, budget_note: st
     peak = max((m.peak_memory_bytes for m in arm.runs if m.peak_memory_bytes), default=None)
     common = dict(optimization=arm.optimization, setting=arm.setting, metric="samples/s", speedup=None, ci=None,
                   loss_drift=None, peak_memory_bytes=peak, fidelity=optimization.fidelity, runs=len(arm.runs),
-                  applied=arm.runs[0].applied if arm.runs else (), limit_bytes=limit)
+                  applied=arm.runs[0].applied if arm.runs else (), limit_bytes=limit, changes=tuple(arm.changes))
     if not arm.runs:
         return Experiment(**common, verdict=Verdict.SKIPPED, reason="not run: the experiment budget ran out" +
                           (f" ({budget_note})" if budget_note else ""))

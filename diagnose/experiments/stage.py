@@ -192,7 +192,8 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     metric = metric or metric_of(arm)
     fidelity = REGISTRY[arm.optimization].fidelity if arm.optimization in REGISTRY else _combined_fidelity(arm)
     common = dict(optimization=arm.optimization, setting=arm.setting, metric=metric, fidelity=fidelity,
-                  runs=len(arm.runs), applied=arm.runs[0].applied if arm.runs else ())
+                  runs=len(arm.runs), applied=arm.runs[0].applied if arm.runs else (),
+                  changes=tuple(c for c in arm.changes if c.id != "ceiling"))
     if not arm.runs:
         return Experiment(**common, speedup=None, ci=None, verdict=Verdict.SKIPPED, loss_drift=None,
                           peak_memory_bytes=None, reason=unrun_reason)

@@ -47,6 +47,8 @@ class Optimization:
     applied_automatically: bool = True
     metric: str = "steps/s"
     site: Optional[str] = None  # "loader", "optimizer" or "compile": the call a diff edits
+    # statements that do what the hook does, put after the script's `import torch` when the change is handed back
+    module_code: str = ""
     snippet_too: bool = False  # the keyword edit at `site` is half the change: the snippet shows the rest
     conflicts_with: tuple[str, ...] = ()  # optimizations that cannot be combined with this one
     # skipped alone because it needs another one (persistent workers need workers): joins that one's best setting

@@ -9,7 +9,7 @@ from diagnose.optimizations.registry import register
 class CudnnBenchmark(CudaFlag):
     id = "cudnn.benchmark"
     title = "cuDNN autotuner"
-    code = "torch.backends.cudnn.benchmark = True"
+    module_code = code = "torch.backends.cudnn.benchmark = True"
 
     def apply(self, setting, changes):
         import torch

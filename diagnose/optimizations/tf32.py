@@ -9,7 +9,7 @@ from diagnose.optimizations.registry import register
 class Tf32(CudaFlag):
     id = "tf32"
     title = "TF32 matmuls and convolutions"
-    code = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
+    module_code = code = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
 
     def apply(self, setting, changes):
         import torch

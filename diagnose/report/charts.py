@@ -16,7 +16,10 @@ LABELS = {"data_wait": "data wait", "h2d": "host-to-device", "compute": "compute
 SERIES_COLORS = ("#29335c", "#e4572e", "#669bbc", "#f3a712", "#a8c686")
 VERDICT_COLORS = {Verdict.FASTER: "#1e8449", Verdict.SLOWER: "#c0392b", Verdict.NO_CHANGE: "#7f8c8d",
                   Verdict.FLAGGED: "#d35400"}
-SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
+# the speedup axis's ticks, most telling first: one drawn only where its label clears those already drawn
+SPEEDUP_TICKS = (1, 2, 10, 0.5, 5, 100, 20, 50, 0.1, 3, 1.5, 0.25, 1.25, 0.75)
+CHAR_PX = 6.6  # an 11 px system-ui glyph at its widest (digits, x, s): labels are spaced by this estimate
+TICK_GAP_PX = 4.0
 WIDTH = 720
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
@@ -29,6 +32,19 @@ class Canvas:
         self.height, self.left, self.right, self.top = height, left, right, top
         self.bottom = bottom if bottom is not None else height - 45
         self.parts: list[str] = []
+        self.tick_boxes: list[tuple[float, float, float, float]] = []  # axis labels drawn: (x0, x1, y0, y1)
+
+    def tick(self, x: float, y: float, text: str, anchor: str = "middle") -> bool:
+        """An axis label, drawn only where it overlaps no other axis label (False: left out)."""
+        width = CHAR_PX * len(text)
+        x0 = {"middle": x - width / 2, "end": x - width, "start": x}[anchor]
+        box = (x0 - TICK_GAP_PX / 2, x0 + width + TICK_GAP_PX / 2, y - 11, y + 2)
+        if any(box[0] < b[1] and b[0] < box[1] and box[2] < b[3] and b[2] < box[3] for b in self.tick_boxes):
+            return False
+        self.tick_boxes.append(box)
+        self.parts.append(f'<text class="tick" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="#555">'
+                          f'{escape(text)}</text>')
+        return True
 
     def rect(self, x: float, y: float, w: float, h: float, color: str, title: str = "", opacity: float = 1.0) -> None:
         tip = f"<title>{escape(title)}</title>" if title else ""
@@ -78,7 +94,7 @@ def _y_axis(c: Canvas, top_value: float, unit: str) -> None:
         value = top_value * k / 4
         y = c.bottom - (c.bottom - c.top) * k / 4
         c.line(c.left, y, c.right, y, "#e3e3e6")
-        c.text(c.left - 6, y + 4, f"{value:g}{unit}", anchor="end", color="#555")
+        c.tick(c.left - 6, y + 4, f"{value:g}{unit}", anchor="end")
 
 
 def breakdown_bar(breakdown: dict[str, float]) -> str:
@@ -112,7 +128,7 @@ def steps_chart(durations_ms: Sequence[float], buckets_ms: dict[str, Sequence[fl
                    f"step {i}: {LABELS[bucket]} {buckets_ms[bucket][i]:.1f} ms")
             y -= height
         if n <= 40 or i % math.ceil(n / 40) == 0:
-            c.text(c.left + (i + 0.5) * slot, c.bottom + 14, str(i), color="#555")
+            c.tick(c.left + (i + 0.5) * slot, c.bottom + 14, str(i))
     c.text((c.left + c.right) / 2, c.bottom + 28, "profiled step", color="#555")
     c.legend([(LABELS[b], COLORS[b]) for b in shown], c.height - 4)
     return c.svg("time per profiled step by bucket")
@@ -142,7 +158,7 @@ def utilization_chart(t_s: Sequence[float], series: dict[str, Sequence[Optional[
             legend.append((label, color))
     for k in range(5):
         t = t0 + span * k / 4
-        c.text(x_of(t), c.bottom + 14, f"{t:.1f}", color="#555")
+        c.tick(x_of(t), c.bottom + 14, f"{t:.1f}")
     c.text((c.left + c.right) / 2, c.bottom + 28, "seconds since start", color="#555")
     c.legend(legend + ([("profiled window", "#d9dbe4")] if window else []), c.height - 4)
     return c.svg(ylabel)
@@ -161,8 +177,8 @@ def speedup_chart(labels: Sequence[str], speedups: Sequence[float], cis: Sequenc
         return c.left + (math.log(value) - math.log(low)) / (math.log(high) - math.log(low)) * (c.right - c.left)
 
     for tick in (t for t in SPEEDUP_TICKS if low <= t <= high):
-        c.line(x_of(tick), c.top, x_of(tick), c.bottom, "#e3e3e6")
-        c.text(x_of(tick), c.bottom + 14, f"{tick:g}x", color="#555")
+        if c.tick(x_of(tick), c.bottom + 14, f"{tick:g}x"):
+            c.line(x_of(tick), c.top, x_of(tick), c.bottom, "#e3e3e6")
     c.line(x_of(1.0), c.top, x_of(1.0), c.bottom, dash=True)
     for i, (label, speedup, ci, verdict) in enumerate(zip(labels, speedups, cis, verdicts)):
         y = c.top + row * (i + 0.5)
@@ -278,11 +294,11 @@ def roofline_chart(points: Sequence[tuple[float, float, str, str]], peaks: dict[
     for k in range(int(math.log10(x_lo)), int(math.log10(x_hi)) + 1):
         x, _ = at(10.0 ** k, y_lo)
         c.line(x, c.top, x, c.bottom, "#e3e3e6")
-        c.text(x, c.bottom + 14, f"{10.0 ** k:g}", color="#555")
+        c.tick(x, c.bottom + 14, f"{10.0 ** k:g}")
     for k in range(int(math.log10(y_lo)), int(math.log10(y_hi)) + 1):
         _, y = at(x_lo, 10.0 ** k)
         c.line(c.left, y, c.right, y, "#e3e3e6")
-        c.text(c.left - 6, y + 4, _flops_label(10.0 ** k), anchor="end", color="#555")
+        c.tick(c.left - 6, y + 4, _flops_label(10.0 ** k), anchor="end")
     colors = {dtype: SERIES_COLORS[i % len(SERIES_COLORS)] for i, dtype in enumerate(peaks)}
     for dtype, peak in peaks.items():
         knee = peak / bandwidth
@@ -322,7 +338,7 @@ def run_cost_chart(labels: Sequence[str], seconds: Sequence[float], cis: Sequenc
     for k in range(parts + 1):
         x = c.left + (c.right - c.left) * k / parts
         c.line(x, c.top, x, c.bottom, "#e3e3e6")
-        c.text(x, c.bottom + 14, f"{top_value * k / parts:g} {unit}", color="#555")
+        c.tick(x, c.bottom + 14, f"{top_value * k / parts:g} {unit}")
     for i, (label, value, ci, text) in enumerate(zip(labels, seconds, cis, texts)):
         y = c.top + row * i
         c.rect(c.left, y + 4, x_of(value) - c.left, row - 8, "#7f8c8d" if i == 0 else "#1e8449", text)

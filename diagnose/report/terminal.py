@@ -16,8 +16,10 @@ from diagnose.report.run_cost import terminal_lines as run_cost_lines
 from diagnose.report.view import step_time_view
 from diagnose.report.wording import (
     CATEGORY_NAMES,
+    apply_command,
     batch_search_sentence,
     compile_lines,
+    compute_matters,
     headline_sentence,
     memory_sentence,
     prediction_text,
@@ -61,7 +63,7 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
         console.print(f"  {step.label}: {parts}", soft_wrap=True)
         if step.overhead:
             console.print(f"  {step.overhead}", soft_wrap=True, style="dim")
-    light = speed_sentence(diagnosis.speed_of_light) if _compute_matters(diagnosis) else ""
+    light = speed_sentence(diagnosis.speed_of_light) if compute_matters(diagnosis) else ""
     if light:
         console.print(f"  {light}", soft_wrap=True, highlight=False, markup=False)
     memory = memory_sentence(diagnosis.memory) if _memory_matters(diagnosis) else ""
@@ -80,6 +82,10 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
     checked = predictions_sentence(diagnosis)
     if checked:
         console.print(f"  {checked}", style="dim", highlight=False, soft_wrap=True, markup=False)
+    command = apply_command(run_dir, diagnosis.headline.patch) if diagnosis.headline is not None else ""
+    if command:
+        console.print(f"Apply:   {command}  (the verified change, written into your files; --dry-run shows the diff)",
+                      soft_wrap=True, markup=False, highlight=False)
     if report:
         console.print(f"Report:  {report}", soft_wrap=True, markup=False)
     folder = RunFolder(run_dir)
@@ -96,14 +102,6 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
 
 
 MEMORY_SHOWN_FROM = 0.25  # of the limit: below it the terminal leaves memory to the report
-COMPUTE_SHOWN_FROM = 0.3  # of the step computed: below it the step waits, and its MFU is left to the report
-
-
-def _compute_matters(diagnosis: Diagnosis) -> bool:
-    light = diagnosis.speed_of_light
-    return light is not None and (light.busy_frac is None or light.busy_frac >= COMPUTE_SHOWN_FROM)
-
-
 def _memory_matters(diagnosis: Diagnosis) -> bool:
     memory = diagnosis.memory
     if memory is None or not memory.peak_bytes:

@@ -27,9 +27,11 @@ from diagnose.report.run_cost import basis_sentence, energy_sentence, length_sen
 from diagnose.report.run_cost import rows as cost_rows
 from diagnose.report.wording import (
     CATEGORY_NAMES,
+    apply_command,
     batch_search_sentence,
     budget_sentence,
     compile_lines,
+    compute_matters,
     fed_data_sentence,
     headline_sentence,
     memory_sentence,
@@ -75,6 +77,7 @@ class ExperimentView:
     result: str  # "1.52x [1.40-1.65]"; out of memory, "6845 samples/s [6432-7284]"; "" when not measured
     loss_drift: str
     first_step: str  # compile / start-up cost against the baseline, or ""
+    apply: str = ""  # the command that writes this change into the user's files, or ""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class ReportView:
     estimated_changes: tuple[ExperimentView, ...] = ()  # computed, not run (no DataLoader): their code, said so
     headline: str = ""
     headline_verified: bool = False
+    apply_command: str = ""  # `diagnose apply RUN`: writes the verified change into the user's files
+    verified_patch: str = ""  # RUN/verified.patch, for `git apply`
+    show_mfu: bool = False  # the experiments' MFU column: only where compute holds the step back
+    show_memory: bool = False  # their peak memory column: only where a run measured one
     result_header: str = "speedup [99% interval]"  # a run out of memory: each variant's own samples/s
     batch_search: str = ""  # the largest batch that fits, when it was searched
     recovery: str = ""
@@ -163,8 +170,9 @@ def snippet(location: Optional[str]) -> Optional[Snippet]:
 def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
                samples: Optional[Samples], trace_files: Optional[tuple[str, ...]] = None,
                tensorboard_dir: str = "") -> ReportView:
-    experiments = experiment_views(diagnosis.experiments)
+    experiments = experiment_views(diagnosis.experiments, run_dir)
     tb = RunFolder(run_dir).tb
+    patch = diagnosis.headline.patch if diagnosis.headline is not None else ""
     return ReportView(
         title=f"diagnose: {Path(diagnosis.script).name}",
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
@@ -193,6 +201,10 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
         estimated_changes=tuple(e for e in experiments if e.experiment.verdict == Verdict.NOT_VERIFIED),
         headline=headline_sentence(diagnosis),
         headline_verified=diagnosis.headline is not None and diagnosis.headline.verdict in VERIFIED,
+        apply_command=apply_command(run_dir, patch),
+        verified_patch=str(run_dir / patch) if patch else "",
+        show_mfu=compute_matters(diagnosis) and any(e.mfu_after is not None for e in diagnosis.experiments),
+        show_memory=any(e.peak_memory_bytes for e in diagnosis.experiments),
         result_header=("samples/s [99% interval]" if diagnosis.status == Status.OUT_OF_MEMORY
                        else "speedup [99% interval]"),
         batch_search=batch_search_sentence(diagnosis.batch_search),
@@ -238,13 +250,14 @@ def verdict_style(diagnosis: Diagnosis, analysis: Optional[Analysis]) -> str:
     return "error" if diagnosis.status == Status.SCRIPT_ERROR else "neutral"
 
 
-def experiment_views(experiments: tuple[Experiment, ...]) -> tuple[ExperimentView, ...]:
+def experiment_views(experiments: tuple[Experiment, ...],
+                     run_dir: Optional[Path] = None) -> tuple[ExperimentView, ...]:
     ordered = sorted(experiments, key=lambda e: (SUMMARY_FIRST.get(e.optimization, 2), e.speedup is None,
                                                  -(e.speedup or 0.0)))
-    return tuple(_experiment_view(e) for e in ordered)
+    return tuple(_experiment_view(e, run_dir) for e in ordered)
 
 
-def _experiment_view(e: Experiment) -> ExperimentView:
+def _experiment_view(e: Experiment, run_dir: Optional[Path] = None) -> ExperimentView:
     setting = setting_text(e.setting)
     first_step = ""
     if e.first_step_s is not None and e.baseline_first_step_s is not None:
@@ -254,6 +267,7 @@ def _experiment_view(e: Experiment) -> ExperimentView:
         experiment=e, label=f"{e.optimization}({setting})" if setting else e.optimization, setting=setting,
         result=result_text(e), first_step=first_step,
         loss_drift="n/a" if e.loss_drift is None else f"{e.loss_drift:.2%}",
+        apply=apply_command(run_dir, e.patch) if run_dir is not None else "",
     )
 
 

@@ -348,6 +348,28 @@ def batch_search_sentence(search) -> str:
                if search.start_batch and search.largest_fitting > search.start_batch else ""))
 
 
+COMPUTE_SHOWN_FROM = 0.3  # of the step computed: below it the step waits, and its MFU says nothing of what to fix
+
+
+def compute_matters(diagnosis: Diagnosis) -> bool:
+    """Whether the step's arithmetic is what holds it back enough for MFU to tell something: the device busy (or,
+    without a device timeline, the compute bucket) for at least COMPUTE_SHOWN_FROM of the step."""
+    light = diagnosis.speed_of_light
+    if light is None:
+        return False
+    busy = light.busy_frac if light.busy_frac is not None else diagnosis.breakdown.get("compute")
+    return busy is None or busy >= COMPUTE_SHOWN_FROM
+
+
+def apply_command(run_dir, patch: str) -> str:
+    """The command that writes a change's patch (RUN/verified.patch, RUN/changes/NAME.patch) into the user's files;
+    "" when it has none."""
+    if not patch:
+        return ""
+    name = patch.rpartition("/")[2].removesuffix(".patch")
+    return f"diagnose apply {run_dir}" + ("" if name == "verified" else f" --change {name}")
+
+
 def headline_sentence(diagnosis: Diagnosis) -> str:
     """The verified result of the experiments; empty when none ran."""
     head = diagnosis.headline
