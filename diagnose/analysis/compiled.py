@@ -157,6 +157,9 @@ def compile_metrics(compiled: Optional[CompiledSteps], capture: Optional[Capture
         compile_recompile_s=recompile_s,
         **_run_shares(capture, step_time_s, total_s, recompile_s),
     )
+    if any(e.step >= capture.warmup_steps and e.seconds > 0 for e in compilation.events):
+        # the profiled steps hold compile time the plain ones leave out: their ratio is not the profiler's cost
+        metrics["profiler_overhead_factor"] = None
     return metrics
 
 

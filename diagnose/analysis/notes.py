@@ -26,10 +26,26 @@ def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames:
         notes.append(f"steps were found from {capture.step_source}() calls (no DataLoader drives training)")
     if len(steps) < 3 and not cut_in_time:  # (a span of time holds many)
         notes.append(f"only {len(steps)} step(s) were profiled: figures are rough")
-    overhead = profiler_overhead_note(capture, steps)
+    late = _late_compiles(capture)
+    if late:
+        notes.append(late)
+    overhead = profiler_overhead_note(capture, steps) if not late else ""
     if overhead:
         notes.append(overhead)
     return tuple(notes)
+
+
+def _late_compiles(capture: Optional[Capture]) -> str:
+    """Compilations after the warm-up fell in the timed or profiled steps: the profiled ones hold their time."""
+    compilation = capture.compilation if capture is not None else None
+    if compilation is None:
+        return ""
+    late = [e for e in compilation.events if e.step >= capture.warmup_steps and e.seconds > 0]
+    if not late:
+        return ""
+    return (f"torch.compile compiled {len(late)} time(s) after the warm-up ({sum(e.seconds for e in late):.1f} s, a "
+            "new input size now and then): left out of the steps timed without the profiler, but in the profiled "
+            "steps' time, so the profiler's overhead is not stated")
 
 
 def timeline_notes(timeline: StepTimeline) -> tuple[str, ...]:

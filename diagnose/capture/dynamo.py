@@ -23,9 +23,11 @@ from diagnose.capture.compile_cache import cache_kind
 from diagnose.capture.sites import _realpath, is_user_file
 from diagnose.model import Compilation, CompileEvent, GraphBreak
 
-# Steps past the planned warm-up that a run may keep warming up while each step still compiles: dynamo's
-# recompile limit (8) twice over, so that a frame that recompiles to its limit has settled (or runs eagerly)
+# Steps past the planned warm-up that a run may keep warming up while steps still compile: dynamo's recompile
+# limit (8) twice over, so that a frame that recompiles to its limit has settled (or runs eagerly)
 COMPILE_SETTLE_STEPS = 16
+# Steps in a row without compiling that say compilation has settled: a new input size may come only now and then
+QUIET_STEPS = 3
 _GB_CODE = re.compile(r"/gb/(gb\d+)\.html", re.IGNORECASE)
 
 
@@ -105,6 +107,14 @@ class DynamoWatch:
     def seconds(self) -> float:
         """Compile time read so far (to the last step boundary)."""
         return sum(e.seconds for e in self._events)
+
+    def settling(self, step: int, planned_warmup: int) -> bool:
+        """Whether warm-up should go on at `step`: one of the last QUIET_STEPS steps compiled, and `step` is within
+        COMPILE_SETTLE_STEPS of the planned warm-up."""
+        if not self._events or step >= planned_warmup + COMPILE_SETTLE_STEPS:
+            return False
+        compiled = self.seconds_by_step()
+        return any(compiled.get(s, 0.0) > 0 for s in range(step - QUIET_STEPS, step))
 
     def seconds_by_step(self) -> dict[int, float]:
         """Compile time read so far, by the step it happened in."""

@@ -21,7 +21,6 @@ import torch
 
 from diagnose.capture import hang, probe, run_length, step_plan, worker_failure, worker_stacks
 from diagnose.capture.device import allocator_stats, peak_memory, sync_device
-from diagnose.capture.dynamo import COMPILE_SETTLE_STEPS
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.environment import environment
 from diagnose.capture.flop_counter import StepFlops
@@ -180,10 +179,9 @@ class Session(ScriptHost):
             self._mark_step(step)
 
     def _still_compiling(self, step: int) -> bool:
-        """The step before this one compiled (a new shape, a recompilation), within a bound past the warm-up asked
-        for: warm-up goes on, so the timed and profiled steps are the ones the rest of the run takes."""
-        return (self.instr.dynamo.seconds_by_step().get(step - 1, 0.0) > 0
-                and step < self.config.warmup_steps + COMPILE_SETTLE_STEPS)
+        """A step just before this one compiled (a new shape, a recompilation), within a bound past the warm-up
+        asked for: warm-up goes on, so the timed and profiled steps are the ones the rest of the run takes."""
+        return self.instr.dynamo.settling(step, self.config.warmup_steps)
 
     def _planned_steps(self) -> int:
         if self.profile_start is not None:

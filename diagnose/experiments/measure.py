@@ -15,7 +15,7 @@ import torch
 
 from diagnose.capture.bursts import Bursts
 from diagnose.capture.device import Nvml, device_in_use, peak_memory, sync_device
-from diagnose.capture.dynamo import COMPILE_SETTLE_STEPS, compile_seconds
+from diagnose.capture.dynamo import compile_seconds
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.fingerprint import sample_fingerprints
 from diagnose.capture.host import ScriptHost
@@ -326,9 +326,7 @@ class MeasureSession(ScriptHost):
     def _still_compiling(self) -> bool:
         """The step that just ended compiled (a new shape, a recompilation): warm-up goes on, up to a bound past
         the plan's, so that the windows time the steps the rest of the run takes."""
-        last = len(self.boundaries) - 2
-        return (self.instr.dynamo.seconds_by_step().get(last, 0.0) > 0
-                and last < self.plan.warmup_steps + COMPILE_SETTLE_STEPS)
+        return self.instr.dynamo.settling(len(self.boundaries) - 1, self.plan.warmup_steps)
 
     @property
     def span_steps(self) -> int:

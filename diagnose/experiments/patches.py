@@ -26,7 +26,7 @@ from diagnose.model import Change, Experiment, ExperimentResults, FileEdit, Hand
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 
-SITE_CALLS = {"loader": "DataLoader", "optimizer": "the optimizer"}
+SITE_CALLS = {"loader": "DataLoader", "optimizer": "the optimizer", "compile": "torch.compile"}
 
 
 @dataclass
