@@ -1173,7 +1173,9 @@ class CompileTrial:
     compile_s: Optional[float]  # the variant's compile time in its timed runs (median)
     baseline_compile_s: Optional[float]
     run_steps: Optional[float]  # the whole run's steps it is counted over
-    run_speedup: Optional[float] = None  # (steps x step + compile) of the baseline over the variant's
+    # the baseline's whole run over the variant's: each its steps at its steady step, its compile time, and its
+    # process start to the first step (imports, data, the first compile)
+    run_speedup: Optional[float] = None
     run_speedup_ci: Optional[tuple[float, float]] = None
     run_verdict: str = ""  # faster | slower | no-change over the whole run; "" where not counted
 
@@ -1188,7 +1190,9 @@ class CompileSummary:
     recompiles: int
     graph_breaks: int
     split_s: dict[str, float]  # dynamo, aot_autograd, inductor, codegen (part of inductor), autotune, backward
-    cache: str  # this run's: cold (every lookup missed) | warm (every lookup hit) | mixed | unknown
+    # this run's: cold (the run's own cache, empty at its start; or every lookup missed) | warm (every lookup hit)
+    # | mixed | unknown
+    cache: str
     cold_s: Optional[float]  # compile time with an empty cache: this run's when it was cold
     warm_s: Optional[float]  # with a warm cache: the timed runs after this one (median), or this run's when warm
     eager_step_s: Optional[float] = None  # the same step not compiled (the eager experiment), where measured

@@ -131,3 +131,47 @@ def test_the_recorded_branch_is_not_offered_torch_compile_again(branch_run):
     capture, analysis, _ = branch_run
     reason = REGISTRY["compile"].skip_reason(Context(capture=capture, analysis=analysis))
     assert reason.startswith("the script already compiles its model at ")
+
+
+def _experiment(optimization: str, setting: dict, speedup: float, ci: tuple, **times):
+    from diagnose.model import Experiment
+
+    return Experiment(optimization=optimization, setting=setting, metric="steps/s", speedup=speedup, ci=ci,
+                      verdict="faster" if ci[0] > 1 else "slower" if ci[1] < 1 else "no-change", loss_drift=None,
+                      peak_memory_bytes=None, reason="", **times)
+
+
+def test_break_even_and_the_whole_run_come_from_the_experiments_and_compile_times(branch_run):
+    from diagnose.experiments.compile_cost import compile_summary
+    from diagnose.model import ExperimentResults, stated_step_s
+
+    capture, analysis, _ = branch_run
+    eager = _experiment("compile_eager", {}, 0.5, (0.45, 0.55), compile_s=None, baseline_compile_s=2.0,
+                        first_step_s=3.0, baseline_first_step_s=5.0)
+    dynamic = _experiment("compile_dynamic", {"dynamic": True}, 1.1, (1.0, 1.2), compile_s=1.0,
+                          baseline_compile_s=2.0, first_step_s=4.0, baseline_first_step_s=5.0)
+    summary = compile_summary(capture, analysis, ExperimentResults(experiments=(eager, dynamic)))
+    step = stated_step_s(analysis.step_time_s)
+    assert summary.cache == "cold" and summary.cold_s == summary.compile_s  # the run's own, empty, cache
+    assert summary.warm_s == 2.0  # the timed runs after it, the cache filled
+    assert summary.eager_step_s == pytest.approx(step / 0.5)  # eager runs at half the compiled steps/s
+    assert summary.break_even_steps == pytest.approx(2.0 / (step / 0.5 - step))
+    trial = next(t for t in summary.trials if t.optimization == "compile_dynamic")
+    steps = capture.run_length.total_steps
+    assert trial.run_speedup == pytest.approx((steps * step + 5.0 + 2.0) / (steps * step / 1.1 + 4.0 + 1.0))
+    assert trial.run_speedup_ci[0] < trial.run_speedup < trial.run_speedup_ci[1]
+
+
+def test_warm_up_goes_on_while_recent_steps_compiled_and_within_its_bound():
+    from diagnose.capture.dynamo import COMPILE_SETTLE_STEPS
+    from diagnose.model import CompileEvent
+
+    watch = DynamoWatch()
+    watch._events = [CompileEvent(compile_id="0/0", frame="forward", location=None, step=0, seconds=9.0),
+                     CompileEvent(compile_id="0/1", frame="forward", location=None, step=6, seconds=1.0)]
+    assert watch.settling(5, planned_warmup=5) is False  # steps 2-4 compiled nothing: settled
+    assert watch.settling(7, planned_warmup=5) and watch.settling(9, planned_warmup=5)  # step 6 compiled
+    assert watch.settling(10, planned_warmup=5) is False  # steps 7-9 quiet
+    watch._events.append(CompileEvent(compile_id="0/2", frame="forward", location=None,
+                                      step=5 + COMPILE_SETTLE_STEPS, seconds=1.0))
+    assert watch.settling(6 + COMPILE_SETTLE_STEPS, planned_warmup=5) is False  # past the bound: timed anyway
