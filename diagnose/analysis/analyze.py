@@ -17,7 +17,7 @@ from diagnose.analysis.breakdown import (
     per_step,
     step_stats,
 )
-from diagnose.analysis.compiled import compile_metrics, compiled_steps, with_dynamo
+from diagnose.analysis.compiled import compile_metrics, compiled_steps, with_dynamo, without_compiling_steps
 from diagnose.analysis.fixed_cost import fixed_cost_metrics, with_loader_fixed
 from diagnose.analysis.flops import trace_flops
 from diagnose.analysis.frames import innermost_segments
@@ -67,6 +67,8 @@ def analyze(inputs: Inputs) -> Analysis:
     cut_short = inputs.capture is not None and not inputs.capture.last_step_complete and trace.kept_steps is None
     if cut_short and len(host_step_spans) > 1:
         host_step_spans = host_step_spans[:-1]  # the script stopped mid-step: that step's time is not a step time
+    if trace.kept_steps is None:  # a step that compiled is not a step of the run's steady state
+        host_step_spans = without_compiling_steps(trace, host_step_spans, inputs.capture)
     timeline = released(step_timeline(trace, host_step_spans))
     if trace.kept_steps is not None:  # its lead-in and lead-out steps were kept for the timeline: not steps of it
         host_step_spans, timeline = trace.kept_steps.own_steps(host_step_spans, timeline)

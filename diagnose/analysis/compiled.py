@@ -60,6 +60,28 @@ def compiled_steps(trace: Trace, steps: int, total_us: float) -> Optional[Compil
     return CompiledSteps(graphs_per_step=len(regions) / steps, eager_frac=outside_graphs_us / total_us, frames=frames)
 
 
+def compiling_steps(capture: Optional[Capture]) -> set[int]:
+    """The run's steps (from 0) in which torch.compile compiled."""
+    compilation = capture.compilation if capture is not None else None
+    return {e.step for e in compilation.events if e.seconds > 0} if compilation is not None else set()
+
+
+def without_compiling_steps(trace: Trace, host_steps: np.ndarray, capture: Optional[Capture]) -> np.ndarray:
+    """The profiled steps less those that compiled (a new input size met late): the trace's ProfilerStep#N is the
+    run's step N. All of them are kept when every one compiled (nothing steady to show)."""
+    compiling = compiling_steps(capture)
+    if not compiling or len(host_steps) > len(trace.steps):
+        return host_steps
+    numbers = [_step_number(name) for name in trace.steps.names[:len(host_steps)]]
+    keep = np.array([n not in compiling for n in numbers], dtype=bool)
+    return host_steps[keep] if keep.any() else host_steps
+
+
+def _step_number(name: str) -> Optional[int]:
+    number = name.rpartition("#")[2]
+    return int(number) if number.isdigit() else None
+
+
 def _frame_id(name: str) -> int:
     frame = name[len(REGION):].split("/", 1)[0].strip()
     return int(frame) if frame.isdigit() else -1
@@ -157,9 +179,6 @@ def compile_metrics(compiled: Optional[CompiledSteps], capture: Optional[Capture
         compile_recompile_s=recompile_s,
         **_run_shares(capture, step_time_s, total_s, recompile_s),
     )
-    if any(e.step >= capture.warmup_steps and e.seconds > 0 for e in compilation.events):
-        # the profiled steps hold compile time the plain ones leave out: their ratio is not the profiler's cost
-        metrics["profiler_overhead_factor"] = None
     return metrics
 
 

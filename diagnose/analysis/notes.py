@@ -29,7 +29,7 @@ def analysis_notes(trace: Trace, capture: Optional[Capture], steps, from_frames:
     late = _late_compiles(capture)
     if late:
         notes.append(late)
-    overhead = profiler_overhead_note(capture, steps) if not late else ""
+    overhead = profiler_overhead_note(capture, steps)
     if overhead:
         notes.append(overhead)
     return tuple(notes)
@@ -43,9 +43,10 @@ def _late_compiles(capture: Optional[Capture]) -> str:
     late = [e for e in compilation.events if e.step >= capture.warmup_steps and e.seconds > 0]
     if not late:
         return ""
+    steps = len({e.step for e in late})
     return (f"torch.compile compiled {len(late)} time(s) after the warm-up ({sum(e.seconds for e in late):.1f} s, a "
-            "new input size now and then): left out of the steps timed without the profiler, but in the profiled "
-            "steps' time, so the profiler's overhead is not stated")
+            f"new input size now and then): the {steps} step(s) it compiled in are left out of the profiled steps, "
+            "and its time out of the steps timed without the profiler")
 
 
 def timeline_notes(timeline: StepTimeline) -> tuple[str, ...]:

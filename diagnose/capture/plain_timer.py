@@ -51,7 +51,7 @@ class PlainTimer:
             self._begin_when_warm()
             return None
         self.steps += 1
-        elapsed = time.perf_counter() - self.start
+        elapsed = time.perf_counter() - self.start - (self.compile_clock() - self.compile_at_start)
         self.step_ends.append(elapsed)
         return self._timing(self.steps) if self.bursts.closes(self.steps, elapsed) else None
 
