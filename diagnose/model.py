@@ -766,6 +766,7 @@ class BreakSite:
     per_step: Optional[float] = None  # times the break is met per step (entries into the frame it ends)
     eager_s_per_step: Optional[float] = None  # eager code it leaves between graphs, per profiled step
     recompiles: int = 0  # recompilations of the frames it resumes into (a guard on the value read back)
+    cost_frac: Optional[float] = None  # its part of compile_break_frac, by the eager time of the frames it ended
 
 
 @dataclass(frozen=True)

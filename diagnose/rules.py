@@ -31,9 +31,12 @@ MOST_PREDICTED = 100.0  # a cost of the whole step: the bound says "up to 100x",
 LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync", "compile", "graph_break")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
-                 "explanation", "predicts", "ceiling")
+                 "explanation", "predicts", "ceiling", "each")
+# a rule that gives one finding per site of a kind: the sites (a list of the template's context), the metric each
+# site's own share stands in for, and the location key its own place fills
+EACH = {"graph_break": ("graph_breaks", "compile_break_frac", "graph_break")}
 TEMPLATE_EXTRAS = {"locations", "host_top_code", "loader_location", "host_top_location", "optimizer_location", "syncs",
-                   "step_s", "graph_breaks", "recompiles", "compile_location"}
+                   "step_s", "graph_breaks", "recompiles", "compile_location", "site"}
 
 
 def _environment() -> SandboxedEnvironment:
@@ -70,6 +73,7 @@ class Rule:
     priority: int = 0  # breaks ties in cost: the more specific diagnosis first
     predicts: str = "speedup"  # speedup: the cost is step time the fix removes; rank: it only ranks the finding
     ceiling: str = "mfu"  # the speed-of-light metric that bounds the cost: mfu, or mfu_best_dtype for dtype changes
+    each: str = ""  # "": one finding; a key of EACH: one finding per site of that kind (`site` in its templates)
 
     def fires(self, metrics: dict) -> bool:
         return bool(self.condition.evaluate(metrics))
@@ -111,6 +115,8 @@ def load_rule(path: Path, *, optimization_ids: Collection[str], check_templates:
         raise RuleError(f"rule file {path}: location must be one of {', '.join(LOCATION_KEYS)}")
     if data.get("predicts", "speedup") not in PREDICTS:
         raise RuleError(f"rule file {path}: predicts must be one of {', '.join(PREDICTS)}")
+    if data.get("each", "") not in ("", *EACH):
+        raise RuleError(f"rule file {path}: each must be one of {', '.join(EACH)}")
     if data.get("ceiling", "mfu") not in CEILINGS:
         raise RuleError(f"rule file {path}: ceiling must be one of {', '.join(CEILINGS)}")
     return Rule(
@@ -120,7 +126,7 @@ def load_rule(path: Path, *, optimization_ids: Collection[str], check_templates:
         optimizations=tuple(data.get("optimizations", [])), location=data.get("location"),
         docs=data.get("docs", ""), path=path, cases=_cases(path, data.get("tests", [])),
         explanation=data.get("explanation", "").strip(), priority=data.get("priority", 0),
-        predicts=data.get("predicts", "speedup"), ceiling=data.get("ceiling", "mfu"),
+        predicts=data.get("predicts", "speedup"), ceiling=data.get("ceiling", "mfu"), each=data.get("each", ""),
     )
 
 
@@ -228,9 +234,25 @@ def _load_files(files: tuple[tuple[str, int, bool], ...], optimization_ids: froz
 def evaluate(rules: list[Rule], analysis: Analysis) -> list[Finding]:
     metrics = {**dict.fromkeys(METRICS), **analysis.metrics}
     context = _context(analysis)
-    fired = [(rule, _finding(rule, metrics, context, analysis.framework)) for rule in rules if rule.fires(metrics)]
+    fired = [(rule, finding) for rule in rules if rule.fires(metrics)
+             for finding in _findings(rule, metrics, context, analysis.framework)]
     fired.sort(key=lambda pair: (pair[1].cost_fraction, pair[0].priority), reverse=True)
     return _not_training(metrics, [finding for _, finding in fired])
+
+
+def _findings(rule: Rule, metrics: dict, context: dict, framework: Optional[FrameworkSite]) -> list[Finding]:
+    """The rule's finding; for a rule of each site, one per site, its own share and place in the templates (one
+    finding as for any rule where the sites are not known)."""
+    sites = context.get(EACH[rule.each][0]) if rule.each else None
+    if not sites:
+        return [_finding(rule, metrics, context, framework)]
+    _, metric, location_key = EACH[rule.each]
+    found = []
+    for site in sites:
+        own = {**metrics, metric: site.cost_frac if site.cost_frac is not None else metrics.get(metric)}
+        where = {**context["locations"], location_key: display_location(site.location)}
+        found.append(_finding(rule, own, {**context, **own, "site": site, "locations": where}, framework))
+    return found
 
 
 def _not_training(metrics: dict, findings: list[Finding]) -> list[Finding]:
@@ -257,7 +279,8 @@ def _context(analysis: Analysis) -> dict:
             "host_top_code": _host_top_code(analysis), "syncs": analysis.syncs,
             "graph_breaks": analysis.compiled.breaks if analysis.compiled else (),
             "recompiles": analysis.compiled.recompiles if analysis.compiled else (),
-            "compile_location": locations.get("compile") or "where the model is compiled"}
+            "compile_location": locations.get("compile") or "where the model is compiled",
+            "site": None}  # a rule of each site: the site its finding is about
 
 
 def _host_top_code(analysis: Analysis) -> str:

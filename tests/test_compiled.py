@@ -175,3 +175,24 @@ def test_warm_up_goes_on_while_recent_steps_compiled_and_within_its_bound():
     watch._events.append(CompileEvent(compile_id="0/2", frame="forward", location=None,
                                       step=5 + COMPILE_SETTLE_STEPS, seconds=1.0))
     assert watch.settling(6 + COMPILE_SETTLE_STEPS, planned_warmup=5) is False  # past the bound: timed anyway
+
+
+def test_each_graph_break_site_is_a_finding_of_its_own_with_its_line_and_share():
+    from diagnose.model import Analysis, BreakSite, CompiledSteps
+
+    sites = (BreakSite(location="/src/model.py:40", function="forward", reason="Unsupported Tensor.item() call",
+                       per_step=1.0, eager_s_per_step=3e-4, cost_frac=0.06),
+             BreakSite(location="/src/model.py:52", function="forward", reason="Failed to trace builtin operator",
+                       per_step=1.0, eager_s_per_step=1e-4, cost_frac=0.02))
+    metrics = dict.fromkeys(rule_engine.METRICS) | {"compile_graph_breaks": 2.0, "compile_graphs_per_step": 3.0,
+                                                     "compile_break_frac": 0.08, "compile_eager_frac": 0.12}
+    analysis = Analysis(steps=(), step_time_s={"mean": 0.01, "p50": 0.01, "p95": 0.01}, breakdown={}, top_ops=(),
+                        host_lines=(), metrics=metrics, locations={"graph_break": "/src/model.py:40"},
+                        step_definition="test",
+                        compiled=CompiledSteps(graphs_per_step=3.0, eager_frac=0.12, breaks=sites))
+    rules = [r for r in rule_engine.load_rules(optimization_ids=REGISTRY) if r.id == "compile.graph-break"]
+    first, second = rule_engine.evaluate(rules, analysis)
+    assert (first.location, second.location) == ("/src/model.py:40", "/src/model.py:52")
+    assert (first.cost_fraction, second.cost_fraction) == (0.06, 0.02)
+    assert "Tensor.item()" in first.message and "builtin operator" in second.message
+    assert "torch.where" in first.fix_code and "torch.where" not in second.fix_code

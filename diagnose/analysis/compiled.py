@@ -105,6 +105,10 @@ def with_dynamo(compiled: Optional[CompiledSteps], compilation: Optional[Compila
             eager_s_per_step=sum(f.eager_s_per_step for f in seen) if seen else None,
             recompiles=sum(r.count for r in resumed)))
     breaks.sort(key=lambda b: -(b.eager_s_per_step or 0.0))
+    eager = sum(b.eager_s_per_step or 0.0 for b in breaks)
+    total = break_share(base)
+    if compiled is not None and eager > 0:
+        breaks = [replace(b, cost_frac=total * (b.eager_s_per_step or 0.0) / eager) for b in breaks]
     return replace(base, breaks=tuple(breaks), recompiles=recompiles)
 
 
