@@ -59,7 +59,8 @@ class DynamoWatch:
         self.settings: Optional[CompileSettings] = None
         self._events: list[CompileEvent] = []
         self._pending_backward: dict[str, float] = {}  # compile id -> backward seconds, read before its forward
-        self._seen: set[int] = set()  # ids of the CompilationMetrics objects already read
+        # the CompilationMetrics objects already read, by id; kept alive so that no later record reuses an id
+        self._seen: dict[int, Any] = {}
         self._breaks: dict[tuple, _Break] = {}
         self._frames: dict[str, tuple[str, Optional[str]]] = {}  # dynamo frame id -> (function, file:first line)
         self._undo: list[Callable[[], None]] = []
@@ -80,7 +81,7 @@ class DynamoWatch:
                 watch._on_break(reason_record)
 
         GraphCompileReason.__post_init__ = post_init
-        self._seen.update(id(m) for m in _compilation_metrics())  # compiled before the watch began: not this run's
+        self._seen.update((id(m), m) for m in _compilation_metrics())  # compiled before the watch: not this run's
         self._undo.append(lambda: setattr(GraphCompileReason, "__post_init__", original))
         return self.uninstall
 
@@ -127,7 +128,7 @@ class DynamoWatch:
         for metrics in _compilation_metrics():
             if id(metrics) in self._seen:
                 continue
-            self._seen.add(id(metrics))
+            self._seen[id(metrics)] = metrics
             self._read(metrics)
 
     def _read(self, m) -> None:
