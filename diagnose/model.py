@@ -13,6 +13,8 @@ BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "oth
 CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "host-overhead", "communication")
 SEVERITIES = ("high", "medium", "low")
 PHASES = ("data", "forward", "backward", "optimizer", "other")
+# the span the capture puts around DistributedDataParallel's search for unused parameters (after each forward)
+DDP_FIND_UNUSED_SPAN = "diagnose::ddp_find_unused"
 
 
 
@@ -213,6 +215,30 @@ class OptimizerInfo:
     foreach: Optional[bool]
     fused: Optional[bool]
     framework: Optional[str] = None  # built inside this framework: `location` is the line that configures it
+
+
+@dataclass(frozen=True)
+class DdpInfo:
+    """A DistributedDataParallel wrapper the script built: its settings as constructed, the process group's backend
+    and size, and what its backward passes did in the steps seen (gradient accumulation with or without no_sync())."""
+    location: Optional[str]  # "file:line" of the DistributedDataParallel(...) call in the user's code
+    find_unused_parameters: bool
+    static_graph: bool
+    gradient_as_bucket_view: bool
+    bucket_cap_mb: float  # as built (torch's default: 25)
+    broadcast_buffers: bool
+    backend: Optional[str]  # gloo | nccl | ... (None: no default process group could be read)
+    world_size: Optional[int]
+    parameters: int = 0  # tensors that require a gradient
+    gradient_bytes: int = 0  # their size: what one all-reduce of every gradient moves
+    backward_location: Optional[str] = None  # "file:line" of the user's backward() call (the accumulation loop)
+    # over the optimizer steps after the first: backward() calls per step, and how many of them all-reduced (their
+    # forward ran outside no_sync()); the most common pair
+    backwards_per_step: Optional[int] = None
+    synced_backwards_per_step: Optional[int] = None
+    # the most parameters (of those that require a gradient) that got none in one backward (None: not counted)
+    unused_parameters: Optional[int] = None
+    backwards_seen: int = 0
 
 
 @dataclass(frozen=True)
@@ -488,6 +514,7 @@ class Capture:
     # imports and set-up left out); then the script's first line to its first step
     process_start_s: Optional[float] = None
     script_to_first_step_s: Optional[float] = None
+    ddp: Optional[DdpInfo] = None  # the script wrapped its model in DistributedDataParallel (the first wrapper)
 
 
 @dataclass(frozen=True)
@@ -571,6 +598,9 @@ class RankSummary:
     collective_wait_frac: Optional[float]  # share of step time in collectives (waiting for the other ranks)
     gpu_busy_frac: Optional[float] = None
     data_wait_frac: Optional[float] = None
+    communication_frac: Optional[float] = None  # exposed: collectives not hidden behind compute
+    allreduces_per_step: Optional[float] = None  # all-reduce calls per optimizer step
+    step_times_s: tuple[float, ...] = ()  # each profiled step's time on this rank
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+import diagnose.analysis.distributed as distributed
 import diagnose.analysis.gpu as gpu
 import diagnose.analysis.ops as op_stats
 from diagnose.analysis.breakdown import (
@@ -168,7 +169,10 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
     )
     m.update(device_metrics(trace, steady, capture, timeline, total_us, n, inputs.peaks))
     m.update(trace_loader_metrics(trace))
+    m.update(distributed.trace_metrics(trace, steady, iv.union(timeline.device), total_us, n))
     m.update(capture_metrics(capture, inputs.samples, n))
+    if capture is not None:
+        m.update(distributed.capture_metrics(capture))
     m.update(unprofiled_metrics(capture, stats["mean"]))
     return m
 

@@ -21,7 +21,9 @@ def summary(rank: int, path: str, analysis: Analysis) -> RankSummary:
     m = analysis.metrics
     return RankSummary(rank=rank, trace=path, step_time_s=analysis.step_time_s.get("mean", 0.0),
                        breakdown=dict(analysis.breakdown), collective_wait_frac=m.get("collective_wait_frac"),
-                       gpu_busy_frac=m.get("gpu_busy_frac"), data_wait_frac=m.get("data_wait_frac"))
+                       gpu_busy_frac=m.get("gpu_busy_frac"), data_wait_frac=m.get("data_wait_frac"),
+                       communication_frac=m.get("communication_frac"), allreduces_per_step=m.get("allreduces_per_step"),
+                       step_times_s=tuple(s.duration_s for s in analysis.steps))
 
 
 def straggler(ranks: list[RankSummary]) -> Optional[RankSummary]:
