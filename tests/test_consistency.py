@@ -71,6 +71,10 @@ NOT_COMPUTED_HERE = {
                                  "NVML samples)",
     "loss_nonfinite_step": "a loss that goes NaN (test_training_health's diverging run checks it)",
     "loss_last_finite": "a loss that goes NaN (test_training_health's diverging run checks it)",
+    **dict.fromkeys(("ddp_find_unused_parameters", "ddp_static_graph", "ddp_gradient_as_bucket_view",
+                     "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_gradient_mb", "ddp_unused_parameters",
+                     "ddp_backwards_per_step", "ddp_synced_backwards_per_step", "world_size", "ddp_find_unused_frac"),
+                    "a DistributedDataParallel run (test_distributed's ddp_settings run checks them)"),
 }
 
 

@@ -140,3 +140,91 @@ def test_capture_refuses_an_out_folder_holding_the_users_files(tmp_path):
     assert proc.returncode == 2 and "holds files diagnose did not write: config.json" in proc.stderr
     assert [p.name for p in out.iterdir()] == ["config.json"] and "Traceback" not in proc.stderr
     assert (out / "config.json").read_text() == '{"lr": 0.1}'
+
+
+# -- DistributedDataParallel's settings (issue 51) ----------------------------------------------------------------
+
+
+def test_the_no_sync_runtime_syncs_the_last_micro_batch_and_an_early_step(tmp_path):
+    # one process on gloo: 3 micro-batches per step, then a step after 2 (an epoch ending inside an accumulation)
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ddp_syncing.py"), "29533"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    # DDP all-reduces in the backward of a forward run outside no_sync(): the 3rd of each step, never the early
+    # step's 2; the evaluation forward (no_grad) is left as it was
+    assert seen["synced"] == [False, False, True, False, False, True, False, False, True]
+    assert seen["reduced"] == 4  # the early step's waiting gradients, all-reduced by hand: the used layers' 4
+    ddp = seen["ddp"]
+    assert ddp["location"].endswith("ddp_syncing.py:37") and ddp["backward_location"].endswith("ddp_syncing.py:43")
+    assert (ddp["find_unused_parameters"], ddp["bucket_cap_mb"], ddp["backend"], ddp["world_size"]) == (
+        True, 10.0, "gloo", 1)
+    assert (ddp["backwards_per_step"], ddp["synced_backwards_per_step"]) == (3, 1)
+    assert ddp["unused_parameters"] == 2 and ddp["parameters"] == 6  # the layer forward() never calls
+
+
+def _ddp_context(**ddp):
+    from diagnose.model import Capture, DdpInfo, Environment, LoaderInfo, OptimizerInfo
+    from diagnose.optimizations.base import Context
+
+    info = DdpInfo(**{"location": "train.py:20", "find_unused_parameters": True, "static_graph": False,
+                      "gradient_as_bucket_view": False, "bucket_cap_mb": 25.0, "broadcast_buffers": True,
+                      "backend": "gloo", "world_size": 2, "parameters": 10, "gradient_bytes": 7 << 20,
+                      "backwards_per_step": 4, "synced_backwards_per_step": 4, "unused_parameters": 0, **ddp})
+    env = Environment("3.11", "2.13", "linux", 2, 1 << 30, False)
+    loader = LoaderInfo("train.py:18", 16, 0, False, False, None, "TensorDataset", 16000)
+    capture = Capture("completed", "train.py", (), "dataloader", 20, 8, 3, 1.0, env, ddp=info, loaders=(loader,),
+                      train_loader=0, optimizers=(OptimizerInfo("train.py:22", "SGD", 0.01, None, None),),
+                      micro_batches_per_step=info.backwards_per_step or 1)
+    return Context(capture, None)
+
+
+def test_ddp_experiments_are_tried_only_where_the_setting_is_wrong():
+    from dataclasses import replace
+
+    from diagnose.optimizations import REGISTRY
+
+    def skip(optimization, **ddp):
+        return REGISTRY[optimization].skip_reason(_ddp_context(**ddp))
+
+    assert skip("ddp.find_unused_parameters") is None
+    assert "2 parameter(s) got no gradient" in skip("ddp.find_unused_parameters", unused_parameters=2)
+    assert "False already" in skip("ddp.find_unused_parameters", find_unused_parameters=False)
+    assert "not known" in skip("ddp.find_unused_parameters", unused_parameters=None)
+    assert skip("ddp.static_graph") is None and "True already" in skip("ddp.static_graph", static_graph=True)
+    assert skip("ddp.gradient_as_bucket_view") is None
+    assert skip("ddp.no_sync") is None
+    assert "under no_sync() already" in skip("ddp.no_sync", synced_backwards_per_step=1)
+    assert "does not accumulate" in skip("ddp.no_sync", backwards_per_step=1, synced_backwards_per_step=1)
+    assert "first bucket" in skip("ddp.bucket_cap_mb", gradient_bytes=1 << 19)
+    assert REGISTRY["ddp.bucket_cap_mb"].settings(_ddp_context()) == [{"bucket_cap_mb": 6.2}, {"bucket_cap_mb": 100.0}]
+    assert REGISTRY["ddp.no_sync"].settings(_ddp_context()) == [{"micro_batches": 4}]
+    # a second accumulation around the script's own is no fix for its all-reduces
+    assert "no_sync() on them is the change" in skip("grad_accumulation")
+    without = _ddp_context()
+    without = replace(without, capture=replace(without.capture, ddp=None))
+    for optimization in ("ddp.find_unused_parameters", "ddp.static_graph", "ddp.no_sync", "ddp.bucket_cap_mb"):
+        assert "builds no DistributedDataParallel" in REGISTRY[optimization].skip_reason(without)
+
+
+def test_a_ddp_setting_is_applied_to_the_constructor_and_shown_as_its_diff(tmp_path):
+    from diagnose.capture.changes import ChangeSet
+    from diagnose.experiments.diffs import change_text
+    from diagnose.model import Change
+    from diagnose.optimizations import REGISTRY
+
+    changes = ChangeSet()
+    REGISTRY["ddp.find_unused_parameters"].apply({"find_unused_parameters": False}, changes)
+    arguments = {"module": "m", "find_unused_parameters": True}
+    for edit in changes.ddp_edits:
+        edit(arguments)
+    assert arguments == {"module": "m", "find_unused_parameters": False}
+    assert changes.applied == ["DistributedDataParallel(find_unused_parameters=False)"]
+    # the diff edits the sample's DistributedDataParallel(...) call
+    script = tmp_path / "train.py"
+    script.write_text((SAMPLES / "ddp_settings.py").read_text())
+    line = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "= DistributedDataParallel(" in t)
+    ctx = _ddp_context(location=f"{script}:{line}")
+    text = change_text((Change("ddp.find_unused_parameters", {"find_unused_parameters": False}),), ctx)
+    assert "+" in text and "find_unused_parameters=False" in text, text
+    assert "no_sync()" in change_text((Change("ddp.no_sync", {"micro_batches": 4}),), ctx)

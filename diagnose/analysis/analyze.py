@@ -186,4 +186,6 @@ def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optio
         "model": capture.model.location if capture and capture.model else None,
         "host_top": next((h.location for h in host_lines if not h.in_torch), None),
         "sync": next((s.location for s in syncs if s.location), None),
+        "ddp": capture.ddp.location if capture and capture.ddp else None,  # the DistributedDataParallel(...) call
+        "accumulation": capture.ddp.backward_location if capture and capture.ddp else None,  # its loop's backward()
     }

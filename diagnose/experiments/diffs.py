@@ -110,4 +110,6 @@ def _site_location(site: Optional[str], ctx: Context) -> Optional[str]:
         return ctx.loader.location
     if site == "optimizer" and ctx.capture.optimizers:
         return ctx.capture.optimizers[0].location
+    if site == "ddp" and ctx.capture.ddp is not None:
+        return ctx.capture.ddp.location
     return None
