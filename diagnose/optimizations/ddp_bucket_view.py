@@ -12,9 +12,4 @@ class DdpBucketView(DdpSetting):
     id = "ddp.gradient_as_bucket_view"
     title = "DistributedDataParallel with gradient_as_bucket_view=True"
     fidelity = IDENTICAL
-
-    def ddp_skip_reason(self, ctx):
-        return "gradient_as_bucket_view is True already" if ctx.capture.ddp.gradient_as_bucket_view else None
-
-    def settings(self, ctx):
-        return [{"gradient_as_bucket_view": True}]
+    keyword, value = "gradient_as_bucket_view", True

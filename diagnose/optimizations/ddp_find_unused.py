@@ -13,11 +13,12 @@ class DdpFindUnused(DdpSetting):
     id = "ddp.find_unused_parameters"
     title = "DistributedDataParallel without the search for unused parameters"
     fidelity = IDENTICAL
+    keyword, value = "find_unused_parameters", False
 
     def ddp_skip_reason(self, ctx):
         ddp = ctx.capture.ddp
         if not ddp.find_unused_parameters:
-            return "find_unused_parameters is False already"
+            return super().ddp_skip_reason(ctx)
         if ddp.unused_parameters is None:
             return "no backward() through DistributedDataParallel was seen: whether every parameter gets a gradient " \
                    "is not known"
@@ -25,6 +26,3 @@ class DdpFindUnused(DdpSetting):
             return (f"{ddp.unused_parameters} parameter(s) got no gradient in a backward: DistributedDataParallel "
                     "needs find_unused_parameters=True (or static_graph=True) for them")
         return None
-
-    def settings(self, ctx):
-        return [{"find_unused_parameters": False}]

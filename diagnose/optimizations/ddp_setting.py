@@ -8,7 +8,10 @@ from diagnose.optimizations.base import Context, Optimization
 
 
 class DdpSetting(Optimization):
+    """One keyword of the constructor set to one value (`keyword`, `value`), or settings() of its own."""
     site = "ddp"
+    keyword = ""
+    value: Any = None
 
     def skip_reason(self, ctx: Context) -> Optional[str]:
         if ctx.capture.ddp is None:
@@ -17,7 +20,12 @@ class DdpSetting(Optimization):
 
     def ddp_skip_reason(self, ctx: Context) -> Optional[str]:
         """Why not, once there is a DistributedDataParallel (None: it can be tried)."""
+        if self.keyword and getattr(ctx.capture.ddp, self.keyword) == self.value:
+            return f"{self.keyword} is {self.value} already"
         return None
+
+    def settings(self, ctx: Context) -> list[dict[str, Any]]:
+        return [{self.keyword: self.value}]
 
     def apply(self, setting: dict[str, Any], changes) -> None:
         def edit(arguments: dict) -> None:

@@ -12,9 +12,4 @@ class DdpStaticGraph(DdpSetting):
     id = "ddp.static_graph"
     title = "DistributedDataParallel with static_graph=True"
     fidelity = IDENTICAL
-
-    def ddp_skip_reason(self, ctx):
-        return "static_graph is True already" if ctx.capture.ddp.static_graph else None
-
-    def settings(self, ctx):
-        return [{"static_graph": True}]
+    keyword, value = "static_graph", True
