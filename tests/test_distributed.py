@@ -29,6 +29,9 @@ def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
     assert straggler["message"].startswith("rank 1: ") and "data loading makes the others wait" in straggler["message"]
     assert _by_rule(d)["data-loading.slow-loader"]["message"].startswith("rank 1: ")
     assert d["metrics"]["straggler_rank"] == 1
+    # DDP's settings are right there (defaults, no accumulation): no finding about them
+    assert (d["metrics"]["ddp_find_unused_parameters"], d["metrics"]["ddp_synced_backwards_per_step"]) == (0, 1)
+    assert not {"communication.ddp-find-unused", "communication.sync-every-micro-batch"} & set(_by_rule(d))
     assert "Bottleneck on rank 1" in run.stderr
     report = (run.run_dir / "report.html").read_text()
     assert 'id="ranks"' in report and "Rank 1 spends the least time in" in report
@@ -228,3 +231,72 @@ def test_a_ddp_setting_is_applied_to_the_constructor_and_shown_as_its_diff(tmp_p
     text = change_text((Change("ddp.find_unused_parameters", {"find_unused_parameters": False}),), ctx)
     assert "+" in text and "find_unused_parameters=False" in text, text
     assert "no_sync()" in change_text((Change("ddp.no_sync", {"micro_batches": 4}),), ctx)
+
+
+def test_ddp_settings_that_cost_time_are_read_and_named_with_their_lines(tmp_path):
+    # find_unused_parameters=True with every parameter used, and 4 micro-batches per step each all-reducing
+    run = run_script(SAMPLES / "ddp_settings.py", out=tmp_path / "run", options=(*FAST, "--nproc-per-node", "2"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    capture = json.loads((run.run_dir / "capture.json").read_text())
+    ddp = capture["ddp"]
+    source = (SAMPLES / "ddp_settings.py").read_text().splitlines()
+    assert "DistributedDataParallel(" in source[int(ddp["location"].rsplit(":", 1)[1]) - 1]
+    assert "backward()" in source[int(ddp["backward_location"].rsplit(":", 1)[1]) - 1]
+    assert (ddp["find_unused_parameters"], ddp["static_graph"], ddp["gradient_as_bucket_view"],
+            ddp["bucket_cap_mb"], ddp["broadcast_buffers"]) == (True, False, False, 25.0, True)
+    assert (ddp["backend"], ddp["world_size"]) == ("gloo", 2)
+    assert (ddp["backwards_per_step"], ddp["synced_backwards_per_step"], ddp["unused_parameters"]) == (4, 4, 0)
+    m = run.diagnosis["metrics"]
+    assert m["ddp_find_unused_parameters"] == 1 and m["ddp_synced_backwards_per_step"] == 4 and m["world_size"] == 2
+    assert m["ddp_find_unused_frac"] > 0  # the span around DDP's search, in the trace
+    assert m["allreduces_per_step"] >= 4  # at least one bucket's all-reduce per micro-batch
+    findings = _by_rule(run.diagnosis)
+    unused, syncs = findings["communication.ddp-find-unused"], findings["communication.sync-every-micro-batch"]
+    assert unused["location"].endswith(f"ddp_settings.py:{ddp['location'].rsplit(':', 1)[1]}")
+    assert syncs["location"].endswith(f"ddp_settings.py:{ddp['backward_location'].rsplit(':', 1)[1]}")
+    assert unused["optimizations"] == ["ddp.find_unused_parameters", "ddp.static_graph"]
+    assert syncs["optimizations"][0] == "ddp.no_sync"
+    assert "communication.high-share" not in findings  # no second accumulation around the script's own
+    for rank in run.diagnosis["ranks"]:
+        assert rank["allreduces_per_step"] >= 4 and rank["communication_frac"] is not None
+        assert len(rank["step_times_s"]) >= 1
+    report = (run.run_dir / "report.html").read_text()
+    assert 'id="ddp-settings"' in report and "find_unused_parameters=True" in report
+
+
+@pytest.mark.slow  # timed runs of a two-rank job: 2-3 minutes, and timing verdicts
+def test_no_sync_on_the_micro_batches_is_verified_faster_on_every_rank(tmp_path):
+    from diagnose.experiments.scheduler import Arm, Scheduler, arms_for
+    from diagnose.experiments.trials import Trials
+    from diagnose.model import Analysis, Capture
+    from diagnose.optimizations.base import Context
+    from diagnose.serial import read_json
+
+    script = SAMPLES / "ddp_settings.py"
+    run = run_script(script, out=tmp_path / "run", options=(*FAST, "--nproc-per-node", "2"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    ctx = Context(read_json(run.run_dir / "capture.json", Capture), read_json(run.run_dir / "analysis.json", Analysis))
+    scheduler = Scheduler(str(script), (), run.run_dir, ctx, 600, lambda label: None)
+    baseline = Arm("baseline", {}, ())
+    [no_sync] = arms_for("ddp.no_sync", ctx)
+    [unused] = arms_for("ddp.find_unused_parameters", ctx)
+    trials = Trials(scheduler, baseline)
+    trials.start()
+    for round_ in range(4):  # 1.3-1.9x on 2 shared cores, whose noise needs a few runs for a 99% interval
+        trials.run(no_sync)
+        if round_ < 3:
+            trials.run(unused)
+    for arm in (no_sync, unused):
+        for folder in arm.run_dirs:
+            applied = [json.loads((folder / "ranks" / r / "measure.json").read_text())["applied"]
+                       for r in ("rank0", "rank1")]
+            assert applied[0] == applied[1]  # every rank ran the same change
+    assert no_sync.runs[0].applied == ("no_sync() on the first 3 of 4 micro-batches per optimizer step",)
+    assert unused.runs[0].applied == ("DistributedDataParallel(find_unused_parameters=False)",)
+    # the same training: the losses of the first steps match the baseline's (the sums added in another order)
+    base_losses, sync_losses = baseline.runs[0].losses[:10], no_sync.runs[0].losses[:10]
+    assert base_losses and all(abs(a - b) < 1e-4 for a, b in zip(base_losses, sync_losses)), (base_losses, sync_losses)
+    rates = {arm.label: [round(sum(w.steps for w in m.windows) / sum(w.seconds for w in m.windows), 2)
+                         for m in arm.ok_runs()] for arm in (baseline, no_sync, unused)}
+    assert trials.comparison(no_sync).verdict == "faster", (trials.comparison(no_sync), rates)
+    assert trials.comparison(unused).verdict in ("faster", "no-change", "slower")  # measured, not failed
