@@ -242,6 +242,20 @@ class DdpInfo:
 
 
 @dataclass(frozen=True)
+class FsdpInfo:
+    """FSDP2's fully_shard() calls the script made: where the first was, and each unit's settings in call order (the
+    root, called last, last)."""
+    location: Optional[str]  # "file:line" of the first fully_shard(...) call in the user's code
+    units: int  # fully_shard() calls: the modules sharded as a unit
+    reshard_after_forward: tuple[str, ...]  # each unit's, as given: "True", "False", "None" (torch's default), an int
+    param_dtype: Optional[str] = None  # the mixed-precision policy's (None: the parameters' own)
+    reduce_dtype: Optional[str] = None
+    offload: bool = False  # parameters offloaded to the CPU (CPUOffloadPolicy)
+    backend: Optional[str] = None
+    world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     type: str
     location: Optional[str]
@@ -515,6 +529,7 @@ class Capture:
     process_start_s: Optional[float] = None
     script_to_first_step_s: Optional[float] = None
     ddp: Optional[DdpInfo] = None  # the script wrapped its model in DistributedDataParallel (the first wrapper)
+    fsdp: Optional[FsdpInfo] = None  # the script sharded its model with FSDP2's fully_shard()
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ NOT_COMPUTED_HERE = {
                      "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_gradient_mb", "ddp_unused_parameters",
                      "ddp_backwards_per_step", "ddp_synced_backwards_per_step", "world_size", "ddp_find_unused_frac"),
                     "a DistributedDataParallel run (test_distributed's ddp_settings run checks them)"),
+    **dict.fromkeys(("fsdp_units", "fsdp_resharding_units"),
+                    "an FSDP2 run (test_distributed's fsdp2_train run checks them)"),
 }
 
 

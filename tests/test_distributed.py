@@ -300,3 +300,33 @@ def test_no_sync_on_the_micro_batches_is_verified_faster_on_every_rank(tmp_path)
                          for m in arm.ok_runs()] for arm in (baseline, no_sync, unused)}
     assert trials.comparison(no_sync).verdict == "faster", (trials.comparison(no_sync), rates)
     assert trials.comparison(unused).verdict in ("faster", "no-change", "slower")  # measured, not failed
+
+
+def test_fsdp2_units_that_reshard_are_read_and_named(tmp_path):
+    run = run_script(SCRIPTS / "fsdp2_train.py", out=tmp_path / "run", options=(*FAST, "--nproc-per-node", "2"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    fsdp = json.loads((run.run_dir / "capture.json").read_text())["fsdp"]
+    source = (SCRIPTS / "fsdp2_train.py").read_text().splitlines()
+    assert "fully_shard(block" in source[int(fsdp["location"].rsplit(":", 1)[1]) - 1]
+    # four blocks with reshard_after_forward=True, then the root with torch's default
+    assert fsdp["reshard_after_forward"] == ["True"] * 4 + ["None"] and fsdp["units"] == 5
+    assert (fsdp["backend"], fsdp["world_size"]) == ("gloo", 2)
+    m = run.diagnosis["metrics"]
+    assert (m["fsdp_used"], m["fsdp_units"], m["fsdp_resharding_units"], m["ddp_used"]) == (1, 5, 4, 0)
+    assert m["allgathers_per_step"] == 9  # 5 units gathered for forward, the 4 that resharded again for backward
+    finding = _by_rule(run.diagnosis)["communication.fsdp-reshard"]
+    assert finding["location"].endswith(f"fsdp2_train.py:{fsdp['location'].rsplit(':', 1)[1]}")
+    assert finding["optimizations"] == ["fsdp.reshard_after_forward"]
+
+
+@pytest.mark.slow  # a two-rank run with an experiment: about 40 s
+def test_fsdp2_units_that_keep_their_parameters_gathered_are_verified_faster(tmp_path):
+    run = run_script(SCRIPTS / "fsdp2_train.py", out=tmp_path / "run",
+                     options=("--warmup", "3", "--steps", "8", "--nproc-per-node", "2",
+                              "--experiments", "fsdp.reshard_after_forward"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    [experiment] = [e for e in run.diagnosis["experiments"] if e["optimization"] == "fsdp.reshard_after_forward"]
+    assert experiment["verdict"] == "faster", experiment  # plain torchrun loops: 1.13-1.35x (CHANGELOG.md)
+    folder = next(p for p in (run.run_dir / "experiments").iterdir() if "fsdp" in p.name)
+    applied = [json.loads((folder / "ranks" / r / "measure.json").read_text())["applied"] for r in ("rank0", "rank1")]
+    assert applied[0] == applied[1] == ["fully_shard(..., reshard_after_forward=False) on every unit"]

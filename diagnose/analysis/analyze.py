@@ -188,4 +188,5 @@ def _locations(capture: Optional[Capture], host_lines, syncs) -> dict[str, Optio
         "sync": next((s.location for s in syncs if s.location), None),
         "ddp": capture.ddp.location if capture and capture.ddp else None,  # the DistributedDataParallel(...) call
         "accumulation": capture.ddp.backward_location if capture and capture.ddp else None,  # its loop's backward()
+        "fsdp": capture.fsdp.location if capture and capture.fsdp else None,  # the first fully_shard(...) call
     }

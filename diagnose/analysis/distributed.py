@@ -1,5 +1,6 @@
-"""DistributedDataParallel's metrics: its settings and what its backward passes did (from the capture), and from
-the trace the all-reduces per optimizer step and the time DDP spends finding unused parameters."""
+"""DistributedDataParallel's and FSDP2's metrics: their settings and what DDP's backward passes did (from the
+capture), and from the trace the all-reduces and all-gathers per optimizer step and the time DDP spends finding
+unused parameters."""
 from __future__ import annotations
 
 from typing import Optional
@@ -12,16 +13,19 @@ from diagnose.trace import intervals as iv
 
 # the host-side op of one all-reduce call (one DDP bucket, or the script's own dist.all_reduce): gloo and NCCL alike
 ALLREDUCE_OPS = ("c10d::allreduce_", "c10d::allreduce_coalesced_")
+ALLGATHER_OPS = ("c10d::_allgather_base_", "c10d::allgather_", "c10d::allgather_into_tensor_coalesced_")
 SEARCH_UNUSED_OP = "torch.distributed.ddp.reducer::search_unused_parameters"
 
 
 def trace_metrics(trace: Trace, steady: Trace, within: np.ndarray, total_us: float, n: int) -> dict:
     """`steady`: the host events that start inside the measured steps (n of them, total_us long in all)."""
     allreduces = int(np.count_nonzero(steady.cpu_ops.mask(lambda name: name in ALLREDUCE_OPS)))
+    allgathers = int(np.count_nonzero(steady.cpu_ops.mask(lambda name: name in ALLGATHER_OPS)))
     searching = np.vstack([trace.annotations.intervals(trace.annotations.mask(lambda x: x == DDP_FIND_UNUSED_SPAN)),
                            trace.cpu_ops.intervals(trace.cpu_ops.mask(lambda x: x == SEARCH_UNUSED_OP))])
     return {
         "allreduces_per_step": allreduces / n if allreduces else None,
+        "allgathers_per_step": allgathers / n if allgathers else None,
         "ddp_find_unused_frac": iv.total(iv.intersect(iv.union(searching), within)) / total_us if len(searching)
         else None,
     }
@@ -32,6 +36,22 @@ def _flag(value: Optional[bool]) -> Optional[float]:
 
 
 def capture_metrics(capture: Capture) -> dict:
+    return {**_ddp_metrics(capture), **_fsdp_metrics(capture)}
+
+
+def _fsdp_metrics(capture: Capture) -> dict:
+    fsdp = capture.fsdp
+    if fsdp is None:
+        return {"fsdp_used": 0.0}
+    last = len(fsdp.reshard_after_forward) - 1
+    # None is torch's default: True for the units inside, False for the root (fully_shard'ed last)
+    resharding = sum(1 for i, value in enumerate(fsdp.reshard_after_forward)
+                     if value not in ("False", "0") and not (value == "None" and i == last))
+    return {"fsdp_used": 1.0, "fsdp_units": float(fsdp.units), "fsdp_resharding_units": float(resharding),
+            **({} if capture.ddp is not None or fsdp.world_size is None else {"world_size": float(fsdp.world_size)})}
+
+
+def _ddp_metrics(capture: Capture) -> dict:
     ddp = capture.ddp
     if ddp is None:
         return {"ddp_used": 0.0}

@@ -61,6 +61,12 @@ METRICS: dict[str, str] = {
                            "the trace",
     "ddp_find_unused_frac": "share of step time DistributedDataParallel spends finding unused parameters after each "
                             "forward (find_unused_parameters=True), from the trace",
+    "allgathers_per_step": "all-gather calls per optimizer step (FSDP gathers each unit's parameters before its "
+                           "forward, and again before its backward when it resharded), from the trace",
+    "fsdp_used": "1 when the script shards its model with FSDP2's fully_shard(), 0 when it does not (run mode)",
+    "fsdp_units": "fully_shard() calls: the modules FSDP2 shards as units, the root included",
+    "fsdp_resharding_units": "units that free their gathered parameters after forward (reshard_after_forward) and "
+                             "gather them again for backward",
     "ddp_used": "1 when the script wraps its model in DistributedDataParallel, 0 when it does not (run mode)",
     "ddp_find_unused_parameters": "1 when DistributedDataParallel was built with find_unused_parameters=True",
     "ddp_static_graph": "1 when DistributedDataParallel was built with static_graph=True",
@@ -74,7 +80,7 @@ METRICS: dict[str, str] = {
                               "accumulation: several)",
     "ddp_synced_backwards_per_step": "of those, the ones that all-reduced the gradients (their forward ran outside "
                                      "no_sync())",
-    "world_size": "processes in DistributedDataParallel's process group",
+    "world_size": "processes in DistributedDataParallel's (or FSDP2's) process group",
     "collective_wait_frac": "share of step time in collectives, host or GPU side (time a rank waits on the others)",
     "rank_count": "ranks analysed together (one trace each)",
     "rank": "the rank the diagnosis is about (the straggler when there is one, else the lowest)",

@@ -20,6 +20,7 @@ class ChangeSet:
     model_hooks: list[Callable[[Any], None]] = field(default_factory=list)
     ddp_edits: list[Callable[[dict], None]] = field(default_factory=list)  # bound DistributedDataParallel arguments
     ddp_hooks: list[Callable[[Any], None]] = field(default_factory=list)  # the DistributedDataParallel once built
+    fsdp_edits: list[Callable[[dict], None]] = field(default_factory=list)  # keyword arguments of each fully_shard()
     loss_transforms: list[Callable[[Any], Any]] = field(default_factory=list)  # tensor passed to backward()
     start_hooks: list[Callable[[], None]] = field(default_factory=list)
     framework_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # framework -> setting -> value

@@ -23,7 +23,7 @@ import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dl_module
 
 from diagnose import step_hook
-from diagnose.capture import ddp_watch, frameworks, worker_stacks
+from diagnose.capture import ddp_watch, frameworks, fsdp_watch, worker_stacks
 from diagnose.capture.changes import ChangeSet
 from diagnose.capture.sites import class_location, user_location
 from diagnose.model import FrameworkSite, LoaderInfo, ModelInfo, OptimizerInfo
@@ -143,6 +143,7 @@ class Instrumentation:
         self.timing = False  # measure the time in each loader's next() (during the profiled window)
         self.worker_stack_folder: Optional[Path] = None  # set: DataLoader workers dump their stacks there on a hang
         self.ddp = ddp_watch.DdpWatch()
+        self.fsdp = fsdp_watch.FsdpWatch()
 
     # -- install / remove -------------------------------------------------------------------------
     def install(self) -> None:
@@ -154,6 +155,7 @@ class Instrumentation:
         self._patch(torch.nn.DataParallel, "__init__", self._wrap_counter("data_parallel"))
         self._patch(torch.cuda, "empty_cache", self._wrap_counter("empty_cache_calls"))
         ddp_watch.install(self.ddp, self.changes, self.in_main_thread, self._patch)
+        self._undo.append(fsdp_watch.install(self.fsdp, self.changes))
         # torch.cuda.amp.autocast and torch.cpu.amp.autocast subclass torch.autocast and enter through it
         self._patch(torch.autocast, "__enter__", self._wrap_autocast_enter)
         handle = optimizer_module.register_optimizer_step_post_hook(self._after_optimizer_step)
