@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SAMPLES, SCRIPTS, diagnose_cli, run_script
+from conftest import REPO, SAMPLES, SCRIPTS, assert_matches_schema, diagnose_cli, run_script
 
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
 
@@ -262,6 +262,7 @@ def test_ddp_settings_that_cost_time_are_read_and_named_with_their_lines(tmp_pat
         assert len(rank["step_times_s"]) >= 1
     report = (run.run_dir / "report.html").read_text()
     assert 'id="ddp-settings"' in report and "find_unused_parameters=True" in report
+    assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # the ranks' new fields are described
 
 
 def _timed_arms(script, optimizations: dict[str, int], tmp_path):
