@@ -159,11 +159,24 @@ def test_the_no_sync_runtime_syncs_the_last_micro_batch_and_an_early_step(tmp_pa
     assert seen["synced"] == [False, False, True, False, False, True, False, False, True]
     assert seen["reduced"] == 4  # the early step's waiting gradients, all-reduced by hand: the used layers' 4
     ddp = seen["ddp"]
-    assert ddp["location"].endswith("ddp_syncing.py:37") and ddp["backward_location"].endswith("ddp_syncing.py:43")
+    source = (SCRIPTS / "ddp_syncing.py").read_text().splitlines()
+    assert "DistributedDataParallel(" in source[int(ddp["location"].rsplit(":", 1)[1]) - 1]
+    assert ".backward()" in source[int(ddp["backward_location"].rsplit(":", 1)[1]) - 1]
     assert (ddp["find_unused_parameters"], ddp["bucket_cap_mb"], ddp["backend"], ddp["world_size"]) == (
         True, 10.0, "gloo", 1)
     assert (ddp["backwards_per_step"], ddp["synced_backwards_per_step"]) == (3, 1)
     assert ddp["unused_parameters"] == 2 and ddp["parameters"] == 6  # the layer forward() never calls
+
+
+def test_grad_accumulation_under_ddp_all_reduces_once_per_optimizer_step():
+    # the experiment's changes on a loop that steps after every batch: 2 micro-batches per optimizer step
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ddp_syncing.py"), "29536", "--grad-accumulation"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["synced"][:6] == [False, True] * 3  # the first micro-batch of each step under no_sync()
+    assert seen["steps"] == [2, 4, 6]  # the optimizer stepped after every second forward
+    assert (seen["ddp"]["backwards_per_step"], seen["ddp"]["synced_backwards_per_step"]) == (2, 1)
 
 
 def _ddp_context(**ddp):
