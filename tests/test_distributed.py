@@ -29,6 +29,8 @@ def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
     assert straggler["message"].startswith("rank 1: ") and "data loading makes the others wait" in straggler["message"]
     assert _by_rule(d)["data-loading.slow-loader"]["message"].startswith("rank 1: ")
     assert d["metrics"]["straggler_rank"] == 1
+    # its compute is no slower than rank 0's (the same model and batch): data loading is the cause, not its device
+    assert 0.5 < d["metrics"]["straggler_compute_ratio"] < 1.3 and "device computes" not in straggler["message"]
     # DDP's settings are right there (defaults, no accumulation): no finding about them
     assert (d["metrics"]["ddp_find_unused_parameters"], d["metrics"]["ddp_synced_backwards_per_step"]) == (0, 1)
     assert not {"communication.ddp-find-unused", "communication.sync-every-micro-batch"} & set(_by_rule(d))

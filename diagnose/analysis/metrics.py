@@ -85,6 +85,8 @@ METRICS: dict[str, str] = {
     "rank_count": "ranks analysed together (one trace each)",
     "rank": "the rank the diagnosis is about (the straggler when there is one, else the lowest)",
     "straggler_rank": "the rank the others wait for in collectives (None when no rank stands out)",
+    "straggler_compute_ratio": "the straggler's compute seconds per step over the other ranks' mean (well above 1: its "
+                               "device computes the same work slower)",
     "collective_wait_spread": "largest minus smallest share of step time in collectives across ranks",
     "collective_wait_max_frac": "share of step time in collectives of the rank that waits most",
     "step_time_spread": "(slowest - fastest) / fastest mean step time across ranks",
