@@ -14,6 +14,8 @@ CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "
               "compile")
 SEVERITIES = ("high", "medium", "low")
 PHASES = ("data", "forward", "backward", "optimizer", "other")
+# the span the capture puts around DistributedDataParallel's search for unused parameters (after each forward)
+DDP_FIND_UNUSED_SPAN = "diagnose::ddp_find_unused"
 
 
 
@@ -215,6 +217,44 @@ class OptimizerInfo:
     foreach: Optional[bool]
     fused: Optional[bool]
     framework: Optional[str] = None  # built inside this framework: `location` is the line that configures it
+
+
+@dataclass(frozen=True)
+class DdpInfo:
+    """A DistributedDataParallel wrapper the script built: its settings as constructed, the process group's backend
+    and size, and what its backward passes did in the steps seen (gradient accumulation with or without no_sync())."""
+    location: Optional[str]  # "file:line" of the DistributedDataParallel(...) call in the user's code
+    find_unused_parameters: bool
+    static_graph: bool
+    gradient_as_bucket_view: bool
+    bucket_cap_mb: float  # as built (torch's default: 25)
+    broadcast_buffers: bool
+    backend: Optional[str]  # gloo | nccl | ... (None: no default process group could be read)
+    world_size: Optional[int]
+    parameters: int = 0  # tensors that require a gradient
+    gradient_bytes: int = 0  # their size: what one all-reduce of every gradient moves
+    backward_location: Optional[str] = None  # "file:line" of the user's backward() call (the accumulation loop)
+    # over the optimizer steps after the first: backward() calls per step, and how many of them all-reduced (their
+    # forward ran outside no_sync()); the most common pair
+    backwards_per_step: Optional[int] = None
+    synced_backwards_per_step: Optional[int] = None
+    # the most parameters (of those that require a gradient) that got none in one backward (None: not counted)
+    unused_parameters: Optional[int] = None
+    backwards_seen: int = 0
+
+
+@dataclass(frozen=True)
+class FsdpInfo:
+    """FSDP2's fully_shard() calls the script made: where the first was, and each unit's settings in call order (the
+    root, called last, last)."""
+    location: Optional[str]  # "file:line" of the first fully_shard(...) call in the user's code
+    units: int  # fully_shard() calls: the modules sharded as a unit
+    reshard_after_forward: tuple[str, ...]  # each unit's, as given: "True", "False", "None" (torch's default), an int
+    param_dtype: Optional[str] = None  # the mixed-precision policy's (None: the parameters' own)
+    reduce_dtype: Optional[str] = None
+    offload: bool = False  # parameters offloaded to the CPU (CPUOffloadPolicy)
+    backend: Optional[str] = None
+    world_size: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -547,6 +587,8 @@ class Capture:
     process_start_s: Optional[float] = None
     script_to_first_step_s: Optional[float] = None
     compilation: Optional[Compilation] = None  # torch.compile ran: its compilations, graph breaks, recompiles
+    ddp: Optional[DdpInfo] = None  # the script wrapped its model in DistributedDataParallel (the first wrapper)
+    fsdp: Optional[FsdpInfo] = None  # the script sharded its model with FSDP2's fully_shard()
 
 
 @dataclass(frozen=True)
@@ -630,6 +672,9 @@ class RankSummary:
     collective_wait_frac: Optional[float]  # share of step time in collectives (waiting for the other ranks)
     gpu_busy_frac: Optional[float] = None
     data_wait_frac: Optional[float] = None
+    communication_frac: Optional[float] = None  # exposed: collectives not hidden behind compute
+    allreduces_per_step: Optional[float] = None  # all-reduce calls per optimizer step
+    step_times_s: tuple[float, ...] = ()  # each profiled step's time on this rank
 
 
 @dataclass(frozen=True)

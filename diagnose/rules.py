@@ -28,7 +28,8 @@ WELL_TUNED_MFU = 0.40
 PREDICTS = ("speedup", "floor", "rank", "run-share")
 CEILINGS = {"mfu": "its dtype's peak", "mfu_best_dtype": "the fastest dtype's peak"}
 MOST_PREDICTED = 100.0  # a cost of the whole step: the bound says "up to 100x", not infinity
-LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync", "compile", "graph_break")
+LOCATION_KEYS = ("loader", "optimizer", "model", "host_top", "sync", "compile", "graph_break", "ddp", "accumulation",
+                 "fsdp")
 REQUIRED = ("id", "category", "title", "condition", "cost", "evidence", "fix")
 STRING_FIELDS = ("id", "category", "title", "condition", "evidence", "fix", "fix_code", "location", "docs",
                  "explanation", "predicts", "ceiling", "each")

@@ -66,11 +66,18 @@ def test_run_folder_names_are_spelled_only_in_runfolder():
 # this list is longer than it must be, so it only shrinks.
 NOT_COMPUTED_HERE = {
     "straggler_rank": "ranks that wait unevenly in collectives (test_distributed's ddp_straggler run checks it)",
+    "straggler_compute_ratio": "a straggler (test_distributed's ddp_straggler run checks it)",
     "gpu_util_mean_frac": "NVML samples of a GPU run (test_report_commands checks it on made-up samples)",
     "memory_outside_torch_frac": "NVML's used memory on a GPU (test_memory checks it on an H200 trace with made-up "
                                  "NVML samples)",
     "loss_nonfinite_step": "a loss that goes NaN (test_training_health's diverging run checks it)",
     "loss_last_finite": "a loss that goes NaN (test_training_health's diverging run checks it)",
+    **dict.fromkeys(("ddp_find_unused_parameters", "ddp_static_graph", "ddp_gradient_as_bucket_view",
+                     "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_gradient_mb", "ddp_unused_parameters",
+                     "ddp_backwards_per_step", "ddp_synced_backwards_per_step", "world_size", "ddp_find_unused_frac"),
+                    "a DistributedDataParallel run (test_distributed's ddp_settings run checks them)"),
+    **dict.fromkeys(("fsdp_units", "fsdp_resharding_units"),
+                    "an FSDP2 run (test_distributed's fsdp2_train run checks them)"),
 }
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+import diagnose.analysis.distributed as distributed
 import diagnose.analysis.gpu as gpu
 import diagnose.analysis.ops as op_stats
 from diagnose.analysis.breakdown import (
@@ -175,7 +176,10 @@ def _metrics(inputs: Inputs, steady: Trace, steps, fractions, stats, top, host_l
     )
     m.update(device_metrics(trace, steady, capture, timeline, total_us, n, inputs.peaks))
     m.update(trace_loader_metrics(trace))
+    m.update(distributed.trace_metrics(trace, steady, iv.union(timeline.device), total_us, n))
     m.update(capture_metrics(capture, inputs.samples, n))
+    if capture is not None:
+        m.update(distributed.capture_metrics(capture))
     m.update(unprofiled_metrics(capture, stats["mean"]))
     return m
 
@@ -191,4 +195,7 @@ def _locations(capture: Optional[Capture], host_lines, syncs, compiled) -> dict[
         "sync": next((s.location for s in syncs if s.location), None),
         "compile": capture.compilation.call_location if capture and capture.compilation else None,
         "graph_break": next((b.location for b in compiled.breaks if b.location), None) if compiled else None,
+        "ddp": capture.ddp.location if capture and capture.ddp else None,  # the DistributedDataParallel(...) call
+        "accumulation": capture.ddp.backward_location if capture and capture.ddp else None,  # its loop's backward()
+        "fsdp": capture.fsdp.location if capture and capture.fsdp else None,  # the first fully_shard(...) call
     }

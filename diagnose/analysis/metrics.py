@@ -57,10 +57,36 @@ METRICS: dict[str, str] = {
     "sync_copies_per_step": "synchronous cudaMemcpy/hipMemcpy calls per step (the host blocks on each)",
     "comm_kernel_frac": "share of step time with a collective (NCCL/RCCL) kernel running, overlapped or not",
     "comm_overlap_frac": "share of collective kernel time that overlaps compute kernels (1 = fully hidden)",
+    "allreduces_per_step": "all-reduce calls per optimizer step (one per DDP bucket and backward that syncs), from "
+                           "the trace",
+    "ddp_find_unused_frac": "share of step time DistributedDataParallel spends finding unused parameters after each "
+                            "forward (find_unused_parameters=True), from the trace",
+    "allgathers_per_step": "all-gather calls per optimizer step (FSDP gathers each unit's parameters before its "
+                           "forward, and again before its backward when it resharded), from the trace",
+    "fsdp_used": "1 when the script shards its model with FSDP2's fully_shard(), 0 when it does not (run mode)",
+    "fsdp_units": "fully_shard() calls: the modules FSDP2 shards as units, the root included",
+    "fsdp_resharding_units": "units that free their gathered parameters after forward (reshard_after_forward) and "
+                             "gather them again for backward",
+    "ddp_used": "1 when the script wraps its model in DistributedDataParallel, 0 when it does not (run mode)",
+    "ddp_find_unused_parameters": "1 when DistributedDataParallel was built with find_unused_parameters=True",
+    "ddp_static_graph": "1 when DistributedDataParallel was built with static_graph=True",
+    "ddp_gradient_as_bucket_view": "1 when DistributedDataParallel was built with gradient_as_bucket_view=True",
+    "ddp_bucket_cap_mb": "DistributedDataParallel's bucket_cap_mb as built (torch's default: 25)",
+    "ddp_broadcast_buffers": "1 when DistributedDataParallel broadcasts the module's buffers before each forward",
+    "ddp_gradient_mb": "MiB of gradients DistributedDataParallel all-reduces in one synced backward",
+    "ddp_unused_parameters": "the most parameters that got no gradient in one backward (0: every parameter got one "
+                             "in every backward seen)",
+    "ddp_backwards_per_step": "backward() calls through DistributedDataParallel per optimizer step (gradient "
+                              "accumulation: several)",
+    "ddp_synced_backwards_per_step": "of those, the ones that all-reduced the gradients (their forward ran outside "
+                                     "no_sync())",
+    "world_size": "processes in DistributedDataParallel's (or FSDP2's) process group",
     "collective_wait_frac": "share of step time in collectives, host or GPU side (time a rank waits on the others)",
     "rank_count": "ranks analysed together (one trace each)",
     "rank": "the rank the diagnosis is about (the straggler when there is one, else the lowest)",
     "straggler_rank": "the rank the others wait for in collectives (None when no rank stands out)",
+    "straggler_compute_ratio": "the straggler's compute seconds per step over the other ranks' mean (well above 1: its "
+                               "device computes the same work slower)",
     "collective_wait_spread": "largest minus smallest share of step time in collectives across ranks",
     "collective_wait_max_frac": "share of step time in collectives of the rank that waits most",
     "step_time_spread": "(slowest - fastest) / fastest mean step time across ranks",

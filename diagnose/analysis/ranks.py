@@ -21,7 +21,9 @@ def summary(rank: int, path: str, analysis: Analysis) -> RankSummary:
     m = analysis.metrics
     return RankSummary(rank=rank, trace=path, step_time_s=analysis.step_time_s.get("mean", 0.0),
                        breakdown=dict(analysis.breakdown), collective_wait_frac=m.get("collective_wait_frac"),
-                       gpu_busy_frac=m.get("gpu_busy_frac"), data_wait_frac=m.get("data_wait_frac"))
+                       gpu_busy_frac=m.get("gpu_busy_frac"), data_wait_frac=m.get("data_wait_frac"),
+                       communication_frac=m.get("communication_frac"), allreduces_per_step=m.get("allreduces_per_step"),
+                       step_times_s=tuple(s.duration_s for s in analysis.steps))
 
 
 def straggler(ranks: list[RankSummary]) -> Optional[RankSummary]:
@@ -50,6 +52,7 @@ def combine(analyses: list[tuple[int, str, Analysis]]) -> tuple[int, Analysis]:
         "collective_wait_spread": max(waits) - min(waits) if len(waits) > 1 else None,
         "collective_wait_max_frac": max(waits) if waits else None,
         "step_time_spread": _spread([r.step_time_s for r in ranks]),
+        "straggler_compute_ratio": _compute_ratio(slow, ranks),
     }
     return chosen_rank, replace(chosen, ranks=tuple(ranks), metrics={**chosen.metrics, **extra})
 
@@ -59,3 +62,13 @@ def _spread(values: list[float]) -> Optional[float]:
     if len(values) < 2 or min(values) <= 0:
         return None
     return (max(values) - min(values)) / min(values)
+
+
+def _compute_ratio(slow: Optional[RankSummary], ranks: list[RankSummary]) -> Optional[float]:
+    """The straggler's compute seconds per step over the other ranks' mean: well above 1 with the same work per rank,
+    its device (or CPU) computes slower (throttled, shared, another model)."""
+    if slow is None:
+        return None
+    others = [r.breakdown.get("compute", 0.0) * r.step_time_s for r in ranks if r.rank != slow.rank]
+    mean = sum(others) / len(others) if others else 0.0
+    return slow.breakdown.get("compute", 0.0) * slow.step_time_s / mean if mean > 0 else None

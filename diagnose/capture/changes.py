@@ -1,8 +1,9 @@
 """The hook contract: what a change may do inside the child process, without touching the user's code.
 
 Optimizations (diagnose.optimizations) fill a ChangeSet; the capture hooks (instrument.py) call its edits when the
-script builds its DataLoader or optimizer, first calls its model, or calls backward(); framework settings are
-given to the user's configuring call (TrainingArguments(...), Lightning's Trainer(...)) as it runs."""
+script builds its DataLoader, optimizer or DistributedDataParallel, first calls its model, or calls backward();
+framework settings are given to the user's configuring call (TrainingArguments(...), Lightning's Trainer(...)) as
+it runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ class ChangeSet:
     optimizer_edits: list[Callable[[dict], None]] = field(default_factory=list)  # the optimizer's defaults
     optimizer_hooks: list[Callable[[Any], None]] = field(default_factory=list)
     model_hooks: list[Callable[[Any], None]] = field(default_factory=list)
+    ddp_edits: list[Callable[[dict], None]] = field(default_factory=list)  # bound DistributedDataParallel arguments
+    ddp_hooks: list[Callable[[Any], None]] = field(default_factory=list)  # the DistributedDataParallel once built
+    fsdp_edits: list[Callable[[dict], None]] = field(default_factory=list)  # keyword arguments of each fully_shard()
     loss_transforms: list[Callable[[Any], Any]] = field(default_factory=list)  # tensor passed to backward()
     start_hooks: list[Callable[[], None]] = field(default_factory=list)
     framework_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # framework -> setting -> value

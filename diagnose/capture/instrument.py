@@ -23,7 +23,7 @@ import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dl_module
 
 from diagnose import step_hook
-from diagnose.capture import frameworks, worker_stacks
+from diagnose.capture import ddp_watch, frameworks, fsdp_watch, worker_stacks
 from diagnose.capture.changes import ChangeSet
 from diagnose.capture.dynamo import DynamoWatch
 from diagnose.capture.sites import class_location, user_location
@@ -149,6 +149,8 @@ class Instrumentation:
         self._pid, self._main_ident = os.getpid(), threading.main_thread().ident
         self.timing = False  # measure the time in each loader's next() (during the profiled window)
         self.worker_stack_folder: Optional[Path] = None  # set: DataLoader workers dump their stacks there on a hang
+        self.ddp = ddp_watch.DdpWatch()
+        self.fsdp = fsdp_watch.FsdpWatch()
 
     # -- install / remove -------------------------------------------------------------------------
     def install(self) -> None:
@@ -159,6 +161,8 @@ class Instrumentation:
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(torch.nn.DataParallel, "__init__", self._wrap_counter("data_parallel"))
         self._patch(torch.cuda, "empty_cache", self._wrap_counter("empty_cache_calls"))
+        ddp_watch.install(self.ddp, self.changes, self.in_main_thread, self._patch)
+        self._undo.append(fsdp_watch.install(self.fsdp, self.changes))
         # torch.cuda.amp.autocast and torch.cpu.amp.autocast subclass torch.autocast and enter through it
         self._patch(torch.autocast, "__enter__", self._wrap_autocast_enter)
         handle = optimizer_module.register_optimizer_step_post_hook(self._after_optimizer_step)
@@ -347,7 +351,9 @@ class Instrumentation:
                     tensors = transform(tensors)
             instr._module_depth = 0  # forward is over (a forward that raised and was caught left it above 0)
             instr._in_backward = True  # left set when backward raises (out of memory, say): the phase it failed in
+            instr.ddp.before_backward(sys._getframe(1))
             result = original(tensors, *args, **kwargs)
+            instr.ddp.after_backward()
             instr._in_backward = False
             instr._trained_since_next = True
             if instr._in_optimizer_step:  # a closure's backward (LBFGS: several per step): the step ends the step
@@ -389,6 +395,7 @@ class Instrumentation:
             return
         self._in_optimizer_step = False
         self._trained_since_next = True
+        self.ddp.optimizer_stepped()
         self.clock.optimizer_stepped()
         if self.clock.source == "backward" and self._closure_steps:
             self.clock.source = "optimizer"  # backward() runs inside the closures: the optimizer step is the step

@@ -85,10 +85,20 @@ def _first_failed(run_dir: Path) -> Optional[int]:
 
 
 def rank_measurement(folder: Path) -> Optional[Measurement]:
-    """rank 0's timed run (ranks step in lockstep under DDP), or the first failed rank's when one failed."""
+    """The job's timed run: rank 0's, timed by its slowest rank's windows (the job steps at that rank's pace; under
+    DDP the ranks step in lockstep, so they differ little), or the first failed rank's when one failed. What rank 0
+    fed stays rank 0's: the same-data check compares one rank's shard between runs."""
     found = {r: read_json(RunFolder(d).measure, Measurement) for r, d in rank_dirs(folder).items()
              if RunFolder(d).measure.exists()}
     if not found:
         return None
     failed = [m for m in found.values() if m.status in FAILED]
-    return failed[0] if failed else found[min(found)]
+    if failed:
+        return failed[0]
+    first, slowest = found[min(found)], found[max(sorted(found), key=lambda r: _seconds_per_step(found[r]))]
+    return replace(first, windows=slowest.windows, restart_steps_s=slowest.restart_steps_s)
+
+
+def _seconds_per_step(measurement: Measurement) -> float:
+    steps = sum(w.steps for w in measurement.windows)
+    return sum(w.seconds for w in measurement.windows) / steps if steps else 0.0

@@ -461,6 +461,8 @@ class Session(ScriptHost):
             wait_loader=wait,
             optimizers=tuple(instr.seen.optimizers),
             model=instr.model_info(),
+            ddp=instr.ddp.record(),
+            fsdp=instr.fsdp.record(),
             dataset_probe=probe.probe_dataset(loader.dataset) if loader is not None and not self.native_wait else None,
             trace_files=tuple(sorted(str(p.relative_to(self.trace_dir.parent))
                                      for p in self.trace_dir.glob(f"{self.worker_name}.*.json*"))),

@@ -112,4 +112,6 @@ def site_location(site: Optional[str], ctx: Context) -> Optional[str]:
         return ctx.capture.optimizers[0].location
     if site == "compile" and ctx.capture.compilation is not None:
         return ctx.capture.compilation.call_location
+    if site == "ddp" and ctx.capture.ddp is not None:
+        return ctx.capture.ddp.location
     return None

@@ -26,7 +26,8 @@ from diagnose.model import Change, Experiment, ExperimentResults, FileEdit, Hand
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 
-SITE_CALLS = {"loader": "DataLoader", "optimizer": "the optimizer", "compile": "torch.compile"}
+SITE_CALLS = {"loader": "DataLoader", "optimizer": "the optimizer", "compile": "torch.compile",
+              "ddp": "DistributedDataParallel"}
 
 
 @dataclass
@@ -112,7 +113,7 @@ class _Builder:
         location = site_location(optimization.site, self.ctx)
         edited = False
         if edits and location:
-            edited = self._keywords(label, location, edits, f"a keyword argument of {SITE_CALLS[optimization.site]}"
+            edited = self._keywords(label, location, edits, f"a keyword argument of {SITE_CALLS.get(optimization.site, optimization.site)}"
                                     "(...) where your code builds it", optimization.snippet(change.setting, self.ctx))
         if optimization.module_code:
             edited = self._statements(label, optimization.module_code) or edited

@@ -1,11 +1,14 @@
 """Gradient accumulation: micro-batches of half the size, two backward passes per optimizer step, the same
-effective batch, less activation memory. Reported with the memory it saved and the time it cost. Where the
-largest batch that fits was measured (a run out of memory), the fewest micro-batches whose size fits it."""
+effective batch, less activation memory; under DistributedDataParallel the micro-batches before the last run under
+no_sync() (one all-reduce per optimizer step, not one per micro-batch). Reported with the memory it saved and the
+time it cost. Where the largest batch that fits was measured (a run out of memory), the fewest micro-batches whose
+size fits it."""
 from __future__ import annotations
 
 from diagnose.optimizations.accumulating import every_kth_step
 from diagnose.optimizations.base import APPROXIMATE, Context, Optimization
 from diagnose.optimizations.registry import register
+from diagnose.optimizations.syncing import sync_only_last
 
 MICRO_BATCHES = 2
 
@@ -25,6 +28,9 @@ class GradAccumulation(Optimization):
             return "needs a DataLoader with a batch size of at least 4 to split into micro-batches"
         if not ctx.capture.optimizers:
             return "needs a torch.optim optimizer"
+        if ctx.capture.ddp is not None and ctx.capture.micro_batches_per_step > 1:
+            return (f"the script accumulates {ctx.capture.micro_batches_per_step} micro-batches per step already: "
+                    "under DistributedDataParallel no_sync() on them is the change (ddp.no_sync)")
         return None
 
     def settings(self, ctx):
@@ -34,6 +40,9 @@ class GradAccumulation(Optimization):
         # a loop that accumulates already: a framework's setting replaces its count, so it says the product
         accumulating = ctx.capture.micro_batches_per_step
         already = {"accumulating": accumulating} if accumulating > 1 else {}
+        ddp = ctx.capture.ddp
+        if ddp is not None:  # its micro-batches before the last run under no_sync(), or each would all-reduce
+            already["ddp_syncs"] = ddp.synced_backwards_per_step or 1
         if not ctx.largest_batch or ctx.largest_batch >= size:  # the batch fits: halve it, as to save memory
             return [{"micro_batches": MICRO_BATCHES, "batch_size": size // MICRO_BATCHES, **already}]
         fewest = micro_batches_to_fit(size, ctx.largest_batch)
@@ -50,6 +59,8 @@ class GradAccumulation(Optimization):
         changes.loader_edits.append(smaller_batches)
         changes.loss_transforms.append(lambda loss: loss / k)
         changes.optimizer_hooks.append(lambda opt: every_kth_step(opt, k))
+        if "ddp_syncs" in setting:  # the script's synced forwards, k of them per optimizer step now
+            changes.ddp_hooks.append(lambda ddp: sync_only_last(ddp, k * setting["ddp_syncs"]))
         changes.applied.append(f"batch_size={setting['batch_size']} x {k} micro-batches per optimizer step")
 
     def keyword_edits(self, setting):
