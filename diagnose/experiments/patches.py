@@ -113,8 +113,9 @@ class _Builder:
         location = site_location(optimization.site, self.ctx)
         edited = False
         if edits and location:
-            edited = self._keywords(label, location, edits, f"a keyword argument of {SITE_CALLS.get(optimization.site, optimization.site)}"
-                                    "(...) where your code builds it", optimization.snippet(change.setting, self.ctx))
+            call = SITE_CALLS.get(optimization.site, optimization.site)
+            edited = self._keywords(label, location, edits, f"a keyword argument of {call}(...) where your code "
+                                    "builds it", optimization.snippet(change.setting, self.ctx))
         if optimization.module_code:
             edited = self._statements(label, optimization.module_code) or edited
         environment = optimization.environment(change.setting)
