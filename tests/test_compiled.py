@@ -196,3 +196,18 @@ def test_each_graph_break_site_is_a_finding_of_its_own_with_its_line_and_share()
     assert (first.cost_fraction, second.cost_fraction) == (0.06, 0.02)
     assert "Tensor.item()" in first.message and "builtin operator" in second.message
     assert "torch.where" in first.fix_code and "torch.where" not in second.fix_code
+
+
+def test_a_step_that_compiled_is_left_out_of_the_plain_timing():
+    import time
+
+    from diagnose.capture.plain_timer import PlainTimer
+
+    compiled = iter([False, False, True, False, False])
+    timer = PlainTimer(4, None, rewarm_steps=0, step_compiled=lambda: next(compiled))
+    timing = None
+    for pause in (0.001, 0.001, 0.2, 0.001, 0.001):  # the third step recompiles: 200 ms
+        time.sleep(pause)
+        timing = timer.boundary() or timing
+    assert timing.steps == 4 and timing.seconds < 0.1  # four steady steps, the compiling one left out
+    assert len(timing.step_ends_s) == 4 and timing.step_ends_s[-1] == timing.seconds

@@ -117,6 +117,10 @@ class DynamoWatch:
         compiled = self.seconds_by_step()
         return any(compiled.get(s, 0.0) > 0 for s in range(step - QUIET_STEPS, step))
 
+    def compiled_last_step(self) -> bool:
+        """Whether the step that ended at the last boundary compiled."""
+        return self.seconds_by_step().get(self.step - 1, 0.0) > 0
+
     def seconds_by_step(self) -> dict[int, float]:
         """Compile time read so far, by the step it happened in."""
         by_step: dict[int, float] = {}

@@ -24,11 +24,11 @@ class PlainTimer:
     batches come in order, and the next may be a slow worker's while the others' are ready."""
 
     def __init__(self, steps: int, budget_s: Optional[float], rewarm_steps: int = REWARM_STEPS, burst: int = 1,
-                 backlog: int = 0, meter: Optional[EnergyMeter] = None, compile_clock=lambda: 0.0):
+                 backlog: int = 0, meter: Optional[EnergyMeter] = None, step_compiled=lambda: False):
         self.meter = meter  # the energy counters, read at the timing's edges as its clock is
-        # seconds torch.compile has spent so far: a recompilation inside the timing is left out of it (it is paid
-        # once, and said apart), so the step time is the steps' own
-        self.compile_clock, self.compile_at_start = compile_clock, 0.0
+        # whether the step that just ended compiled (a new input size): such a step is left out of the timing,
+        # its whole time (the compiling, and the first run of what it compiled), so the step time is the steady one
+        self.step_compiled, self.left_out_s = step_compiled, 0.0
         self.bursts = plain_bursts(steps, burst, budget_s)  # budget_s None: on the step count alone
         self.backlog = backlog
         self.rewarm_left = rewarm_steps + backlog
@@ -50,8 +50,11 @@ class PlainTimer:
             self.rewarm_left -= 1
             self._begin_when_warm()
             return None
+        elapsed = time.perf_counter() - self.start - self.left_out_s
+        if self.step_compiled():
+            self.left_out_s += elapsed - (self.step_ends[-1] if self.step_ends else 0.0)
+            return None
         self.steps += 1
-        elapsed = time.perf_counter() - self.start - (self.compile_clock() - self.compile_at_start)
         self.step_ends.append(elapsed)
         return self._timing(self.steps) if self.bursts.closes(self.steps, elapsed) else None
 
@@ -61,14 +64,14 @@ class PlainTimer:
         (and the new workers' backlog)."""
         steps = self.steps + 1
         if self.start is not None and self.bursts.keeps_cut(steps):
-            self.step_ends.append(time.perf_counter() - self.start)
+            self.step_ends.append(time.perf_counter() - self.start - self.left_out_s)
             return self._timing(steps)
         self.start, self.steps, self.rewarm_left = None, 0, REWARM_STEPS + self.backlog
         return None
 
     def _timing(self, steps: int) -> PlainTiming:
         synced = sync_device()
-        seconds = time.perf_counter() - self.start - (self.compile_clock() - self.compile_at_start)
+        seconds = time.perf_counter() - self.start - self.left_out_s
         if self.meter is not None:
             self.meter.stop(steps)
         # the last step's end as the synchronised clock saw it: queued device work counts in the last block
@@ -79,7 +82,7 @@ class PlainTimer:
         if self.rewarm_left <= 0:
             sync_device()
             self.start = time.perf_counter()
-            self.compile_at_start = self.compile_clock()
+            self.left_out_s = 0.0
             self.step_ends = []
             if self.meter is not None:
                 self.meter.start()

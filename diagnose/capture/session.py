@@ -290,7 +290,7 @@ class Session(ScriptHost):
         feed = self._feed()
         self.plain_timer = PlainTimer(timed, budget, rewarm_steps=int(self.plan.warmup == 0), burst=feed.burst,
                                       backlog=feed.backlog, meter=self.energy,
-                                      compile_clock=self.instr.dynamo.seconds)
+                                      step_compiled=self.instr.dynamo.compiled_last_step)
         self.phase = Phase.TIMED
 
     def _feed(self) -> Feed:

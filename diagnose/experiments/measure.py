@@ -238,15 +238,23 @@ class MeasureSession(ScriptHost):
             return  # its end was not synchronised (an epoch's start cut it): on a GPU it would time the host
         end = start + steps
         b, samples = self.boundaries, self.samples_at
-        compiled = self.instr.dynamo.seconds_by_step()  # recompiling is paid once: counted apart (compile_s)
+        # a step that compiled (a new input size) is paid once, its compile time counted apart (compile_s): it is
+        # left out of the window, its time and its samples
+        compiled = [i for i, seconds in self.instr.dynamo.seconds_by_step().items() if seconds > 0]
 
-        def compiling(first: int) -> float:
-            return sum(seconds for step, seconds in compiled.items() if first <= step < end)
+        def left_out(first: int) -> tuple[int, float, int]:
+            inside = [i for i in compiled if first <= i < end]
+            return (len(inside), sum(b[i + 1] - b[i] for i in inside),
+                    sum(samples[i + 1] - samples[i] for i in inside))
 
-        timing = SteadyTiming(steps=steps, seconds=b[end] - b[start] - compiling(start),
-                              samples=samples[end] - samples[start] if self.samples_known else None,
-                              wall_steps=end - self.wall_start,
-                              wall_seconds=b[end] - b[self.wall_start] - compiling(self.wall_start),
+        out_steps, out_s, out_samples = left_out(start)
+        wall_out_steps, wall_out_s, _ = left_out(self.wall_start)
+        if steps - out_steps < 1:
+            return
+        timing = SteadyTiming(steps=steps - out_steps, seconds=b[end] - b[start] - out_s,
+                              samples=samples[end] - samples[start] - out_samples if self.samples_known else None,
+                              wall_steps=end - self.wall_start - wall_out_steps,
+                              wall_seconds=b[end] - b[self.wall_start] - wall_out_s,
                               unique_samples=self._unique_between(start, end))
         enough = self._record(timing, end)
         if enough and not self.finishing:
