@@ -25,6 +25,7 @@ def watch():
     torch._dynamo.reset()
     watching = DynamoWatch()
     stop = watching.install()
+    watching._hook_dynamo()  # as at the script's first torch.compile call
     yield watching
     stop()
     torch._dynamo.reset()

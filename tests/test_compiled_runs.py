@@ -20,7 +20,7 @@ def test_a_data_dependent_branch_is_named_with_its_line_reason_frequency_and_rec
                      timeout=600)
     assert run.returncode == 0, run.stderr
     finding = _rules(run)["compile.graph-break"]
-    assert finding["location"].endswith(f"compiled_branch.py:{line_of(script, 'if h.mean().item() > 0.0:')}")
+    assert finding["location"].endswith(f"compiled_branch.py:{line_of(script, 'if h.mean().item() > 0.0:  #')}")
     assert "Unsupported Tensor.item() call" in finding["message"] and "met 1 time(s) per step" in finding["message"]
     assert finding["prediction_bound"] == "lower"
     compilation = run.diagnosis["compilation"]

@@ -14,6 +14,7 @@ times, no breaks) rather than an error; a torch without these records gives no C
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -64,14 +65,22 @@ class DynamoWatch:
         self._breaks: dict[tuple, _Break] = {}
         self._frames: dict[str, tuple[str, Optional[str]]] = {}  # dynamo frame id -> (function, file:first line)
         self._undo: list[Callable[[], None]] = []
+        self._hooked = False
 
     # -- install ----------------------------------------------------------------------------------
     def install(self) -> Callable[[], None]:
-        """Start watching; returns the function that stops it."""
+        """Start watching; returns the function that stops it. Dynamo itself is hooked at the script's first
+        torch.compile call: importing it creates inductor's cache folder, which only the script may make."""
+        return self.uninstall
+
+    def _hook_dynamo(self) -> None:
+        if self._hooked:
+            return
+        self._hooked = True
         try:
             from torch._dynamo.output_graph import GraphCompileReason
         except ImportError:  # a torch without dynamo
-            return lambda: None
+            return
         original = GraphCompileReason.__post_init__
         watch = self
 
@@ -83,7 +92,6 @@ class DynamoWatch:
         GraphCompileReason.__post_init__ = post_init
         self._seen.update((id(m), m) for m in _compilation_metrics())  # compiled before the watch: not this run's
         self._undo.append(lambda: setattr(GraphCompileReason, "__post_init__", original))
-        return self.uninstall
 
     def uninstall(self) -> None:
         for undo in reversed(self._undo):
@@ -92,6 +100,7 @@ class DynamoWatch:
 
     def on_compile_call(self, kwargs: dict[str, Any], location: Optional[str]) -> None:
         """The script called torch.compile or module.compile: the first call's settings are the run's."""
+        self._hook_dynamo()
         if self.settings is not None:
             return
         backend = kwargs.get("backend", "inductor")
@@ -235,6 +244,8 @@ def _with_backward(event: CompileEvent, backward_s: float) -> CompileEvent:
 
 
 def _compilation_metrics() -> list:
+    if "torch._dynamo" not in sys.modules:  # nothing compiled yet (and importing it would make inductor's folder)
+        return []
     try:
         from torch._dynamo.utils import get_compilation_metrics
     except ImportError:  # a torch without these records
