@@ -523,6 +523,23 @@ class Compilation:
     # runs after it warm), "user" (the user's own TORCHINDUCTOR_CACHE_DIR, in whatever state it was)
     cache: str = "private"
 
+    @property
+    def seconds(self) -> float:
+        """All the time dynamo spent compiling, forwards and backwards."""
+        return sum(e.seconds for e in self.events)
+
+    @property
+    def recompiles(self) -> tuple[CompileEvent, ...]:
+        return tuple(e for e in self.events if e.is_recompile)
+
+    def compiling_steps(self) -> set[int]:
+        return compiling_steps(self.events)
+
+
+def compiling_steps(events) -> set[int]:
+    """The steps (from 0) in which torch.compile compiled: not steps of the run's steady state."""
+    return {e.step for e in events if e.seconds > 0}
+
 
 @dataclass(frozen=True)
 class Capture:

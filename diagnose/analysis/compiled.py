@@ -1,10 +1,10 @@
 """torch.compile'd code in the profiled steps, and what dynamo did in the run: metrics for the compile rules.
 
 In a trace, each entry into a compiled frame is a "Torch-Compiled Region: F/C" span (dynamo frame F, its C-th
-compilation); inside it the graph runs as a "CompiledFunction" op (a "## Call CompiledFxGraph" annotation without
-autograd). A graph break ends frame F's graph: the frame's own bytecode then runs the break eagerly and calls the
-resume function, a frame of its own whose region nests inside F's. So the time in F's region outside its graphs
-and outside the regions nested in it is the eager code the break costs, charged to the break that ended F.
+compilation); inside it inductor's code runs as a "## Call CompiledFxGraph" annotation (within AOT autograd's
+"CompiledFunction" op when there is a backward). A graph break ends frame F's graph: the frame's own bytecode then
+runs the break eagerly and calls the resume function, a frame of its own whose region nests inside F's. So the time
+in F's region outside its graphs and outside the regions nested in it is charged to the break that ended F.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from diagnose.trace import intervals as iv
 REGION = "Torch-Compiled Region: "
 BACKWARD = "CompiledFunctionBackward"
 GRAPH_ANNOTATION = "## Call CompiledFxGraph"
+VALUE_READ_BACK = "a value read back at a graph break"  # what a guard on the resumed frame's stack checks
 
 
 def compiled_steps(trace: Trace, steps: int, total_us: float) -> Optional[CompiledSteps]:
@@ -60,16 +61,10 @@ def compiled_steps(trace: Trace, steps: int, total_us: float) -> Optional[Compil
     return CompiledSteps(graphs_per_step=len(regions) / steps, eager_frac=outside_graphs_us / total_us, frames=frames)
 
 
-def compiling_steps(capture: Optional[Capture]) -> set[int]:
-    """The run's steps (from 0) in which torch.compile compiled."""
-    compilation = capture.compilation if capture is not None else None
-    return {e.step for e in compilation.events if e.seconds > 0} if compilation is not None else set()
-
-
 def without_compiling_steps(trace: Trace, host_steps: np.ndarray, capture: Optional[Capture]) -> np.ndarray:
     """The profiled steps less those that compiled (a new input size met late): the trace's ProfilerStep#N is the
     run's step N. All of them are kept when every one compiled (nothing steady to show)."""
-    compiling = compiling_steps(capture)
+    compiling = capture.compilation.compiling_steps() if capture is not None and capture.compilation else set()
     if not compiling or len(host_steps) > len(trace.steps):
         return host_steps
     numbers = [_step_number(name) for name in trace.steps.names[:len(host_steps)]]
@@ -97,7 +92,7 @@ def with_dynamo(compiled: Optional[CompiledSteps], compilation: Optional[Compila
     breaks = []
     for b in compilation.graph_breaks:
         seen = [frames[f] for f in b.frame_ids if f in frames]
-        resumed = [r for r in recompiles if r.variable == "a value read back at a graph break"
+        resumed = [r for r in recompiles if r.variable == VALUE_READ_BACK
                    and r.location and b.location and r.location.rsplit(":", 1)[0] == b.location.rsplit(":", 1)[0]]
         breaks.append(BreakSite(
             location=b.location, function=b.function, reason=b.reason, code=b.code, hint=b.hint,
@@ -153,7 +148,7 @@ def _guard(reason: str) -> str:
 
 def _value_guard(guard: str) -> Optional[str]:
     """A guard on a value the resumed frame got from the stack: what a graph break read back (.item())."""
-    return "a value read back at a graph break" if guard.startswith("___stack") else None
+    return VALUE_READ_BACK if guard.startswith("___stack") else None
 
 
 def compile_metrics(compiled: Optional[CompiledSteps], capture: Optional[Capture],
@@ -170,8 +165,8 @@ def compile_metrics(compiled: Optional[CompiledSteps], capture: Optional[Capture
         return metrics
     if compiled.breaks and compiled.graphs_per_step > 1:
         metrics["compile_break_frac"] = break_share(compiled)
-    recompiles = [e for e in compilation.events if e.is_recompile]
-    total_s = sum(e.seconds for e in compilation.events)
+    recompiles = compilation.recompiles
+    total_s = compilation.seconds
     recompile_s = sum(e.seconds for e in recompiles)
     metrics.update(
         compile_dynamic=None if compilation.dynamic is None else float(bool(compilation.dynamic)),

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 import torch
 
 from diagnose.capture.compile_cache import cache_kind
 from diagnose.capture.sites import _realpath, is_user_file
-from diagnose.model import Compilation, CompileEvent, GraphBreak
+from diagnose.model import Compilation, CompileEvent, GraphBreak, compiling_steps
 
 # Steps past the planned warm-up that a run may keep warming up while steps still compile: dynamo's recompile
 # limit (8) twice over, so that a frame that recompiles to its limit has settled (or runs eagerly)
@@ -123,12 +123,16 @@ class DynamoWatch:
         COMPILE_SETTLE_STEPS of the planned warm-up."""
         if not self._events or step >= planned_warmup + COMPILE_SETTLE_STEPS:
             return False
-        compiled = self.seconds_by_step()
-        return any(compiled.get(s, 0.0) > 0 for s in range(step - QUIET_STEPS, step))
+        compiling = self.compiling_steps()
+        return any(s in compiling for s in range(step - QUIET_STEPS, step))
 
     def compiled_last_step(self) -> bool:
         """Whether the step that ended at the last boundary compiled."""
-        return self.seconds_by_step().get(self.step - 1, 0.0) > 0
+        return self.step - 1 in self.compiling_steps()
+
+    def compiling_steps(self) -> set[int]:
+        """The steps so far (to the last boundary) in which something compiled."""
+        return compiling_steps(self._events)
 
     def seconds_by_step(self) -> dict[int, float]:
         """Compile time read so far, by the step it happened in."""
@@ -211,8 +215,7 @@ class DynamoWatch:
         if self.settings is None and not self._events:
             return None
         settings = self.settings or CompileSettings()
-        events = [_with_backward(e, self._pending_backward.pop(e.compile_id)) if e.compile_id in self._pending_backward
-                  else e for e in self._events]
+        events = self._events
         return Compilation(
             torch_version=torch.__version__,
             call_location=settings.location,
@@ -234,12 +237,10 @@ def compile_seconds(compilation: Optional[Compilation]) -> Optional[float]:
     """All the time dynamo spent compiling in a process (None: nothing was compiled)."""
     if compilation is None or not compilation.events:
         return None
-    return sum(e.seconds for e in compilation.events)
+    return compilation.seconds
 
 
 def _with_backward(event: CompileEvent, backward_s: float) -> CompileEvent:
-    from dataclasses import replace
-
     return replace(event, backward_s=(event.backward_s or 0.0) + backward_s, seconds=event.seconds + backward_s)
 
 

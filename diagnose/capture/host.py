@@ -61,16 +61,17 @@ class ScriptHost:
 
     def boundary(self, count: int) -> None:
         """Called by the hooks at each step boundary (main thread only)."""
+        compiled_s = self.instr.dynamo.seconds()
         if self.first_step_at is None:
             self.first_step_at = time.monotonic()
-            self.compile_s_at_first_step = self.instr.dynamo.seconds()
+            self.compile_s_at_first_step = compiled_s
             if self.config.startup_seconds is not None:  # start-up is over: --max-seconds counts from here
                 self._start_timer(self.config.max_seconds)
             self.on_first_step()
-        elif self.instr.dynamo.seconds() > self.compile_s_counted and self.stop_reason is None:
+        elif compiled_s > self.compile_s_counted and self.stop_reason is None:
             # recompiling is not training: like start-up, it does not count against --max-seconds
             self._start_timer(max(self.config.max_seconds - self.measured_s(), 0.001))
-        self.compile_s_counted = self.instr.dynamo.seconds()
+        self.compile_s_counted = compiled_s
         if self.stop_reason is None and self.measured_s() > self.config.max_seconds:
             self.stop_reason = Status.TIMEOUT  # also checked here: the script may handle the deadline signal itself
         if self.stop_reason is not None:

@@ -232,7 +232,7 @@ class Session(ScriptHost):
         """A plain step's time from the steps so far; before one completed, the time from the model's first forward
         to the first boundary when that boundary ended a step (an optimizer step's or backward()'s)."""
         if step >= 1:
-            return typical_step_s(self.boundaries_s, self.instr.dynamo.seconds_by_step())
+            return self._plain_step_s()
         if self.instr.compiled:  # the first step compiled the model: its time says nothing of the steps after
             return None
         first = self.instr.first_forward_at

@@ -38,7 +38,7 @@ def compile_summary(capture: Optional[Capture], analysis: Optional[Analysis],
         cache = "cold"  # the run's own cache, empty when it started: its hits are of graphs it compiled itself
     else:
         cache = "unknown" if hits + misses == 0 else "cold" if hits == 0 else "warm" if misses == 0 else "mixed"
-    compile_s = sum(e.seconds for e in events)
+    compile_s = compilation.seconds
     tried = [e for e in experiments.experiments if e.optimization in CHANGES_TO_COMPILING]
     warm_runs = [e.baseline_compile_s for e in tried if e.baseline_compile_s is not None]
     warm_s = compile_s if cache == "warm" else statistics.median(warm_runs) if warm_runs else None
@@ -54,8 +54,8 @@ def compile_summary(capture: Optional[Capture], analysis: Optional[Analysis],
         torch_version=compilation.torch_version,
         compile_s=compile_s,
         first_step_s=sum(e.seconds for e in events if e.step == 0),
-        recompile_s=sum(e.seconds for e in events if e.is_recompile),
-        recompiles=sum(e.is_recompile for e in events),
+        recompile_s=sum(e.seconds for e in compilation.recompiles),
+        recompiles=len(compilation.recompiles),
         graph_breaks=len(compilation.graph_breaks),
         split_s=_split(events),
         cache=cache,

@@ -240,7 +240,7 @@ class MeasureSession(ScriptHost):
         b, samples = self.boundaries, self.samples_at
         # a step that compiled (a new input size) is paid once, its compile time counted apart (compile_s): it is
         # left out of the window, its time and its samples
-        compiled = [i for i, seconds in self.instr.dynamo.seconds_by_step().items() if seconds > 0]
+        compiled = self.instr.dynamo.compiling_steps()
 
         def left_out(first: int) -> tuple[int, float, int]:
             inside = [i for i in compiled if first <= i < end]
