@@ -212,3 +212,22 @@ def test_a_step_that_compiled_is_left_out_of_the_plain_timing():
         timing = timer.boundary() or timing
     assert timing.steps == 4 and timing.seconds < 0.1  # four steady steps, the compiling one left out
     assert len(timing.step_ends_s) == 4 and timing.step_ends_s[-1] == timing.seconds
+
+
+def test_a_recompile_after_the_first_step_moves_the_max_seconds_deadline_by_its_own_time():
+    import time
+    from types import SimpleNamespace
+
+    from diagnose.capture.host import ScriptHost
+    from diagnose.model import CompileEvent
+
+    watch = DynamoWatch()
+    armed = []
+    host = ScriptHost.__new__(ScriptHost)  # the deadline's arithmetic alone: no script, no signals
+    host.config = SimpleNamespace(max_seconds=60.0, startup_seconds=600.0)
+    host.instr = SimpleNamespace(dynamo=watch)
+    host.first_step_at, host.t0, host.stop_reason = time.monotonic() - 40.0, time.monotonic() - 50.0, None
+    host.on_boundary, host._start_timer = (lambda count: None), armed.append
+    watch._events = [CompileEvent(compile_id="0/1", frame="forward", location=None, step=3, seconds=30.0)]
+    host.boundary(5)  # 40 s since the first step, 30 of them recompiling: 10 s of the 60 used
+    assert armed[-1] == pytest.approx(50.0, abs=0.5)

@@ -70,6 +70,7 @@ class ScriptHost:
             self.on_first_step()
         elif compiled_s > self.compile_s_counted and self.stop_reason is None:
             # recompiling is not training: like start-up, it does not count against --max-seconds
+            self.compile_s_counted = compiled_s  # first: the time left is measured without this compile too
             self._start_timer(max(self.config.max_seconds - self.measured_s(), 0.001))
         self.compile_s_counted = compiled_s
         if self.stop_reason is None and self.measured_s() > self.config.max_seconds:
