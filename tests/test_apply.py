@@ -241,10 +241,13 @@ def test_changes_that_are_not_argument_edits_are_said_as_code_a_statement_or_a_c
     assert said.returncode == 0 and "nothing written" in said.stderr, said.stderr
 
 
-def test_hf_trainer_settings_come_back_as_keywords_of_the_training_arguments_call(tmp_path):
-    def site(script: Path) -> FrameworkSite:
-        return FrameworkSite("huggingface", f"{script}:{line_of(script, 'TrainingArguments(')}")
+def _framework_site(name: str, call: str):
+    """The capture's record of a framework configured at the line of `call` in the script."""
+    return lambda script: FrameworkSite(name, f"{script}:{line_of(script, call)}")
 
+
+def test_hf_trainer_settings_come_back_as_keywords_of_the_training_arguments_call(tmp_path):
+    site = _framework_site("huggingface", "TrainingArguments(")
     experiments = [_experiment("dataloader.num_workers", {"num_workers": 4}, "faster", 2.0),
                    _experiment("reduce_host_work", {"every": 50}, "faster", 1.5)]
     _, run_dir = _run_folder(tmp_path, experiments, None, SCRIPTS / "hf_trainer.py", site)
@@ -261,9 +264,7 @@ def test_hf_trainer_settings_come_back_as_keywords_of_the_training_arguments_cal
 
 
 def test_lightning_settings_come_back_as_keywords_of_the_trainer_call(tmp_path):
-    def site(script: Path) -> FrameworkSite:
-        return FrameworkSite("lightning", f"{script}:{line_of(script, 'pl.Trainer(')}")
-
+    site = _framework_site("lightning", "pl.Trainer(")
     experiments = [_experiment("amp", {"device": "cpu", "dtype": "bfloat16"}, "faster", 1.4),
                    _experiment("reduce_host_work", {"every": 50}, "faster", 1.2)]
     _, run_dir = _run_folder(tmp_path, experiments, None, SCRIPTS / "lightning_slow_data.py", site)

@@ -33,7 +33,7 @@ def test_a_data_dependent_branch_is_named_with_its_line_reason_frequency_and_rec
 
 @pytest.mark.slow
 def test_a_compiled_model_that_is_fine_gets_no_compile_finding(tmp_path):
-    run = run_script(SCRIPTS / "compiled_clean.py", out=tmp_path / "run",
+    run = run_script(SCRIPTS / "compiles.py", "--epochs", "2000", out=tmp_path / "run",
                      options=("--warmup", "5", "--steps", "10", "--experiments", "none"), timeout=600)
     assert run.returncode == 0, run.stderr
     assert not [f["rule"] for f in run.findings if f["rule"] in COMPILE_RULES], run.findings
