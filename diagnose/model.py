@@ -74,6 +74,7 @@ class Verdict(Word):
     FITS = "fits"  # a memory lever on a run that ran out of memory: it fitted under the limit
     OUT_OF_MEMORY = "out-of-memory"  # it ran out of memory again
     NOT_VERIFIED = "not-verified"  # computed from what was measured, not run (no DataLoader to change)
+    UNDECIDED = "undecided"  # the interval is too wide to tell a 2x gain from a 2x loss: it decides nothing
 
 
 MEASURED = frozenset({Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE})  # a timed comparison was made
@@ -107,6 +108,9 @@ class MeasurePlan:
     # steps of unknown length (a run out of memory measured none): once the first step shows they take seconds,
     # fewer warm-up and window steps (experiments/cost.py long_step_plan), so the run ends in its time limit
     adapt_to_long_steps: bool = False
+    # an interleaved comparison's turns (experiments/turns.py): the named pipe the parent gives them through; the
+    # run times one window per turn, until the parent stops it
+    turns_fifo: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -1135,6 +1139,64 @@ class GateResult:
     run_noise_sd: float = 0.0  # the run-to-run spread per run the interval counted
     # the spread per run under which a run twice as slow as allowed fails: what a gate at this allowance needs
     needs_run_noise_sd: float = 0.0
+
+
+@dataclass(frozen=True)
+class LiveWindow:
+    """One window an interleaved comparison timed: A's or B's, in the order they ran (live.json)."""
+    side: str  # "A" or "B"
+    steps: int
+    seconds: float
+    samples: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class LiveRound:
+    """A pair of fresh processes, A and B, taking turns one window at a time."""
+    windows: tuple[LiveWindow, ...]
+    pair_log_ratios: tuple[float, ...]  # log(B's step time / A's) of each two windows that ran next to each other
+    seconds: float  # the round's wall time, the processes' start-up and warm-up included
+    ended: str = "stopped"  # stopped (by the comparison) | a side's status when it ended by itself
+
+
+@dataclass(frozen=True)
+class LiveSide:
+    label: str  # A | B
+    script: str
+    script_args: tuple[str, ...] = ()
+    revision: Optional[str] = None  # run --baseline-ref: the git revision A was checked out at
+    step_s: Optional[float] = None  # its windows' steps, their seconds over their count
+    error: Optional[str] = None  # why it measured nothing
+
+
+@dataclass(frozen=True)
+class LiveGate:
+    """--fail-if-slower on an interleaved comparison: decided on the interval, or said to be undecided."""
+    allowed_slowdown_pct: float
+    decision: str  # fail | pass | undecided
+    failed: bool
+
+
+@dataclass(frozen=True)
+class LiveComparison:
+    """`diagnose compare --live A.py B.py` and `run --baseline-ref REV` (live.json): A and B timed side by side,
+    taking turns, round after round of fresh processes, until the interval decides or the budget is spent."""
+    schema: int
+    a: LiveSide
+    b: LiveSide
+    ratio: Optional[float]  # B's step time over A's; None when no pair was timed
+    ci: Optional[tuple[float, float]]  # 99%
+    verdict: str  # slower | faster | no-change | undecided | failed
+    pairs: int
+    pair_sd: float  # spread of one pair's log ratio
+    process_sd: float  # the rounds' spread beyond their pairs': fresh processes' own luck (0: none seen)
+    df: float
+    rounds: tuple[LiveRound, ...]
+    budget_s: float
+    spent_s: float
+    stopped: str  # decided | budget | failed | interrupted
+    gate: Optional[LiveGate] = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,9 @@ class RunFolder:
     experiment_runs = _Entry("experiments")  # one folder per timed run
     compare = _Entry("compare.json")  # `diagnose run --baseline`: this run against the baseline
     compare_report = _Entry("compare.html")
+    live = _Entry("live.json")  # `compare --live`, `run --baseline-ref`: A and B timed taking turns
+    live_rounds = _Entry("live")  # their processes' folders, round by round (NN-A, NN-B)
+    turns_fifo = _Entry("turns.fifo")  # an interleaved run's turns, from the parent
     sources = _Entry("sources.json")  # the hashes of the user's source files when the run started
     changes = _Entry("changes")  # each measured change as a patch of the user's files (NAME.patch, NAME.md)
     verified_patch = _Entry("verified.patch")  # the verified combination as a patch: what `diagnose apply` writes
