@@ -22,6 +22,7 @@ from diagnose.capture.host import ScriptHost
 from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.probe import peak_rss_bytes
 from diagnose.experiments.cost import long_step_plan
+from diagnose.experiments.turns import TurnTaker
 from diagnose.model import FedRecord, Measurement, MeasurePlan, ScriptError, Status, SteadyTiming
 from diagnose.optimizations.runtime import build_change_set
 from diagnose.runfolder import RunFolder
@@ -152,6 +153,9 @@ class MeasureSession(ScriptHost):
         self.finishing = False  # the script has ended: a last window may close, nothing more to stop
         self.energy = _energy_meter()  # read at the timed span's edges: the last warm-up boundary, each window's end
         self.energy_from: Optional[int] = None  # the boundary the span starts at
+        # an interleaved comparison: one window per turn, the window just timed handed back at the step's end
+        self.turns = TurnTaker(self.plan.turns_fifo, progress) if self.plan.turns_fifo else None
+        self.turn_due: Optional[SteadyTiming] = None
         self._seed()
 
     def _seed(self) -> None:
@@ -190,6 +194,18 @@ class MeasureSession(ScriptHost):
         self.epoch_began_at = len(self.boundaries)
 
     def on_boundary(self, count: int) -> None:
+        self._sort_step()
+        if self.turn_due is not None:
+            timing, self.turn_due = self.turn_due, None
+            self._resume(self.turns.hand_back(timing.steps, timing.seconds, timing.samples))
+
+    def _resume(self, go: bool) -> None:
+        """Back from waiting for a turn: the next window starts now, not when the wait began; or stop."""
+        if not go:
+            self.stop(Status.COMPLETED)
+        self.boundaries[-1] = time.monotonic()
+
+    def _sort_step(self) -> None:
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
         is due. Windows hold only consecutive steady steps, and a whole number of bursts of `burst_steps`: with
         N workers batches arrive N at a time, so any N consecutive steady steps span one worker period."""
@@ -206,6 +222,10 @@ class MeasureSession(ScriptHost):
         kind = self._classify_last_step()
         if kind is StepKind.WARM_UP:
             self.energy.start()  # the span may start here: the next step may be the first timed one
+            return
+        if self.wall_start is None and self.turns is not None:
+            self._resume(self.turns.ready())  # the step that just ended ran beside the other side's warm-up: untimed
+            self.wall_start = self.energy_from = len(self.boundaries) - 1
             return
         if self.wall_start is None:
             self.wall_start = len(self.boundaries) - 2
@@ -269,6 +289,8 @@ class MeasureSession(ScriptHost):
     def _record(self, timing: SteadyTiming, next_wall_start: int) -> bool:
         """Keep a timed window; True when the run has windows enough (the plan's count, or agreeing ones)."""
         self.timings.append(timing)
+        if self.turns is not None and not self.finishing:
+            self.turn_due = timing
         self.wall_start = next_wall_start
         self._energy_lap(next_wall_start)
         self.progress(f"window {len(self.timings)} {self.plan.windows}")
