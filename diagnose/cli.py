@@ -171,20 +171,48 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, ma
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @_out("Folder for compare.html and compare.json (default: diagnose_runs/<timestamp>-compare-<A>-vs-<B>).")
 @_gate("B against A: ")
 @click.option("--force", is_flag=True, help="Compare runs of different scripts.")
-@_options(RULES, TEMPLATES, _json("compare.json"))
-def compare(a, b, out, fail_if_slower, run_noise, force, rules_dirs, templates_dir, as_json):
+@click.option("--live", is_flag=True,
+              help="A and B are two versions of a training script: run both here, taking turns, and compare them "
+                   "(the interleaved CI gate). Arguments after -- go to both scripts.")
+@click.option("--budget-seconds", default=180.0, show_default=True, type=click.FloatRange(min=10),
+              help="With --live: the longest the comparison may take; it stops sooner once it decides.")
+@_options(RULES, TEMPLATES, _json("compare.json (live.json with --live)"))
+def compare(a, b, script_args, out, fail_if_slower, run_noise, force, live, budget_seconds, rules_dirs, templates_dir,
+            as_json):
     """Compare B against A: step time with an interval honest about two separate runs, the breakdown and phases
     side by side, the ops and kernels that moved, findings resolved and new, what differs in the setup.
 
     A and B are run folders (from `diagnose run` or `diagnose capture`) or traces and folders of traces, as
-    `diagnose analyze` takes them. Exit codes: 0 done, 2 bad input, 4 B slower than --fail-if-slower allows."""
+    `diagnose analyze` takes them. With --live they are two training scripts, timed here side by side, window
+    by window, until the interval decides or --budget-seconds is spent (live.json).
+
+    Exit codes: 0 done (a gate that could not decide passes, and says so), 1 a live script failed, 2 bad input,
+    4 B slower than --fail-if-slower allows (99%)."""
+    if live:
+        _compare_live(a, b, script_args, out, fail_if_slower, run_noise, force, budget_seconds, as_json)
+    if script_args:
+        raise UserError(f"unexpected arguments: {' '.join(script_args)}",
+                        "script arguments (after --) go with --live, which runs A and B as scripts")
     from diagnose.api.calls import compare as compare_runs
 
     sys.exit(compare_runs(a, b, out=out, rules=rules_dirs, templates=templates_dir, as_json=as_json, force=force,
                           fail_if_slower=fail_if_slower, run_noise=run_noise).exit_code)
+
+
+def _compare_live(a, b, script_args, out, fail_if_slower, run_noise, force, budget_seconds, as_json) -> None:
+    for option, given in (("--run-noise", run_noise is not None), ("--force", force)):
+        if given:
+            raise UserError(f"{option} does not apply to --live",
+                            "a live comparison measures its own noise, and runs any two scripts")
+    _single_threaded_blas()
+    from diagnose.commands.live import live_command
+
+    sys.exit(live_command(str(a), str(b), _script_args(script_args), out=out, budget_s=budget_seconds,
+                          fail_if_slower=fail_if_slower, as_json=as_json)[2])
 
 
 @cli.command(context_settings=SCRIPT_SETTINGS,
@@ -221,7 +249,10 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
 @_options(RULES, TEMPLATES, _json(note=" (the script's output goes to stderr)"), OPEN)
 @click.option("--baseline", metavar="RUN_DIR", type=click.Path(path_type=Path),
               help="An earlier run folder to compare this run with (writes compare.html into the run folder).")
-@_gate("With --baseline: ")
+@click.option("--baseline-ref", "baseline_ref", metavar="REV",
+              help="A git revision to compare with: the script at REV and as it is now run here, taking turns, "
+                   "after this run (the interleaved CI gate, live.json; --budget-seconds bounds it too).")
+@_gate("With --baseline or --baseline-ref: ")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE",
               help="Run as if the device had SIZE of memory (e.g. 24GB): CUDA's per-process fraction, on the host an "
                    "address-space limit; the experiments run under it too.")
@@ -245,8 +276,8 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
               help="What one kWh costs you, for the energy the device counters measured.")
 @SCRIPT
 def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiments, budget_seconds, rules_dirs,
-        templates_dir, as_json, open_report, baseline, fail_if_slower, run_noise, memory_limit, total_steps, epochs,
-        price_per_hour, price_per_kwh, script, script_args, **torchrun):
+        templates_dir, as_json, open_report, baseline, baseline_ref, fail_if_slower, run_noise, memory_limit,
+        total_steps, epochs, price_per_hour, price_per_kwh, script, script_args, **torchrun):
     """Profile SCRIPT (run as `python SCRIPT SCRIPT_ARGS`), find its bottleneck, write a report, then apply
     the recommended optimizations one at a time and report the speedup each verified.
 
@@ -265,17 +296,13 @@ def run(out, warmup, steps, max_seconds, startup_seconds, with_stack, experiment
     from diagnose.model import CostInputs, RunConfig
 
     limit_bytes = memory_size(memory_limit)
-    for option, value in (("--fail-if-slower", fail_if_slower), ("--run-noise", run_noise)):
-        if value is not None and baseline is None:
-            raise UserError(f"{option} needs --baseline", "pass the earlier run folder to compare with: "
-                            "--baseline RUN_DIR")
     config = RunConfig(script=script, script_args=_script_args(script_args), out_dir=out or "", warmup_steps=warmup,
                        profile_steps=steps, max_seconds=max_seconds, startup_seconds=startup_seconds,
                        with_stack=with_stack, experiments=experiments_selection(experiments),
                        budget_seconds=budget_seconds, launcher=torchrun_args(torchrun), memory_limit_bytes=limit_bytes,
                        cost=CostInputs(total_steps, epochs, price_per_hour, price_per_kwh))
     sys.exit(run_config(config, rules=tuple(rules_dirs), templates=templates_dir, baseline=baseline,
-                        fail_if_slower=fail_if_slower, run_noise=run_noise, as_json=as_json,
+                        baseline_ref=baseline_ref, fail_if_slower=fail_if_slower, run_noise=run_noise, as_json=as_json,
                         open_report=open_report).exit_code)
 
 

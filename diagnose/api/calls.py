@@ -39,18 +39,25 @@ def run(script: PathLike, *script_args: str, out: Optional[PathLike] = None, war
 
 def run_config(config, *, rules: tuple[str, ...] = (), templates: Optional[str] = None,
                baseline: Optional[PathLike] = None, fail_if_slower: Optional[float] = None,
-               run_noise: Optional[float] = None, as_json: bool = False, open_report: bool = False) -> Result:
+               run_noise: Optional[float] = None, as_json: bool = False, open_report: bool = False,
+               baseline_ref: Optional[str] = None) -> Result:
     """A run from its RunConfig (the command line builds one); as_json and open_report as its flags."""
     from diagnose.commands.options import BaselineGate, OutputOptions
     from diagnose.commands.run import run_and_report
     from diagnose.errors import UserError
 
-    for option, value in (("fail_if_slower", fail_if_slower), ("run_noise", run_noise)):
-        if value is not None and baseline is None:
-            raise UserError(f"--{option.replace('_', '-')} needs --baseline",
-                            "pass the earlier run folder to compare with: --baseline RUN_DIR")
+    if baseline is not None and baseline_ref is not None:
+        raise UserError("--baseline and --baseline-ref both given", "compare with an earlier run folder "
+                        "(--baseline) or with the script at a git revision (--baseline-ref), one of them")
+    if fail_if_slower is not None and baseline is None and baseline_ref is None:
+        raise UserError("--fail-if-slower needs --baseline or --baseline-ref",
+                        "pass the revision to compare with (--baseline-ref HEAD~1, interleaved: the gate CI needs) "
+                        "or an earlier run folder (--baseline RUN_DIR)")
+    if run_noise is not None and baseline is None:
+        raise UserError("--run-noise needs --baseline", "pass the earlier run folder to compare with: "
+                        "--baseline RUN_DIR (--baseline-ref measures its own noise)")
     _check_templates(templates)
-    gate = BaselineGate(Path(baseline) if baseline else None, fail_if_slower, run_noise)
+    gate = BaselineGate(Path(baseline) if baseline else None, fail_if_slower, run_noise, baseline_ref)
     result, code = run_and_report(config, OutputOptions(tuple(rules), templates, as_json, open_report), gate)
     return Result.from_pipeline(result, code)
 

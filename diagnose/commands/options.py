@@ -21,3 +21,4 @@ class BaselineGate:
     baseline: Optional[Path] = None
     fail_if_slower: Optional[float] = None  # percent beyond the noise: exit 4
     run_noise: Optional[float] = None  # percent of run-to-run variation the user measured
+    baseline_ref: Optional[str] = None  # `run --baseline-ref REV`: the script at this git revision, interleaved

@@ -48,6 +48,10 @@ def run_and_report(config: RunConfig, output: OutputOptions,
     check_out_dir(config.out_dir or None)
     rules = load_rules(rules_dirs)  # a broken rule file fails now, not after the run
     baseline_side = _load_baseline(gate.baseline, script, rules)  # so does a baseline that cannot be compared
+    if gate.baseline_ref is not None:
+        from diagnose.commands.live import check_revision
+
+        check_revision(script, gate.baseline_ref)  # and a revision without the script
     run_dir = new_run_dir(config.out_dir or None, Path(script).stem)
     config = replace(config, out_dir=str(run_dir))
     _record_sources(run_dir, script)
@@ -95,6 +99,12 @@ def run_and_report(config: RunConfig, output: OutputOptions,
     if baseline_side is not None:
         gate_code = _compare_baseline(console, baseline_side, result, rules, templates_dir,
                                       (gate.fail_if_slower, gate.run_noise))
+        return result, code or gate_code
+    if gate.baseline_ref is not None and Status.is_ok(result.diagnosis.status):
+        from diagnose.commands.live import baseline_ref_gate
+
+        gate_code = baseline_ref_gate(script, config.script_args, gate.baseline_ref, run_dir, config.budget_seconds,
+                                      gate.fail_if_slower, console)
         return result, code or gate_code
     return result, code
 

@@ -1,0 +1,322 @@
+"""An interleaved comparison: A and B, two versions of a training script, timed side by side in one job.
+
+A round starts a fresh process of each (no profiler, as the experiments' timed runs); both warm up, then they take
+turns, one timed window each (experiments/turns.py), A B B A A B ..., until the round has its pairs. Rounds go on
+until the interval decides (the gate's allowance lies outside it; with no gate, it is within 2%) or the budget is
+spent: at least two rounds, so that one pair of processes' own luck cannot decide alone (compare/interleaved.py)."""
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from diagnose.capture.runner import run_in_child
+from diagnose.compare.interleaved import Interval, decided, gate_decision, interval, pair_log_ratios, verdict
+from diagnose.experiments.scheduler import TIMED_ENTRY
+from diagnose.experiments.turns import GO, READY_LINE, STOP, parse_window_line
+from diagnose.model import (
+    LiveComparison,
+    LiveGate,
+    LiveRound,
+    LiveSide,
+    LiveWindow,
+    Measurement,
+    MeasurePlan,
+    RunConfig,
+    Status,
+    Verdict,
+)
+from diagnose.runfolder import RunFolder
+from diagnose.serial import read_json
+
+MIN_ROUNDS = 2  # fresh pairs of processes before any decision: a process's own luck shows only across rounds
+PAIRS_PER_ROUND = 16
+ROUND_SHARE = 0.2  # a round's turns stop after this share of the budget, whatever their count (long steps)...
+MIN_TURNS_S = 15.0  # ...or after this long, if longer
+WINDOW_S = 0.5  # a turn: long enough to average timer noise, short enough that both sides see the same machine
+WARMUP_STEPS, WARMUP_S = 5, 1.0
+STOP_MARGIN_S = 3.0  # left at the deadline for both processes to stop and write what they measured
+TURN_TIMEOUT_S = 120.0  # a turn with no window after this long: the side is taken as hung (at least)
+
+
+@dataclass(frozen=True)
+class SideToRun:
+    label: str  # A | B
+    script: str
+    script_args: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
+    revision: Optional[str] = None
+
+
+class LiveInterrupted(Exception):
+    """Ctrl-C during an interleaved comparison: both processes were stopped."""
+
+
+def compare_live(a: SideToRun, b: SideToRun, out_dir: Path, budget_s: float,
+                 allowed_slowdown_pct: Optional[float] = None,
+                 on_progress: Callable[[str], None] = lambda line: None) -> LiveComparison:
+    started = time.monotonic()
+    deadline = started + budget_s
+    rounds: list[LiveRound] = []
+    errors: dict[str, str] = {}
+    stopped = "budget"
+    found: Optional[Interval] = None
+    while True:
+        found = interval([r.pair_log_ratios for r in rounds])
+        if found is not None and len(rounds) >= MIN_ROUNDS and decided(found, allowed_slowdown_pct):
+            stopped = "decided"
+            break
+        if rounds and deadline - time.monotonic() < _typical_round_s(rounds):
+            break
+        on_progress(f"round {len(rounds) + 1}")
+        turns = _Round(len(rounds) + 1, (a, b) if len(rounds) % 2 == 0 else (b, a), RunFolder(out_dir).live_rounds,
+                       deadline, max(MIN_TURNS_S, ROUND_SHARE * budget_s), on_progress)
+        rounds.append(turns.run())
+        errors.update(turns.errors)
+        if errors:
+            stopped = "failed"
+            break
+        if turns.interrupted:
+            raise LiveInterrupted()
+    return _comparison(a, b, rounds, found, errors, budget_s, time.monotonic() - started, stopped,
+                       allowed_slowdown_pct)
+
+
+def _typical_round_s(rounds: list[LiveRound]) -> float:
+    return sorted(r.seconds for r in rounds)[len(rounds) // 2]
+
+
+def _comparison(a: SideToRun, b: SideToRun, rounds: list[LiveRound], found: Optional[Interval],
+                errors: dict[str, str], budget_s: float, spent_s: float, stopped: str,
+                allowed_slowdown_pct: Optional[float]) -> LiveComparison:
+    sides = tuple(_side(s, rounds, errors.get(s.label)) for s in (a, b))
+    if found is None:
+        notes = ("no two windows of A and B ran next to each other: nothing to compare",) if not errors else ()
+        gate = LiveGate(allowed_slowdown_pct, "undecided", False) if allowed_slowdown_pct is not None else None
+        return LiveComparison(1, *sides, None, None, Verdict.FAILED if errors else Verdict.UNDECIDED, 0, 0.0, 0.0,
+                              0.0, tuple(rounds), budget_s, spent_s, stopped, gate, notes)
+    gate = None
+    if allowed_slowdown_pct is not None:
+        decision = gate_decision(found.ci, allowed_slowdown_pct)
+        gate = LiveGate(allowed_slowdown_pct, decision, decision == "fail")
+    return LiveComparison(1, *sides, found.ratio, found.ci, Verdict.FAILED if errors else verdict(found.ci),
+                          found.pairs, found.pair_sd, found.process_sd, found.df, tuple(rounds), budget_s, spent_s,
+                          stopped, gate, _notes(rounds, found))
+
+
+def _side(side: SideToRun, rounds: list[LiveRound], error: Optional[str]) -> LiveSide:
+    windows = [w for r in rounds for w in r.windows if w.side == side.label]
+    steps = sum(w.steps for w in windows)
+    step_s = sum(w.seconds for w in windows) / steps if steps else None
+    return LiveSide(side.label, side.script, side.script_args, side.revision, step_s, error)
+
+
+def _notes(rounds: list[LiveRound], found: Interval) -> tuple[str, ...]:
+    notes = []
+    if len(rounds) < MIN_ROUNDS:
+        notes.append(f"only {len(rounds)} round of fresh processes fitted in the budget: a process's own luck "
+                     "(where its memory and threads landed) could not be measured, and may move the ratio")
+    if found.process_sd > found.pair_sd / 2:
+        notes.append(f"fresh processes differed by {found.process_sd:.1%} from round to round, beyond their "
+                     "windows' spread: the interval counts it, so more rounds narrow it")
+    ended = sorted({r.ended for r in rounds if r.ended != "stopped"})
+    if ended:
+        notes.append(f"a round ended before its pairs when a side's script ended ({', '.join(ended)}): give the "
+                     "scripts more steps (epochs) to compare for longer")
+    return tuple(notes)
+
+
+class _Round:
+    """One pair of fresh processes taking turns; each side's process runs in a thread of its own."""
+
+    def __init__(self, number: int, order: tuple[SideToRun, SideToRun], root: Path, deadline: float,
+                 turns_s: float, on_progress: Callable[[str], None]):
+        self.number, self.order, self.root = number, order, root
+        self.deadline, self.turns_s, self.on_progress = deadline, turns_s, on_progress
+        self.events: queue.Queue = queue.Queue()
+        self.alive: dict[str, bool] = {}
+        self.writers: dict[str, int] = {}
+        self.folders: dict[str, Path] = {}
+        self.errors: dict[str, str] = {}
+        self.interrupted = False
+        self.threads: list[threading.Thread] = []
+
+    def run(self) -> LiveRound:
+        started = time.monotonic()
+        windows: list[LiveWindow] = []
+        ended = "stopped"
+        try:
+            self._start()
+            if self._wait_ready():
+                windows, ended = self._take_turns()
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            self._stop()
+        self._read_errors()
+        return LiveRound(tuple(windows), pair_log_ratios(windows), time.monotonic() - started, ended)
+
+    def _start(self) -> None:
+        for side in self.order:
+            folder = self.root / f"{self.number:02d}-{side.label}"
+            folder.mkdir(parents=True, exist_ok=True)
+            fifo = RunFolder(folder).turns_fifo
+            os.mkfifo(fifo)
+            config = RunConfig(script=side.script, script_args=side.script_args, out_dir=str(folder),
+                               warmup_steps=0, profile_steps=0,
+                               max_seconds=max(self.deadline - time.monotonic(), 1.0) + STOP_MARGIN_S,
+                               measure=_plan(str(fifo)), environment=side.environment)
+            self.folders[side.label] = folder
+            self.alive[side.label] = True
+            thread = threading.Thread(target=self._child, args=(side.label, config, folder), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _child(self, label: str, config: RunConfig, folder: Path) -> None:
+        try:
+            run_in_child(config, folder, lambda line, is_err: None, lambda line: self.events.put((label, line)),
+                         TIMED_ENTRY)
+        finally:
+            self.events.put((label, None))
+
+    def _next_event(self, timeout_s: float) -> Optional[tuple[str, Optional[str]]]:
+        try:
+            label, line = self.events.get(timeout=max(timeout_s, 0.01))
+        except queue.Empty:
+            return None
+        if line is None:
+            self.alive[label] = False
+        return label, line
+
+    def _wait_ready(self) -> bool:
+        waiting = {side.label for side in self.order}
+        while waiting:
+            event = self._next_event(self.deadline - time.monotonic())
+            if event is None:
+                return False  # the budget ran out while they warmed up
+            label, line = event
+            if line is None:
+                return False  # a side ended before its first turn: its error is read from its folder
+            if line == READY_LINE:
+                waiting.discard(label)
+        self.on_progress(f"round {self.number}: taking turns")
+        return True
+
+    def _take_turns(self) -> tuple[list[LiveWindow], str]:
+        windows: list[LiveWindow] = []
+        first, second = (s.label for s in self.order)
+        turn, until = 0, min(time.monotonic() + self.turns_s, self.deadline - STOP_MARGIN_S)
+        while len(pair_log_ratios(windows)) < PAIRS_PER_ROUND and time.monotonic() < until:
+            label = (first, second, second, first)[turn % 4]
+            window = self._turn(label)
+            if window is None:
+                return windows, self._ended_as(label)
+            windows.append(window)
+            turn += 1
+            self.on_progress(f"round {self.number}: {len(pair_log_ratios(windows))} pairs")
+        return windows, "stopped"
+
+    def _turn(self, label: str) -> Optional[LiveWindow]:
+        if not self._send(label, GO):
+            return None
+        while True:
+            event = self._next_event(min(TURN_TIMEOUT_S, self.deadline - time.monotonic()))
+            if event is None:
+                return None
+            side, line = event
+            if side != label:
+                continue
+            if line is None:
+                return None
+            parsed = parse_window_line(line)
+            if parsed is not None:
+                return LiveWindow(label, *parsed)
+
+    def _send(self, label: str, token: bytes) -> bool:
+        fd = self.writers.get(label)
+        if fd is None:
+            fd = self._open_writer(label)
+            if fd is None:
+                return False
+        try:
+            os.write(fd, token)
+            return True
+        except OSError:  # the child is gone (EPIPE)
+            return False
+
+    def _open_writer(self, label: str) -> Optional[int]:
+        """The pipe's writing end, once the child has opened its reading end (right after saying it is ready)."""
+        fifo = RunFolder(self.folders[label]).turns_fifo
+        while self.alive.get(label) and time.monotonic() < self.deadline:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                self.writers[label] = fd
+                return fd
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    return None
+                time.sleep(0.01)
+        return None
+
+    def _ended_as(self, label: str) -> str:
+        measurement = _measurement(self.folders[label])
+        status = measurement.status if measurement is not None else "crashed"
+        return f"{label} {status}"
+
+    def _stop(self) -> None:
+        for label in list(self.alive):
+            if self.alive[label]:
+                self._send(label, STOP)
+        for label, folder in self.folders.items():
+            if label in self.writers:
+                os.close(self.writers.pop(label))  # a child still waiting reads the end of the pipe: it stops too
+            elif self.alive.get(label):
+                _release_reader(RunFolder(folder).turns_fifo)
+        for thread in self.threads:
+            thread.join(timeout=STOP_MARGIN_S + 60.0)
+
+    def _read_errors(self) -> None:
+        for label, folder in self.folders.items():
+            measurement = _measurement(folder)
+            failed = measurement is None or not Status.is_ok(measurement.status)
+            if failed and (measurement is None or measurement.status != Status.INTERRUPTED):
+                self.errors[label] = _error_text(label, measurement, folder)
+            RunFolder(folder).turns_fifo.unlink(missing_ok=True)
+
+
+def _plan(fifo: str) -> MeasurePlan:
+    many = 10 ** 9  # the windows go on until the parent stops the run
+    return MeasurePlan(warmup_steps=WARMUP_STEPS, warmup_s=WARMUP_S, window_s=WINDOW_S, min_window_steps=2,
+                       max_window_steps=many, windows=many, min_windows=many, turns_fifo=fifo)
+
+
+def _release_reader(fifo: Path) -> None:
+    """A child that never got to open its pipe's writing end (it stopped before its first turn) may wait in
+    open(): opening and closing the writing end lets it read the end of the pipe and stop."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+def _measurement(folder: Path) -> Optional[Measurement]:
+    file = RunFolder(folder).measure
+    try:
+        return read_json(file, Measurement) if file.exists() else None
+    except Exception:  # a child killed while writing: its log says why
+        return None
+
+
+def _error_text(label: str, measurement: Optional[Measurement], folder: Path) -> str:
+    if measurement is not None and measurement.error is not None:
+        return f"{label}: {measurement.error.type}: {measurement.error.message}"
+    if measurement is not None:
+        return f"{label}: the script ended with status {measurement.status} before a timed window"
+    log = RunFolder(folder).script_log
+    last = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:] if log.exists() else []
+    return f"{label}: the process died ({last[0] if last else 'no output'}); see {log}"
