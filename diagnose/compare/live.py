@@ -35,10 +35,13 @@ from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json
 
 MIN_ROUNDS = 2  # fresh pairs of processes before any decision: a process's own luck shows only across rounds
-PAIRS_PER_ROUND = 16
+CHECK_EVERY_PAIRS = 8  # once it may decide, the interval is looked at every this many pairs
 ROUND_SHARE = 0.2  # a round's turns stop after this share of the budget, whatever their count (long steps)...
 MIN_TURNS_S = 15.0  # ...or after this long, if longer
-WINDOW_S = 0.5  # a turn: long enough to average timer noise, short enough that both sides see the same machine
+# a turn: short, so that both sides of a pair see the same machine. On a shared 2-core VM a pair's ratio spread
+# about 11% whatever the window (0.05 to 1 s), so short windows give more pairs a second: the interval's half-width
+# after 60 s of turns was 0.45% at 0.05 s, 0.66% at 0.1 s, 1.5% at 0.5 s, 2% at 1 s (docs/guide/ci-gate.md)
+WINDOW_S = 0.1
 WARMUP_STEPS, WARMUP_S = 5, 1.0
 STOP_MARGIN_S = 3.0  # left at the deadline for both processes to stop and write what they measured
 TURN_TIMEOUT_S = 120.0  # a turn with no window after this long: the side is taken as hung (at least)
@@ -74,8 +77,14 @@ def compare_live(a: SideToRun, b: SideToRun, out_dir: Path, budget_s: float,
         if rounds and deadline - time.monotonic() < _typical_round_s(rounds):
             break
         on_progress(f"round {len(rounds) + 1}")
+        earlier = [r.pair_log_ratios for r in rounds]
+
+        def settled(pairs: tuple[float, ...]) -> bool:  # the round may stop early once the interval decides
+            so_far = interval([*earlier, pairs])
+            return len(earlier) + 1 >= MIN_ROUNDS and so_far is not None and decided(so_far, allowed_slowdown_pct)
+
         turns = _Round(len(rounds) + 1, (a, b) if len(rounds) % 2 == 0 else (b, a), RunFolder(out_dir).live_rounds,
-                       deadline, max(MIN_TURNS_S, ROUND_SHARE * budget_s), on_progress)
+                       deadline, max(MIN_TURNS_S, ROUND_SHARE * budget_s), on_progress, settled)
         rounds.append(turns.run())
         errors.update(turns.errors)
         if errors:
@@ -135,9 +144,9 @@ class _Round:
     """One pair of fresh processes taking turns; each side's process runs in a thread of its own."""
 
     def __init__(self, number: int, order: tuple[SideToRun, SideToRun], root: Path, deadline: float,
-                 turns_s: float, on_progress: Callable[[str], None]):
+                 turns_s: float, on_progress: Callable[[str], None], settled: Callable[[tuple[float, ...]], bool]):
         self.number, self.order, self.root = number, order, root
-        self.deadline, self.turns_s, self.on_progress = deadline, turns_s, on_progress
+        self.deadline, self.turns_s, self.on_progress, self.settled = deadline, turns_s, on_progress, settled
         self.events: queue.Queue = queue.Queue()
         self.alive: dict[str, bool] = {}
         self.writers: dict[str, int] = {}
@@ -211,14 +220,18 @@ class _Round:
         windows: list[LiveWindow] = []
         first, second = (s.label for s in self.order)
         turn, until = 0, min(time.monotonic() + self.turns_s, self.deadline - STOP_MARGIN_S)
-        while len(pair_log_ratios(windows)) < PAIRS_PER_ROUND and time.monotonic() < until:
+        while time.monotonic() < until:
             label = (first, second, second, first)[turn % 4]
             window = self._turn(label)
             if window is None:
                 return windows, self._ended_as(label)
             windows.append(window)
             turn += 1
-            self.on_progress(f"round {self.number}: {len(pair_log_ratios(windows))} pairs")
+            if turn % (2 * CHECK_EVERY_PAIRS) == 0:
+                pairs = pair_log_ratios(windows)
+                self.on_progress(f"round {self.number}: {len(pairs)} pairs")
+                if self.settled(pairs):
+                    break
         return windows, "stopped"
 
     def _turn(self, label: str) -> Optional[LiveWindow]:
