@@ -1188,7 +1188,7 @@ class LiveComparison:
     ci: Optional[tuple[float, float]]  # 99%
     verdict: str  # slower | faster | no-change | undecided | failed
     pairs: int
-    pair_sd: float  # spread of one pair's log ratio
+    pair_sd: float  # spread of one pair's log ratio (of the trimmed pairs: the winsorized spread)
     process_sd: float  # the rounds' spread beyond their pairs': fresh processes' own luck (0: none seen)
     df: float
     rounds: tuple[LiveRound, ...]
@@ -1197,6 +1197,7 @@ class LiveComparison:
     stopped: str  # decided | budget | failed | interrupted
     gate: Optional[LiveGate] = None
     notes: tuple[str, ...] = ()
+    trimmed: float = 0.0  # the share of each round's pairs trimmed from either end (0: the plain mean)
 
 
 @dataclass(frozen=True)

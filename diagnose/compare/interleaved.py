@@ -8,7 +8,12 @@ Within one round A and B are each one process, and a process has its own luck (w
 landed): the pairs of one round all share A's and B's. Rounds start fresh processes, and the spread of the
 rounds' means beyond what their pairs predict is that luck (a random-effects estimate, DerSimonian-Laird); the
 interval counts it, with Satterthwaite's degrees of freedom, so one lucky pair of processes cannot decide a
-gate. At least two rounds are run for that reason."""
+gate. At least two rounds are run for that reason.
+
+A round's pairs are summarised by their 20% trimmed mean: another process's burst of work (a 2-core CI machine is
+never idle) slows whichever window it lands in, A's or B's equally often, and a few such pairs far out on either
+side would widen a plain mean's interval by half. When the far pairs lean to one side (B slow now and then: work
+done every so many steps), trimming would cut a real cost away, so the plain mean is used and the reason said."""
 from __future__ import annotations
 
 import math
@@ -18,6 +23,7 @@ from typing import Optional, Sequence
 from diagnose.experiments.stats import t_quantile
 from diagnose.model import LiveWindow, Verdict
 
+TRIM = 0.2  # each round's pairs are summarised by their 20% trimmed mean
 UNDECIDED_WIDTH = 4.0  # an interval whose ends are this far apart cannot tell a 2x gain from a 2x loss
 
 
@@ -29,6 +35,7 @@ class Interval:
     process_sd: float  # spread of a round's mean beyond its pairs' (fresh processes' luck); 0 when none is seen
     df: float
     pairs: int
+    trim: float = TRIM  # the share of pairs trimmed from each end of a round (0: the far ones leaned to one side)
 
 
 def pair_log_ratios(windows: Sequence[LiveWindow]) -> tuple[float, ...]:
@@ -49,14 +56,15 @@ def pair_log_ratios(windows: Sequence[LiveWindow]) -> tuple[float, ...]:
 
 def interval(rounds: Sequence[Sequence[float]]) -> Optional[Interval]:
     """The interval from each round's pair log ratios; None until two pairs have been timed."""
-    rounds = [list(r) for r in rounds if r]
+    rounds = [sorted(r) for r in rounds if r]
     pairs = sum(len(r) for r in rounds)
-    within_df = pairs - len(rounds)
-    if pairs < 2 or within_df < 1:
+    if pairs < 2 or pairs - len(rounds) < 1:
         return None
-    means = [sum(r) / len(r) for r in rounds]
-    within = sum((x - m) ** 2 for r, m in zip(rounds, means) for x in r) / within_df
-    within = max(within, 1e-12)
+    trim = 0.0 if one_sided_outliers(rounds) else TRIM
+    summaries = [_trimmed(r, trim) for r in rounds]
+    means = [m for m, _, _ in summaries]
+    within_df = sum(h - 1 for _, _, h in summaries)
+    within = max(sum((h - 1) * v for _, v, h in summaries) / within_df, 1e-12)
     tau2 = _between_rounds(rounds, means, within)
     weights = [1.0 / (within / len(r) + tau2) for r in rounds]
     mean = sum(w * m for w, m in zip(weights, means)) / sum(weights)
@@ -64,7 +72,47 @@ def interval(rounds: Sequence[Sequence[float]]) -> Optional[Interval]:
     df = _satterthwaite(rounds, within, within_df, tau2)
     half = t_quantile(df) * math.sqrt(variance)
     return Interval(math.exp(mean), (math.exp(mean - half), math.exp(mean + half)), math.sqrt(within),
-                    math.sqrt(tau2), df, pairs)
+                    math.sqrt(tau2), df, pairs, trim)
+
+
+FAR = 3.0  # a pair this many robust spreads (MAD x 1.4826) from its round's median is far out
+
+
+def one_sided_outliers(rounds: Sequence[Sequence[float]]) -> bool:
+    """The far pairs lean to one side beyond chance (two-sided binomial test at 1%; eight far pairs at least)."""
+    above = below = 0
+    for ratios in rounds:
+        if len(ratios) < 5:
+            continue
+        centre = _median(ratios)
+        spread = 1.4826 * _median([abs(x - centre) for x in ratios])
+        above += sum(x > centre + FAR * spread for x in ratios)
+        below += sum(x < centre - FAR * spread for x in ratios)
+    far = above + below
+    if far < 8:
+        return False
+    tail = sum(math.comb(far, k) for k in range(min(above, below) + 1)) / 2 ** far
+    return 2 * tail < 0.01
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _trimmed(ratios: list[float], trim: float) -> tuple[float, float, int]:
+    """A round's trimmed mean, the variance that makes its standard error (the winsorized variance over the kept
+    share squared, Tukey and McLaughlin) and the pairs kept. A pair that another process's burst of work hit
+    lands far out on either side, equally often: trimming keeps the centre where it is and the interval narrow."""
+    n = len(ratios)
+    cut = int(trim * n)
+    kept = ratios[cut:n - cut]
+    low, high = kept[0], kept[-1]
+    winsorized = [min(max(x, low), high) for x in ratios]
+    centre = sum(winsorized) / n
+    spread = sum((x - centre) ** 2 for x in winsorized) / (n - 1) if n > 1 else 0.0
+    return sum(kept) / len(kept), spread / (len(kept) / n) ** 2, len(kept)
 
 
 def _between_rounds(rounds: list[list[float]], means: list[float], within: float) -> float:
@@ -80,8 +128,8 @@ def _between_rounds(rounds: list[list[float]], means: list[float], within: float
 
 
 def _satterthwaite(rounds: list[list[float]], within: float, within_df: int, tau2: float) -> float:
-    """Degrees of freedom of the mean's variance: the pairs' (within rounds) and, when processes' luck was
-    seen, the rounds' own (one fewer than the rounds)."""
+    """Degrees of freedom of the mean's variance: the pairs' (within rounds, the trimmed ones not counted) and,
+    when processes' luck was seen, the rounds' own (one fewer than the rounds)."""
     pairs = sum(len(r) for r in rounds)
     k = len(rounds)
     parts = [(within / pairs, within_df)]

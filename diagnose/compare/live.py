@@ -115,7 +115,7 @@ def _comparison(a: SideToRun, b: SideToRun, rounds: list[LiveRound], found: Opti
         gate = LiveGate(allowed_slowdown_pct, decision, decision == "fail")
     return LiveComparison(1, *sides, found.ratio, found.ci, Verdict.FAILED if errors else verdict(found.ci),
                           found.pairs, found.pair_sd, found.process_sd, found.df, tuple(rounds), budget_s, spent_s,
-                          stopped, gate, _notes(rounds, found))
+                          stopped, gate, _notes(rounds, found), found.trim)
 
 
 def _side(side: SideToRun, rounds: list[LiveRound], error: Optional[str]) -> LiveSide:
@@ -133,6 +133,9 @@ def _notes(rounds: list[LiveRound], found: Interval) -> tuple[str, ...]:
     if found.process_sd > found.pair_sd / 2:
         notes.append(f"fresh processes differed by {found.process_sd:.1%} from round to round, beyond their "
                      "windows' spread: the interval counts it, so more rounds narrow it")
+    if found.trim == 0 and found.pairs >= 8:
+        notes.append("the pairs far from the rest lean to one side (one script is slow now and then: work done every "
+                     "so many steps?): the plain mean of the pairs is used, not the trimmed one, so that cost counts")
     ended = sorted({r.ended for r in rounds if r.ended != "stopped"})
     if ended:
         notes.append(f"a round ended before its pairs when a side's script ended ({', '.join(ended)}): give the "

@@ -25,8 +25,9 @@ def print_live(console: Console, c: LiveComparison, written: Path) -> None:
         console.print(f"B's step time is {c.ratio:.3f}x A's [{c.ci[0]:.3f}-{c.ci[1]:.3f}] (99%): {c.verdict}"
                       f"  (A {fmt_ms(a.step_s)}, B {fmt_ms(b.step_s)} a step)", style=STYLE.get(c.verdict, ""),
                       highlight=False)
-        console.print(f"  a pair's ratio spreads {c.pair_sd:.1%}; fresh processes differed by {c.process_sd:.1%} "
-                      "beyond that", style="dim", highlight=False)
+        summary = f"the {c.trimmed:.0%} trimmed mean of" if c.trimmed else "the mean of"
+        console.print(f"  {summary} each round's pairs; a pair's ratio spreads {c.pair_sd:.1%}; fresh processes "
+                      f"differed by {c.process_sd:.1%} beyond that", style="dim", highlight=False)
     if c.gate is not None:
         console.print(_gate_line(c), style="red" if c.gate.failed else "yellow" if c.gate.decision == "undecided"
                       else "green", highlight=False)
