@@ -245,7 +245,8 @@ def capture(out, warmup, steps, max_seconds, startup_seconds, with_stack, script
 @click.option("--experiments", default="findings", show_default=True, metavar="findings|none|all|ID[,ID...]",
               help="Optimizations to apply and measure: those the findings recommend, none, all, or a list of ids.")
 @click.option("--budget-seconds", default=240.0, show_default=True, type=click.FloatRange(min=10),
-              help="Time for all experiments together.")
+              help="Time for all experiments together; --baseline-ref's interleaved comparison, after them, gets as "
+                   "much again (it stops sooner once it decides).")
 @_options(RULES, TEMPLATES, _json(note=" (the script's output goes to stderr)"), OPEN)
 @click.option("--baseline", metavar="RUN_DIR", type=click.Path(path_type=Path),
               help="An earlier run folder to compare this run with (writes compare.html into the run folder).")

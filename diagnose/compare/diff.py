@@ -28,7 +28,7 @@ def compare_sides(a: LoadedSide, b: LoadedSide, *, force: bool = False, fail_if_
         kernels=_most_changed({(k, ""): v for k, v in _pairs(a.profile.kernels, b.profile.kernels).items()}, scale),
         findings=_findings(a, b), environment_changes=_environment_changes(a, b),
         gate=gate(step, fail_if_slower_pct) if fail_if_slower_pct is not None else None,
-        notes=_notes(a, b, same_basis), run_cost=run_cost_change(a, b, step))
+        notes=_notes(a, b, same_basis, gated=fail_if_slower_pct is not None), run_cost=run_cost_change(a, b, step))
 
 
 def _check_comparable(a: LoadedSide, b: LoadedSide, force: bool) -> None:
@@ -134,8 +134,12 @@ def _environment_changes(a: LoadedSide, b: LoadedSide) -> tuple[tuple[str, str, 
     return tuple((k, ea.get(k, "not recorded"), eb.get(k, "not recorded")) for k in keys if ea.get(k) != eb.get(k))
 
 
-def _notes(a: LoadedSide, b: LoadedSide, same_basis: bool) -> tuple[str, ...]:
+def _notes(a: LoadedSide, b: LoadedSide, same_basis: bool, gated: bool = False) -> tuple[str, ...]:
     notes = []
+    if gated:
+        notes.append("A and B were measured apart, not interleaved: the interval counts how far separate runs move, "
+                     "more than the few percent a gate is for; `diagnose run --baseline-ref REV` (or `compare --live "
+                     "A.py B.py`) times both versions in one job, taking turns, and resolves 5%")
     side_of = {"A": a, "B": b}
     for label, side in (("A", a.side), ("B", b.side)):
         if len(side_of[label].analysis.steps) < 2:
