@@ -34,13 +34,15 @@ from diagnose.model import (
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json
 
-MIN_ROUNDS = 2  # fresh pairs of processes before any decision: a process's own luck shows only across rounds
+MIN_ROUNDS = 3  # fresh pairs of processes before any decision: a process's own luck shows only across rounds
+MIN_ROUND_PAIRS = 64  # ...each with this many pairs at least (a round just begun would leave the others to decide)
 CHECK_EVERY_PAIRS = 8  # once it may decide, the interval is looked at every this many pairs
 ROUND_SHARE = 0.2  # a round's turns stop after this share of the budget, whatever their count (long steps)...
 MIN_TURNS_S = 15.0  # ...or after this long, if longer
 # a turn: short, so that both sides of a pair see the same machine. On a shared 2-core VM a pair's ratio spread
 # about 11% whatever the window (0.05 to 1 s), so short windows give more pairs a second: the interval's half-width
-# after 60 s of turns was 0.45% at 0.05 s, 0.66% at 0.1 s, 1.5% at 0.5 s, 2% at 1 s (docs/guide/ci-gate.md)
+# after 60 s of turns was 0.45% at 0.05 s, 0.66% at 0.1 s, 1.5% at 0.5 s, 2% at 1 s (docs/guide/ci-gate.md). At
+# 0.1 s a window of 10 ms steps holds about nine: fewer make the pair's ratio move in whole steps
 WINDOW_S = 0.1
 WARMUP_STEPS, WARMUP_S = 5, 1.0
 STOP_MARGIN_S = 3.0  # left at the deadline for both processes to stop and write what they measured
@@ -80,8 +82,10 @@ def compare_live(a: SideToRun, b: SideToRun, out_dir: Path, budget_s: float,
         earlier = [r.pair_log_ratios for r in rounds]
 
         def settled(pairs: tuple[float, ...]) -> bool:  # the round may stop early once the interval decides
+            if len(earlier) + 1 < MIN_ROUNDS or len(pairs) < MIN_ROUND_PAIRS:
+                return False
             so_far = interval([*earlier, pairs])
-            return len(earlier) + 1 >= MIN_ROUNDS and so_far is not None and decided(so_far, allowed_slowdown_pct)
+            return so_far is not None and decided(so_far, allowed_slowdown_pct)
 
         turns = _Round(len(rounds) + 1, (a, b) if len(rounds) % 2 == 0 else (b, a), RunFolder(out_dir).live_rounds,
                        deadline, max(MIN_TURNS_S, ROUND_SHARE * budget_s), on_progress, settled)
