@@ -1315,7 +1315,7 @@ class CompileTrial:
     # process start to the first step (imports, data, the first compile)
     run_speedup: Optional[float] = None
     run_speedup_ci: Optional[tuple[float, float]] = None
-    run_verdict: str = ""  # faster | slower | no-change over the whole run; "" where not counted
+    run_verdict: str = ""  # faster | slower | no-change | undecided over the whole run; "" where not counted
 
 
 @dataclass(frozen=True)

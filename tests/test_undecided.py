@@ -165,3 +165,15 @@ def test_the_report_says_undecided_with_its_cause(tmp_path):
     assert '<span class="badge undecided">undecided</span>' in html
     assert "torch.compile recompiled inside the timed windows: 5 recompilations" in html
     assert "1 left undecided by an experiment too wide to check it" in html
+
+
+def test_a_compiled_models_whole_run_and_break_even_build_on_no_undecided_interval():
+    from dataclasses import replace
+
+    from diagnose.experiments.compile_cost import _eager_step, _trial
+
+    dynamic = replace(UNDECIDED, optimization="compile_dynamic", compile_s=2.0, baseline_compile_s=2.0)
+    trial = _trial(dynamic, step_s=0.01, run_steps=1000)
+    assert trial.run_speedup_ci[1] / trial.run_speedup_ci[0] >= 4 and trial.run_verdict == "undecided"
+    step_s, notes = _eager_step([replace(UNDECIDED, optimization="compile_eager")], 0.01)
+    assert step_s is None and "no break-even" in notes[0] and "undecided" in notes[0]
