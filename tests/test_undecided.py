@@ -177,3 +177,20 @@ def test_a_compiled_models_whole_run_and_break_even_build_on_no_undecided_interv
     assert trial.run_speedup_ci[1] / trial.run_speedup_ci[0] >= 4 and trial.run_verdict == "undecided"
     step_s, notes = _eager_step([replace(UNDECIDED, optimization="compile_eager")], 0.01)
     assert step_s is None and "no break-even" in notes[0] and "undecided" in notes[0]
+
+
+def test_an_undecided_prediction_is_counted_apart_from_the_checked_ones():
+    from diagnose.model import PredictionCheck
+    from diagnose.report.wording import predictions_sentence
+
+    checks = (PredictionCheck("a", 1.5, "compile", 1.4, (1.3, 1.5), "agrees", 1.07),
+              PredictionCheck("b", 2.0, "amp", 0.9, (0.2, 4.0), "undecided", undecided_cause="noisy-machine"))
+    diagnosis = replace_predictions(_diagnosis(()), checks)
+    assert predictions_sentence(diagnosis) == ("Predictions: 1 of 1 checked by an experiment held within 2x; 1 left "
+                                               "undecided by an experiment too wide to check it (a noisy machine).")
+
+
+def replace_predictions(diagnosis: Diagnosis, checks) -> Diagnosis:
+    from dataclasses import replace
+
+    return replace(diagnosis, predictions=checks, predictions_off=count_off(checks))

@@ -9,8 +9,7 @@ from diagnose.model import Experiment, Finding, PredictionCheck, Verdict
 
 OFF_BY = 2.0  # predicted / measured beyond this (or under its inverse): the prediction is called wrong
 DECIDED = (Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE)  # an undecided interval checks no prediction
-CHECKED = ("agrees", "over-predicted", "under-predicted")  # a PredictionCheck's verdicts that checked it
-UNDECIDED = "undecided"
+UNDECIDED = "undecided"  # a PredictionCheck whose fixes' only measurements were undecided: not checked
 AMORTISED_BY_BATCH = "batch_size"  # a larger batch spreads a finding's cost over more samples, it does not remove it
 PARALLEL_LOADING = "dataloader.num_workers"  # more workers share a loader's wait among them
 IO_BOUND_BELOW = 0.5  # an item's CPU share under this waits on I/O: workers past the cores still help

@@ -495,15 +495,18 @@ def prediction_text(finding, check) -> str:
 
 
 def predictions_sentence(diagnosis) -> str:
-    """'2 of 3 predictions checked by experiments held within 2x; 1 was off by more.'"""
+    """'Predictions: 2 of 3 checked by an experiment held within 2x; 1 off by more; 1 left undecided by an
+    experiment too wide to check it (a noisy machine).' An undecided check is no check: counted apart."""
     undecided = [c for c in diagnosis.predictions if c.verdict == Verdict.UNDECIDED]
-    checked = [c for c in diagnosis.predictions if c.measured_speedup is not None and c not in undecided]
-    causes = ", ".join(dict.fromkeys(UNDECIDED_CAUSE_WORDS.get(c.undecided_cause, c.undecided_cause)
-                                     for c in undecided if c.undecided_cause))
-    left = (f"{len(undecided)} left undecided by an experiment too wide to check it" + (f" ({causes})" if causes
-                                                                                        else "")) if undecided else ""
+    checked = [c for c in diagnosis.predictions if c.measured_speedup is not None and c.verdict != Verdict.UNDECIDED]
+    left = ""
+    if undecided:
+        causes = ", ".join(dict.fromkeys(UNDECIDED_CAUSE_WORDS.get(c.undecided_cause, c.undecided_cause)
+                                         for c in undecided if c.undecided_cause))
+        left = f"{len(undecided)} left undecided by an experiment too wide to check it" + (
+            f" ({causes})" if causes else "")
     if not checked:
-        return f"Predictions: none checked by an experiment; {left}." if undecided else ""
+        return f"Predictions: none checked by an experiment; {left}." if left else ""
     held = len(checked) - diagnosis.predictions_off
     off = f"; {diagnosis.predictions_off} off by more" if diagnosis.predictions_off else ""
     more = f"; {left}" if left else ""
