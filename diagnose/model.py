@@ -152,6 +152,12 @@ class SteadyTiming:
     wall_steps: Optional[int] = None  # everything from the window's start to its end, epoch starts included
     wall_seconds: Optional[float] = None
     unique_samples: Optional[int] = None  # samples not fed before in their epoch (None: not fingerprinted)
+    # steps in the window's span that compiled (torch.compile: a new shape, a guard that failed; left out of its steps
+    # and seconds where the window closed at a step boundary), their compile time, and how many of their compilations
+    # were recompilations
+    compiled_steps: int = 0
+    compile_s: float = 0.0
+    recompiles: int = 0
 
 
 @dataclass(frozen=True)
@@ -910,10 +916,12 @@ class PredictionCheck:
     experiment: str  # optimization(setting) that measured it; "" when none of the finding's fixes reached a verdict
     measured_speedup: Optional[float] = None
     measured_ci: Optional[tuple[float, float]] = None
-    # agrees | over-predicted | under-predicted (the measurement's whole interval more than 2x off) | unmeasured
+    # agrees | over-predicted | under-predicted (the measurement's whole interval more than 2x off) | unmeasured |
+    # undecided (its fixes' only measurements were undecided: nothing checked, the experiment named beside)
     verdict: str = "unmeasured"
     ratio: Optional[float] = None  # predicted / measured
     basis: str = ""  # what the prediction at that change rests on, where it is not the finding's own cost
+    undecided_cause: str = ""  # an undecided one: the experiment's undecided_cause
 
 
 @dataclass(frozen=True)
@@ -924,7 +932,9 @@ class Experiment:
     metric: str  # steps/s | samples/s
     speedup: Optional[float]
     ci: Optional[tuple[float, float]]
-    verdict: str  # faster | slower | no-change | failed | skipped | flagged; out-of-memory runs: fits | out-of-memory
+    # faster | slower | no-change | undecided (the interval cannot tell a 2x gain from a 2x loss) | failed | skipped |
+    # flagged; out-of-memory runs: fits | out-of-memory
+    verdict: str
     loss_drift: Optional[float]
     peak_memory_bytes: Optional[int]
     reason: str
@@ -959,6 +969,9 @@ class Experiment:
     baseline_compile_s: Optional[float] = None
     changes: tuple[Change, ...] = ()  # what the variant applied: optimization ids and settings (riders included)
     patch: str = ""  # the change as an edit of the user's files: its patch in the run folder ("" when none)
+    # an undecided verdict: what the timed windows show that could have widened the interval: recompiles |
+    # compiling (torch.compile compiled inside them) | epoch-restarts | noisy-machine (their own spread); "" otherwise
+    undecided_cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -1303,7 +1316,7 @@ class CompileTrial:
     # process start to the first step (imports, data, the first compile)
     run_speedup: Optional[float] = None
     run_speedup_ci: Optional[tuple[float, float]] = None
-    run_verdict: str = ""  # faster | slower | no-change over the whole run; "" where not counted
+    run_verdict: str = ""  # faster | slower | no-change | undecided over the whole run; "" where not counted
 
 
 @dataclass(frozen=True)

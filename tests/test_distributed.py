@@ -327,7 +327,7 @@ def test_no_sync_on_the_micro_batches_is_verified_faster_on_every_rank(tmp_path)
     assert base_losses and all(abs(a - b) < 1e-4 for a, b in zip(base_losses, sync_losses)), (base_losses, sync_losses)
     rates = _rates(baseline, *arms.values())
     assert trials.comparison(no_sync).verdict == "faster", (trials.comparison(no_sync), rates)
-    assert trials.comparison(unused).verdict in ("faster", "no-change", "slower")  # measured, not failed
+    assert trials.comparison(unused).verdict in ("faster", "no-change", "slower", "undecided")  # measured, not failed
 
 
 def test_fsdp2_units_that_reshard_are_read_and_named(tmp_path):

@@ -1,4 +1,5 @@
-"""The statistics behind every speedup claim: A/A comparisons must say no-change, real effects must show."""
+"""The statistics behind every speedup claim: A/A comparisons must claim no change (no-change, or undecided when
+the interval is too wide to tell a 2x gain from a 2x loss), real effects must show."""
 from __future__ import annotations
 
 import random
@@ -40,7 +41,8 @@ def test_a_a_comparisons_report_no_change_at_least_97_5_percent_of_the_time(betw
     rng = random.Random(1234)
     trials = 2000
     verdicts = [_verdict(rng, 100.0, 100.0, between=between, within=within) for _ in range(trials)]
-    assert verdicts.count("no-change") / trials >= 0.975  # nominal 99%; stalls make the tails heavier
+    claims = verdicts.count("faster") + verdicts.count("slower")
+    assert claims / trials <= 0.025  # nominal 1%; stalls make the tails heavier
 
 
 def _pooled_verdicts(rng: random.Random, effect: float, trials: int, **noise) -> list[str]:
@@ -74,7 +76,7 @@ def test_a_setting_noisier_than_the_rest_is_judged_by_its_own_spread():
     calm = [[100.0, 100.5], [50.0, 50.2], [70.0, 70.1], [30.0, 30.1]]
     wild = [60.0, 180.0]  # its own runs disagree 3x
     result = compare([100.0, 100.5, 99.8], wild, pooled_noise([*calm, wild]))
-    assert result.verdict == "no-change"
+    assert result.verdict == "undecided"  # too wide to tell a 2x gain from a 2x loss, not a no-change
 
 
 def test_throughput_is_one_value_per_run():

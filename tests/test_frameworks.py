@@ -70,7 +70,8 @@ def test_hf_trainer_mixed_precision_reaches_the_trainers_model_and_is_said_as_it
                                                            "--budget-seconds", "60"))
     [amp] = [e for e in run.diagnosis["experiments"] if e["optimization"] == "amp"]
     # applied by the generic hook on the model the Trainer calls: no framework setting needed to reach it
-    assert amp["verdict"] in ("faster", "slower", "no-change") and amp["applied"] == ["torch.autocast(cpu, bfloat16)"]
+    assert amp["verdict"] in ("faster", "slower", "no-change", "undecided")
+    assert amp["applied"] == ["torch.autocast(cpu, bfloat16)"]
     assert amp["change"].startswith("--- a/hf_trainer.py") and "save_strategy=\"no\", bf16=True)" in amp["change"]
 
 

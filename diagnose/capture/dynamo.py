@@ -134,6 +134,10 @@ class DynamoWatch:
         """The steps so far (to the last boundary) in which something compiled."""
         return compiling_steps(self._events)
 
+    def events_between(self, first: int, end: int) -> list[CompileEvent]:
+        """The compilations read so far made in steps first .. end - 1."""
+        return [e for e in self._events if first <= e.step < end]
+
     def seconds_by_step(self) -> dict[int, float]:
         """Compile time read so far, by the step it happened in."""
         by_step: dict[int, float] = {}

@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from diagnose.experiments.stats import t_quantile
+from diagnose.experiments.stats import UNDECIDED_WIDTH, t_quantile
 from diagnose.model import LiveWindow, Verdict
 
 TRIM = 0.2  # each round's pairs are summarised by their 20% trimmed mean
-UNDECIDED_WIDTH = 4.0  # an interval whose ends are this far apart cannot tell a 2x gain from a 2x loss
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import statistics
 from dataclasses import replace
 from typing import Optional
 
+from diagnose.experiments.stats import UNDECIDED_WIDTH
 from diagnose.formatting import setting_label
 from diagnose.model import (
     Analysis,
@@ -78,6 +79,8 @@ def _eager_step(tried: list[Experiment], step_s: Optional[float]) -> tuple[Optio
         return None, ["the eager experiment did not run (`--experiments compile_eager`): no break-even"]
     if eager.speedup is None or step_s is None:
         return None, [f"the eager experiment gave no speedup ({eager.reason}): no break-even"]
+    if eager.verdict == Verdict.UNDECIDED:  # its interval decides nothing: no step time to build on
+        return None, [f"the eager experiment was {eager.reason}: no break-even"]
     return step_s / eager.speedup, []
 
 
@@ -103,7 +106,7 @@ def _trial(experiment: Experiment, step_s: Optional[float], run_steps: Optional[
         ci = (_run_ratio(run_steps, step_s, experiment.ci[0], once_baseline, once_variant),
               _run_ratio(run_steps, step_s, experiment.ci[1], once_baseline, once_variant))
     verdict = ("" if ci is None else Verdict.FASTER if ci[0] > 1 else Verdict.SLOWER if ci[1] < 1
-               else Verdict.NO_CHANGE)
+               else Verdict.UNDECIDED if ci[1] / ci[0] >= UNDECIDED_WIDTH else Verdict.NO_CHANGE)
     return replace(trial, run_speedup=ratio, run_speedup_ci=ci, run_verdict=str(verdict))
 
 

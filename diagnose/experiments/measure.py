@@ -275,10 +275,17 @@ class MeasureSession(ScriptHost):
                               samples=samples[end] - samples[start] - out_samples if self.samples_known else None,
                               wall_steps=end - self.wall_start - wall_out_steps,
                               wall_seconds=b[end] - b[self.wall_start] - wall_out_s,
-                              unique_samples=self._unique_between(start, end))
+                              unique_samples=self._unique_between(start, end), **self._compiled_between(start, end))
         enough = self._record(timing, end)
         if enough and not self.finishing:
             self.stop(Status.COMPLETED)
+
+    def _compiled_between(self, start: int, end: int) -> dict:
+        """What torch.compile did in steps start .. end - 1 (a window's): the steps that compiled, their compile time
+        and the recompilations among them (SteadyTiming's compiled_steps, compile_s, recompiles)."""
+        events = self.instr.dynamo.events_between(start, end)
+        return dict(compiled_steps=len({e.step for e in events if e.seconds > 0}),
+                    compile_s=sum(e.seconds for e in events), recompiles=sum(1 for e in events if e.is_recompile))
 
     def _unique_between(self, start: int, end: Optional[int]) -> Optional[int]:
         """Samples first fed in this epoch between two boundaries (end None: until now); None when unknown."""
@@ -325,7 +332,8 @@ class MeasureSession(ScriptHost):
         timing = SteadyTiming(steps=steps, seconds=now - self.boundaries[start], samples=samples,
                               wall_steps=len(self.boundaries) - self.wall_start,
                               wall_seconds=now - self.boundaries[self.wall_start],
-                              unique_samples=self._unique_between(start, None))
+                              unique_samples=self._unique_between(start, None),
+                              **self._compiled_between(start, len(self.boundaries)))
         # the wall time restarts at the next boundary: the epoch's start-up is timed on its own
         self.stop_due = self._record(timing, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True

@@ -272,7 +272,7 @@ def names(experiments: tuple[Experiment, ...]) -> dict[int, str]:
 
 
 # the verdicts of changes that ran and were measured (or made an out-of-memory script fit): those handed back
-_HANDED_BACK = {Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE, Verdict.FLAGGED, Verdict.FITS}
+_HANDED_BACK = {Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE, Verdict.UNDECIDED, Verdict.FLAGGED, Verdict.FITS}
 
 
 def verified_index(experiments: tuple[Experiment, ...], headline_changes: tuple[str, ...],

@@ -8,7 +8,8 @@ from typing import Optional
 from diagnose.model import Experiment, Finding, PredictionCheck, Verdict
 
 OFF_BY = 2.0  # predicted / measured beyond this (or under its inverse): the prediction is called wrong
-DECIDED = (Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE)
+DECIDED = (Verdict.FASTER, Verdict.SLOWER, Verdict.NO_CHANGE)  # an undecided interval checks no prediction
+UNDECIDED = "undecided"  # a PredictionCheck whose fixes' only measurements were undecided: not checked
 AMORTISED_BY_BATCH = "batch_size"  # a larger batch spreads a finding's cost over more samples, it does not remove it
 PARALLEL_LOADING = "dataloader.num_workers"  # more workers share a loader's wait among them
 IO_BOUND_BELOW = 0.5  # an item's CPU share under this waits on I/O: workers past the cores still help
@@ -25,12 +26,26 @@ def _check(finding: Finding, experiments: tuple[Experiment, ...], metrics: dict)
     tried = [e for e in experiments if e.optimization in finding.optimizations and e.verdict in DECIDED
              and e.speedup is not None and not e.fidelity_warning]
     if not tried:
-        return PredictionCheck(rule=finding.rule, predicted_speedup=finding.predicted_speedup, experiment="")
+        return _undecided(finding, experiments)
     best = max(tried, key=lambda e: e.speedup)
     predicted, basis = predicted_for(finding, best, metrics)
     return PredictionCheck(rule=finding.rule, predicted_speedup=predicted, experiment=_label(best),
                            measured_speedup=best.speedup, measured_ci=best.ci, verdict=judge(predicted, best),
                            ratio=predicted / best.speedup, basis=basis)
+
+
+def _undecided(finding: Finding, experiments: tuple[Experiment, ...]) -> PredictionCheck:
+    """No decided experiment: unmeasured, or undecided where one of its fixes ran to an interval that decides
+    nothing (its cause beside): checked by none, whatever the interval's middle says."""
+    undecided = [e for e in experiments if e.optimization in finding.optimizations
+                 and e.verdict == Verdict.UNDECIDED and not e.fidelity_warning]
+    if not undecided:
+        return PredictionCheck(rule=finding.rule, predicted_speedup=finding.predicted_speedup, experiment="")
+    narrowest = min(undecided, key=lambda e: e.ci[1] / e.ci[0] if e.ci else float("inf"))
+    return PredictionCheck(rule=finding.rule, predicted_speedup=finding.predicted_speedup,
+                           experiment=_label(narrowest), measured_speedup=narrowest.speedup,
+                           measured_ci=narrowest.ci, verdict=UNDECIDED,
+                           undecided_cause=narrowest.undecided_cause)
 
 
 def predicted_for(finding: Finding, experiment: Experiment, metrics: dict) -> tuple[float, str]:

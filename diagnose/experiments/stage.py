@@ -31,6 +31,7 @@ from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENC
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
 from diagnose.experiments.stats import Noise, compare, geometric_mean, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
+from diagnose.experiments.undecided import undecided_cause
 from diagnose.formatting import fmt_gib
 from diagnose.model import (
     MEASURED,
@@ -220,13 +221,19 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
     drift = _drift(baseline, arm)
     data = _data_check(baseline, arm, ctx)
     common["fidelity"] = _checked_fidelity(fidelity, data)
-    verdict, reason = comparison.verdict, _reason(comparison.verdict, arm) + _losses_unchecked(baseline)
+    verdict, reason = comparison.verdict, _reason(comparison.verdict, arm)
+    # an interval that decides nothing says what the timed windows show could have widened it
+    undecided = undecided_cause(baseline.ok_runs(), ok) if verdict == Verdict.UNDECIDED else None
+    if undecided is not None:
+        reason = f"{reason}: {undecided.detail}"
+    reason += _losses_unchecked(baseline)
     # the same samples in another order give another loss per step: the data check stands in for the loss's
     warning = _fidelity_warning(fidelity, drift if data.verdict != SAME_SAMPLES else None)
     if data.verdict == DIFFERENT:
         verdict, warning = Verdict.FLAGGED, f"fed other data than the baseline: {data.detail}"
         reason = (f"measured {comparison.speedup:.2f}x {metric}, but not a speedup: the variant trained on other "
                   "data than the baseline (see fidelity)")
+        undecided = None
     mfu_before = _baseline_mfu(baseline, ctx)
     return Experiment(**common, speedup=comparison.speedup, ci=comparison.ci, verdict=verdict,
                       loss_drift=drift, peak_memory_bytes=peak, reason=reason, mfu_before=mfu_before,
@@ -236,7 +243,8 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                       change=change_text(arm.changes, ctx), fidelity_warning=warning, data_check=data.verdict,
                       data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm),
                       energy_ratio=energy_ratio(baseline.ok_runs(), ok, metric),
-                      compile_s=_median_compile_s(ok), baseline_compile_s=_median_compile_s(baseline.ok_runs()))
+                      compile_s=_median_compile_s(ok), baseline_compile_s=_median_compile_s(baseline.ok_runs()),
+                      undecided_cause=undecided.cause if undecided is not None else "")
 
 
 def _median_compile_s(runs) -> Optional[float]:
@@ -327,6 +335,8 @@ def _reason(verdict: str, arm: Arm) -> str:
         return f"verified over {len(arm.ok_runs())} runs interleaved with the baseline: the 99% interval lies above 1.0"
     if verdict == Verdict.SLOWER:
         return "slower on this machine: the 99% interval lies below 1.0"
+    if verdict == Verdict.UNDECIDED:  # the cause follows (undecided.py)
+        return "undecided: the 99% interval is too wide to tell a 2x gain from a 2x loss"
     return "no measurable change: the 99% interval includes 1.0"
 
 

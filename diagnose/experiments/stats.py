@@ -1,6 +1,7 @@
 """Comparing throughputs honestly: the ratio of geometric-mean throughputs with a 99% confidence interval on
 the log throughput of each run (one value per process, never per window: windows of one process are not
-independent). 'no-change' when the interval includes 1.0.
+independent). 'no-change' when the interval includes 1.0; 'undecided' when it includes 1.0 and is too wide to
+tell a 2x gain from a 2x loss (its ends UNDECIDED_WIDTH apart or more): it decides nothing.
 
 Run-to-run noise is mostly the machine's, the same for every setting on the log scale, so it is estimated from
 all the experiments' runs together (the pooled within-setting variance, with its degrees of freedom): a setting
@@ -20,12 +21,14 @@ T_995 = (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 
          2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763,
          2.756, 2.750)
 
+UNDECIDED_WIDTH = 4.0  # an interval whose ends are this far apart cannot tell a 2x gain from a 2x loss
+
 
 @dataclass(frozen=True)
 class Comparison:
     speedup: float
     ci: tuple[float, float]
-    verdict: str  # faster | slower | no-change
+    verdict: str  # faster | slower | no-change | undecided
 
 
 def geometric_mean(values: Sequence[float]) -> float:
@@ -107,11 +110,12 @@ def throughput_interval(values: Sequence[float], noise: Noise | None) -> tuple[f
 
 
 def _verdict(lo: float, hi: float) -> str:
+    """From the log interval of the speedup."""
     if lo > 0:
         return Verdict.FASTER
     if hi < 0:
         return Verdict.SLOWER
-    return Verdict.NO_CHANGE
+    return Verdict.UNDECIDED if hi - lo >= math.log(UNDECIDED_WIDTH) else Verdict.NO_CHANGE
 
 
 def loss_drift(baseline: Sequence[float], variant: Sequence[float]) -> float | None:

@@ -62,7 +62,8 @@ class Trials:
 
     def settled(self, arm: Arm) -> bool:
         result = self.comparison(arm)
-        return result is not None and (result.verdict != Verdict.NO_CHANGE or result.ci[1] < WORTHWHILE)
+        # an undecided interval (too wide to tell a 2x gain from a 2x loss) is no more settled than a no-change one
+        return result is not None and (result.verdict in (Verdict.FASTER, Verdict.SLOWER) or result.ci[1] < WORTHWHILE)
 
     def runs_to_decide(self, candidate: Candidate) -> int:
         """The runs `decide` makes for the candidate when its survivor settles on its first interval."""

@@ -15,7 +15,7 @@ LABELS = {"data_wait": "data wait", "h2d": "host-to-device", "compute": "compute
           "host_overhead": "host overhead", "other": "other"}
 SERIES_COLORS = ("#29335c", "#e4572e", "#669bbc", "#f3a712", "#a8c686")
 VERDICT_COLORS = {Verdict.FASTER: "#1e8449", Verdict.SLOWER: "#c0392b", Verdict.NO_CHANGE: "#7f8c8d",
-                  Verdict.FLAGGED: "#d35400"}
+                  Verdict.FLAGGED: "#d35400", Verdict.UNDECIDED: "#b7950b"}
 # the speedup axis's ticks, most telling first: one drawn only where its label clears those already drawn
 SPEEDUP_TICKS = (1, 2, 10, 0.5, 5, 100, 20, 50, 0.1, 3, 1.5, 0.25, 1.25, 0.75)
 CHAR_PX = 6.6  # an 11 px system-ui glyph at its widest (digits, x, s): labels are spaced by this estimate

@@ -112,7 +112,7 @@ def _memory_matters(diagnosis: Diagnosis) -> bool:
 
 VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red", Verdict.NO_CHANGE: "dim", Verdict.FAILED: "red",
                  Verdict.SKIPPED: "dim", Verdict.FLAGGED: "bold red", Verdict.FITS: "green",
-                 Verdict.OUT_OF_MEMORY: "red", Verdict.NOT_VERIFIED: "yellow"}
+                 Verdict.OUT_OF_MEMORY: "red", Verdict.NOT_VERIFIED: "yellow", Verdict.UNDECIDED: "yellow"}
 DATA_WORDS = {"same-sequence": "same data", "same-samples": "same samples, reordered", "unchecked": "data unchecked"}
 
 
@@ -140,6 +140,8 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
                       soft_wrap=True)
         if e.verdict == Verdict.FLAGGED:
             console.print(f"            {escape(e.fidelity_warning)}", style="red", highlight=False, soft_wrap=True)
+        if e.verdict == Verdict.UNDECIDED:  # what the timed windows showed could have widened the interval
+            console.print(f"    {e.reason}", style="yellow", highlight=False, markup=False, soft_wrap=True)
         if e.verdict == Verdict.NOT_VERIFIED:  # the numbers to apply by hand, and why they are not verified
             console.print(f"    {e.reason}", style="yellow", highlight=False, markup=False, soft_wrap=True)
             for line in e.change.splitlines():

@@ -464,6 +464,17 @@ def fed_data_sentence(experiments) -> str:
 
 PREDICTION_WORDS = {"over-predicted": "the finding over-predicted it: more than 2x off, beyond the interval",
                     "under-predicted": "the finding under-predicted it: more than 2x off, beyond the interval"}
+# what an undecided experiment's timed windows showed (Experiment.undecided_cause, experiments/undecided.py)
+UNDECIDED_CAUSE_WORDS = {"recompiles": "torch.compile recompiled inside the timed windows",
+                         "compiling": "torch.compile compiled inside the timed windows",
+                         "epoch-restarts": "epoch start-ups inside the timed windows",
+                         "noisy-machine": "a noisy machine"}
+
+
+def undecided_text(cause: str) -> str:
+    """'undecided (torch.compile recompiled inside the timed windows)'."""
+    words = UNDECIDED_CAUSE_WORDS.get(cause, cause)
+    return f"undecided ({words})" if words else "undecided"
 
 
 def prediction_text(finding, check) -> str:
@@ -476,16 +487,27 @@ def prediction_text(finding, check) -> str:
         return f"predicted: {bound} {speedup_text(finding.predicted_speedup, None)} if its fix removed the cost"
     measured = speedup_text(check.measured_speedup, check.measured_ci)
     off = f": {PREDICTION_WORDS[check.verdict]}" if check.verdict in PREDICTION_WORDS else ""
+    if check.verdict == Verdict.UNDECIDED:
+        off = f": {undecided_text(check.undecided_cause)}, too wide to check the prediction"
     basis = f" ({check.basis})" if check.basis else ""
     return (f"predicted {speedup_text(check.predicted_speedup, None)} at {check.experiment}{basis}, "
             f"measured {measured}{off}")
 
 
 def predictions_sentence(diagnosis) -> str:
-    """'2 of 3 predictions checked by experiments held within 2x; 1 was off by more.'"""
-    checked = [c for c in diagnosis.predictions if c.measured_speedup is not None]
+    """'Predictions: 2 of 3 checked by an experiment held within 2x; 1 off by more; 1 left undecided by an
+    experiment too wide to check it (a noisy machine).' An undecided check is no check: counted apart."""
+    undecided = [c for c in diagnosis.predictions if c.verdict == Verdict.UNDECIDED]
+    checked = [c for c in diagnosis.predictions if c.measured_speedup is not None and c.verdict != Verdict.UNDECIDED]
+    left = ""
+    if undecided:
+        causes = ", ".join(dict.fromkeys(UNDECIDED_CAUSE_WORDS.get(c.undecided_cause, c.undecided_cause)
+                                         for c in undecided if c.undecided_cause))
+        left = f"{len(undecided)} left undecided by an experiment too wide to check it" + (
+            f" ({causes})" if causes else "")
     if not checked:
-        return ""
+        return f"Predictions: none checked by an experiment; {left}." if left else ""
     held = len(checked) - diagnosis.predictions_off
     off = f"; {diagnosis.predictions_off} off by more" if diagnosis.predictions_off else ""
-    return f"Predictions: {held} of {len(checked)} checked by an experiment held within 2x{off}."
+    more = f"; {left}" if left else ""
+    return f"Predictions: {held} of {len(checked)} checked by an experiment held within 2x{off}{more}."
