@@ -152,6 +152,9 @@ class SteadyTiming:
     wall_steps: Optional[int] = None  # everything from the window's start to its end, epoch starts included
     wall_seconds: Optional[float] = None
     unique_samples: Optional[int] = None  # samples not fed before in their epoch (None: not fingerprinted)
+    # the window spans whole epochs, their start-ups included as the user's run pays them: epochs too short to hold
+    # a window of steady steps (a few steps each), or a run that ended before one closed
+    restarts_included: bool = False
 
 
 @dataclass(frozen=True)
