@@ -158,6 +158,9 @@ class SteadyTiming:
     compiled_steps: int = 0
     compile_s: float = 0.0
     recompiles: int = 0
+    # the window spans whole epochs, their start-ups included as the user's run pays them: epochs too short to hold
+    # a window of steady steps (a few steps each), or a run that ended before one closed
+    restarts_included: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Optional
 
@@ -116,6 +116,16 @@ class StepKind(Enum):
     STEADY = "steady"
 
 
+@dataclass(frozen=True)
+class EpochMark:
+    """Where an epoch began, for windows of whole epochs: the time its iterator was made, and the boundaries,
+    samples and first-seen samples counted by then."""
+    time: float
+    boundaries: int
+    samples: int
+    unique: int
+
+
 class MeasureSession(ScriptHost):
     """A timed run: its state, all of it declared here; its plan (config.measure, adapted to long steps by
     adapted_plan) and how its windows close (measure_bursts) are pure functions of the plan."""
@@ -143,6 +153,9 @@ class MeasureSession(ScriptHost):
         self.steps_per_epoch: Optional[int] = None
         self.span_left, self.span_total = 0, 0.0  # the epoch start-up being seen: its steps left, its time so far
         self.restart_steps: list[float] = []
+        # epochs too short for a window of steady steps: windows run from one epoch's start to a later one's
+        self.whole_epochs = False
+        self.epoch_mark: Optional[EpochMark] = None
         # the timed windows (SteadyTiming): the open one's first boundary, the wall time's (epoch start-ups
         # included), the closed ones
         self.timing_start: Optional[int] = None
@@ -182,16 +195,51 @@ class MeasureSession(ScriptHost):
             self.losses.append(loss.detach().reshape(()))  # kept on its device: no sync per step
 
     def on_epoch(self, iterator: Any) -> None:
-        if self.timing_start is not None and sync_device():
+        if not self.whole_epochs and self.timing_start is not None and sync_device():
             self._close_at_epoch_end()
         self.epoch_started = True
         self.fed.new_epoch()
+        seen = len(self.boundaries) - self.epoch_began_at if self.epoch_began_at is not None else None
         try:
             self.steps_per_epoch = len(iterator)
         except TypeError:  # a stream has no length: its epochs are as long as they were seen to be
-            if self.epoch_began_at is not None:
-                self.steps_per_epoch = len(self.boundaries) - self.epoch_began_at
+            if seen is not None:
+                self.steps_per_epoch = seen
         self.epoch_began_at = len(self.boundaries)
+        if seen is not None and not self.whole_epochs and seen - self.span_steps < measure_bursts(self.plan).least:
+            self._time_whole_epochs()
+        if self.whole_epochs and self.wall_start is not None:
+            self._mark_epoch()
+
+    def _time_whole_epochs(self) -> None:
+        """An epoch's steady steps (optimizer steps seen, not batches: accumulation makes fewer) cannot fill a
+        window: from now on windows span whole epochs, start-ups included, as the user's run pays them."""
+        self.whole_epochs = True
+        self.timing_start = None  # an open window of steady steps would be cut at this epoch's start-up anyway
+
+    def _mark_epoch(self) -> None:
+        """An epoch starts: the window open since an earlier epoch's start closes here once it has lasted the
+        plan's window and held two steps; the next one starts here."""
+        sync_device()
+        mark = EpochMark(time.monotonic(), len(self.boundaries), self.samples, self.fed.unique)
+        start = self.epoch_mark
+        if start is not None and (mark.boundaries - start.boundaries < max(2, self.plan.burst_steps)
+                                  or mark.time - start.time < self.plan.window_s):
+            return  # too short yet: the window goes on over the next epoch
+        self.epoch_mark = mark
+        if start is None:
+            return
+        self._record_epochs(start, mark)
+
+    def _record_epochs(self, start: EpochMark, end: EpochMark) -> None:
+        steps, seconds = end.boundaries - start.boundaries, end.time - start.time
+        timing = SteadyTiming(steps=steps, seconds=seconds,
+                              samples=end.samples - start.samples if self.samples_known else None,
+                              wall_steps=steps, wall_seconds=seconds,
+                              unique_samples=end.unique - start.unique if self.fed.counts_unique else None,
+                              restarts_included=True, **self._compiled_between(start.boundaries, end.boundaries))
+        # the epoch's first step has not ended: stop (or hand the turn back) at its boundary, not inside iter()
+        self.stop_due = self._record(timing, len(self.boundaries)) or self.stop_due
 
     def on_boundary(self, count: int) -> None:
         self._sort_step()
@@ -203,7 +251,10 @@ class MeasureSession(ScriptHost):
         """Back from waiting for a turn: the next window starts now, not when the wait began; or stop."""
         if not go:
             self.stop(Status.COMPLETED)
-        self.boundaries[-1] = time.monotonic()
+        now = time.monotonic()
+        if self.epoch_mark is not None:  # a window of whole epochs began before the wait: the wait is not in it
+            self.epoch_mark = replace(self.epoch_mark, time=self.epoch_mark.time + now - self.boundaries[-1])
+        self.boundaries[-1] = now
 
     def _sort_step(self) -> None:
         """A step just ended. Sort it (warm-up, an epoch's start-up, or steady) and close a timed window when one
@@ -231,6 +282,8 @@ class MeasureSession(ScriptHost):
             self.wall_start = len(self.boundaries) - 2
             self.energy_from = self.wall_start if self.energy_from is None else self.energy_from
             self.progress("measuring")
+        if self.whole_epochs:
+            return  # its windows close at epochs' starts (on_epoch)
         if kind is StepKind.RESTART:
             self._close_timing(len(self.boundaries) - 2, partial=True)  # the window ends where this step began
             return
@@ -338,6 +391,22 @@ class MeasureSession(ScriptHost):
         self.stop_due = self._record(timing, len(self.boundaries))  # stops at the next boundary, not inside iter()
         self.closed_here = True
 
+    def _time_what_ran(self) -> None:
+        """The run ended (its time limit, or the script's own end) before a window closed: its steps after the
+        warm-up are timed as one window, epochs' start-ups counted as they came, so the steps it ran still give a
+        verdict (long steps in short epochs: a few optimizer steps were all the budget allowed)."""
+        if self.wall_start is None or len(self.boundaries) - 1 - self.wall_start < 2:
+            return
+        start, end = self.wall_start, len(self.boundaries) - 1
+        steps, seconds = end - start, self.boundaries[end] - self.boundaries[start]
+        if seconds <= 0:
+            return
+        self.timings.append(SteadyTiming(
+            steps=steps, seconds=seconds,
+            samples=self.samples_at[end] - self.samples_at[start] if self.samples_known else None,
+            wall_steps=steps, wall_seconds=seconds, unique_samples=self._unique_between(start, end),
+            restarts_included=True, **self._compiled_between(start, end)))
+
     def _classify_last_step(self) -> StepKind:
         """Sort the step that just ended: warm-up, part of an epoch's start-up (the step in which the loader's
         iterator was made, joining the old workers and starting new ones, then the steps while the new workers
@@ -357,8 +426,8 @@ class MeasureSession(ScriptHost):
             plan = self.plan
             warmed = len(self.boundaries) - 1 > plan.warmup_steps and \
                 self.boundaries[-2] - self.boundaries[0] >= plan.warmup_s
-            if not warmed or in_span or self._still_compiling():
-                return StepKind.WARM_UP
+            if not warmed or (in_span and not self.whole_epochs) or self._still_compiling():
+                return StepKind.WARM_UP  # (whole epochs: every step may be a start-up's, and windows hold them)
         return StepKind.RESTART if in_span else StepKind.STEADY
 
     def _still_compiling(self) -> bool:
@@ -374,6 +443,8 @@ class MeasureSession(ScriptHost):
         self.finishing = True
         if status != Status.COMPLETED:
             self._close_timing(len(self.boundaries) - 1, partial=True)
+        if not self.timings and status in (Status.TIMEOUT, Status.SCRIPT_FINISHED):
+            self._time_what_ran()
         peak = self._peak_memory()
         # a main thread still waiting in native code (a hung device) must not be synced from here
         losses = torch.stack(self.losses).float().cpu().tolist() if self.losses and not self.native_wait else []

@@ -46,16 +46,18 @@ class Arm:
     def throughputs(self, metric: str) -> list[float]:
         """One throughput per run: all its timed windows' steps (or samples) over their seconds. Windows of one
         process share its luck (placement, caches, clocks), so they are not independent samples: the runs are,
-        and each arm has at least two, interleaved with the baseline's. Windows leave out the first steps of an
-        epoch; their extra time (worker start-up...) is added back, amortised over the epoch."""
+        and each arm has at least two, interleaved with the baseline's. Windows of steady steps leave out the first
+        steps of an epoch; their extra time (worker start-up...) is added back, amortised over the epoch (windows of
+        whole epochs hold it already)."""
         extra = self.epoch_start_extra_s()
         values = []
         for m in self.ok_runs():
             amounts = [_amount(w, metric) for w in m.windows]
             if any(a is None for a in amounts):
                 continue
-            seconds = sum(w.seconds + (w.steps / m.steps_per_epoch * extra if extra and m.steps_per_epoch else 0.0)
-                          for w in m.windows)
+            seconds = sum(w.seconds + (w.steps / m.steps_per_epoch * extra
+                                       if extra and m.steps_per_epoch and not w.restarts_included else 0.0)
+                          for w in m.windows)  # a window of whole epochs holds its start-ups already
             if seconds > 0 and sum(amounts) > 0:  # none unique (a stream repeating one item): no rate to compare
                 values.append(sum(amounts) / seconds)
         return values
@@ -63,10 +65,11 @@ class Arm:
     def epoch_start_extra_s(self) -> float:
         """How much longer an epoch's start-up steps take than as many steady steps, over this arm's runs."""
         starts = sorted(t for m in self.runs for t in m.restart_steps_s)
-        steps = sum(w.steps for m in self.ok_runs() for w in m.windows)
+        steady = [w for m in self.ok_runs() for w in m.windows if not w.restarts_included]
+        steps = sum(w.steps for w in steady)
         if not starts or not steps:
             return 0.0
-        steady_step_s = sum(w.seconds for m in self.ok_runs() for w in m.windows) / steps
+        steady_step_s = sum(w.seconds for w in steady) / steps
         span = max((m.rewarm_steps for m in self.runs), default=1)
         return max(0.0, starts[len(starts) // 2] - span * steady_step_s)
 
