@@ -53,9 +53,9 @@ def _compiled(m: Measurement) -> bool:
 
 
 def _restarted(m: Measurement) -> bool:
-    """Steps of the timed span that no window holds: an epoch's start-up (or the part of a window it cut short)
-    lay between two windows."""
-    return any(w.wall_steps is not None and w.wall_steps > w.steps for w in m.windows)
+    """Steps of the timed span that no window holds (an epoch's start-up, or the part of a window it cut short, lay
+    between two windows), or windows of whole epochs that hold their start-ups."""
+    return any(w.restarts_included or (w.wall_steps is not None and w.wall_steps > w.steps) for w in m.windows)
 
 
 def _runs(baseline: Sequence[Measurement], variant: Sequence[Measurement], shows) -> str:
