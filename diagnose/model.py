@@ -1173,6 +1173,7 @@ class LiveRound:
     pair_log_ratios: tuple[float, ...]  # log(B's step time / A's) of each two windows that ran next to each other
     seconds: float  # the round's wall time, the processes' start-up and warm-up included
     ended: str = "stopped"  # stopped (by the comparison) | a side's status when it ended by itself
+    pinned_cpu: Optional[int] = None  # both sides single-threaded: the CPU both were pinned to (compare/live.py)
 
 
 @dataclass(frozen=True)

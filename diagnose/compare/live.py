@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+import psutil
+
 from diagnose.capture.runner import run_in_child
 from diagnose.compare.interleaved import Interval, decided, gate_decision, interval, pair_log_ratios, verdict
 from diagnose.experiments.scheduler import TIMED_ENTRY
-from diagnose.experiments.turns import GO, READY_LINE, STOP, parse_window_line
+from diagnose.experiments.turns import GO, STOP, parse_ready_line, parse_window_line
 from diagnose.model import (
     LiveComparison,
     LiveGate,
@@ -37,7 +39,7 @@ from diagnose.serial import read_json
 MIN_ROUNDS = 3  # fresh pairs of processes before any decision: a process's own luck shows only across rounds
 MIN_ROUND_PAIRS = 64  # ...each with this many pairs at least (a round just begun would leave the others to decide)
 CHECK_EVERY_PAIRS = 8  # once it may decide, the interval is looked at every this many pairs
-ROUND_SHARE = 0.2  # a round's turns stop after this share of the budget, whatever their count (long steps)...
+ROUND_SHARE = 0.12  # a round's turns stop after this share of the budget (several rounds: processes' luck)...
 MIN_TURNS_S = 15.0  # ...or after this long, if longer
 # a turn: short, so that both sides of a pair see the same machine. On a shared 2-core VM a pair's ratio spread
 # about 11% whatever the window (0.05 to 1 s), so short windows give more pairs a second: the interval's half-width
@@ -140,6 +142,11 @@ def _notes(rounds: list[LiveRound], found: Interval) -> tuple[str, ...]:
     if found.trim == 0 and found.pairs >= 8:
         notes.append("the pairs far from the rest lean to one side (one script is slow now and then: work done every "
                      "so many steps?): the plain mean of the pairs is used, not the trimmed one, so that cost counts")
+    pinned = [r.pinned_cpu for r in rounds if r.pinned_cpu is not None]
+    if pinned:
+        notes.append(f"both sides computed on one thread with no worker processes: {len(pinned)} of {len(rounds)} "
+                     f"round(s) pinned both to one CPU (CPU {', '.join(str(c) for c in sorted(set(pinned)))}), so "
+                     "that a pair's two windows ran on the same core")
     ended = sorted({r.ended for r in rounds if r.ended != "stopped"})
     if ended:
         notes.append(f"a round ended before its pairs when a side's script ended ({', '.join(ended)}): give the "
@@ -159,6 +166,8 @@ class _Round:
         self.writers: dict[str, int] = {}
         self.folders: dict[str, Path] = {}
         self.errors: dict[str, str] = {}
+        self.ready: dict[str, tuple[int, int, int]] = {}  # each side's process id, threads and child processes
+        self.pinned_cpu: Optional[int] = None
         self.interrupted = False
         self.threads: list[threading.Thread] = []
 
@@ -175,7 +184,7 @@ class _Round:
         finally:
             self._stop()
         self._read_errors()
-        return LiveRound(tuple(windows), pair_log_ratios(windows), time.monotonic() - started, ended)
+        return LiveRound(tuple(windows), pair_log_ratios(windows), time.monotonic() - started, ended, self.pinned_cpu)
 
     def _start(self) -> None:
         for side in self.order:
@@ -218,10 +227,30 @@ class _Round:
             label, line = event
             if line is None:
                 return False  # a side ended before its first turn: its error is read from its folder
-            if line == READY_LINE:
+            ready = parse_ready_line(line)
+            if ready is not None:
                 waiting.discard(label)
+                self.ready[label] = ready
+        self.pinned_cpu = self._pin_if_single_threaded()
         self.on_progress(f"round {self.number}: taking turns")
         return True
+
+    def _pin_if_single_threaded(self) -> Optional[int]:
+        """Both sides compute on one thread, with no worker processes: both are pinned to one CPU, a different one
+        each round. A pair's two windows then run on the same core, where on a VM two vCPUs' speeds differ from
+        moment to moment: the pairs' spread fell from 12.7% to 9.5% (8 rounds each, interleaved). A side that
+        uses more threads or processes is left free: pinned, it would lose the parallelism it is compared on."""
+        if len(self.ready) < 2 or any(threads != 1 or children for _, threads, children in self.ready.values()):
+            return None
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+            cpu = cpus[(self.number - 1) % len(cpus)]
+            for pid, _, _ in self.ready.values():
+                for thread in psutil.Process(pid).threads():
+                    os.sched_setaffinity(thread.id, {cpu})
+        except (OSError, AttributeError, psutil.Error):  # no affinity here (macOS), or a side is gone
+            return None
+        return cpu
 
     def _take_turns(self) -> tuple[list[LiveWindow], str]:
         windows: list[LiveWindow] = []

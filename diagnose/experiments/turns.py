@@ -18,12 +18,25 @@ from typing import Callable, Optional
 import psutil
 
 GO, STOP = b"g", b"s"
-READY_LINE = "turn ready"  # the child is warm and waits for its first turn
+READY_PREFIX = "turn ready"  # "turn ready PID THREADS CHILDREN": warm, waiting for its first turn; its process id,
+# torch's intra-op threads and its child processes (loader workers): whether it computes on one CPU alone
 WINDOW_PREFIX = "turn window"  # "turn window STEPS SECONDS SAMPLES": the window it just timed (SAMPLES: - unknown)
 
 
 def window_line(steps: int, seconds: float, samples: Optional[int]) -> str:
     return f"{WINDOW_PREFIX} {steps} {seconds!r} {'-' if samples is None else samples}"
+
+
+def ready_line(pid: int, threads: int, children: int) -> str:
+    return f"{READY_PREFIX} {pid} {threads} {children}"
+
+
+def parse_ready_line(line: str) -> Optional[tuple[int, int, int]]:
+    """(pid, threads, children) from a ready line; None for any other progress line."""
+    if not line.startswith(READY_PREFIX + " "):
+        return None
+    pid, threads, children = line[len(READY_PREFIX) + 1:].split()
+    return int(pid), int(threads), int(children)
 
 
 def parse_window_line(line: str) -> Optional[tuple[int, float, Optional[int]]]:
@@ -42,7 +55,13 @@ class TurnTaker:
         self.fd: Optional[int] = None
 
     def ready(self) -> bool:
-        self.progress(READY_LINE)
+        import torch
+
+        try:
+            children = len(psutil.Process().children(recursive=True))
+        except psutil.Error:
+            children = 0
+        self.progress(ready_line(os.getpid(), torch.get_num_threads(), children))
         return self._wait()
 
     def hand_back(self, steps: int, seconds: float, samples: Optional[int]) -> bool:
