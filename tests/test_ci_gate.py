@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import subprocess
@@ -212,3 +213,13 @@ def test_a_script_against_itself_passes_the_gate_at_3_percent(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert live["gate"]["decision"] == "pass" and live["stopped"] == "decided", live["ci"]
     assert live["ci"][0] < 1.0 < live["ci"][1]
+    if hasattr(os, "sched_setaffinity"):  # one thread, no workers: each round pinned both sides to one CPU
+        assert all(r["pinned_cpu"] is not None for r in live["rounds"]), [r["pinned_cpu"] for r in live["rounds"]]
+
+
+def test_a_side_says_when_ready_its_process_threads_and_workers():
+    from diagnose.experiments.turns import parse_ready_line, parse_window_line, ready_line, window_line
+
+    assert parse_ready_line(ready_line(4242, 1, 0)) == (4242, 1, 0)
+    assert parse_ready_line(window_line(9, 0.1, 576)) is None
+    assert parse_window_line(window_line(9, 0.1, None)) == (9, 0.1, None)
