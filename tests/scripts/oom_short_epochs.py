@@ -21,7 +21,7 @@ def main():
     labels = torch.randint(0, 10, (samples,))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data, labels), batch_size=args.batch_size,
                                          shuffle=True)
-    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    model = nn.Sequential(nn.Linear(64, 768), nn.ReLU(), nn.Linear(768, 768), nn.ReLU(), nn.Linear(768, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
     for epoch in range(args.epochs):
         for x, y in loader:
