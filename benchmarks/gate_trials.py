@@ -78,11 +78,26 @@ def main() -> None:
         slowest = max(r["wall_s"] for r in mine)
         print(f"{kind}: {sum(r['right'] for r in mine)} of {len(mine)} right, slowest {slowest:.0f} s")
     if args.record:
-        stamp = {"machine": machine(), "commit": commit(), "date": time.strftime("%Y-%m-%d")}
-        with RESULTS.open("a") as out:
-            for result in results:
-                out.write(json.dumps({**stamp, **result}) + "\n")
+        record(results, args)
 
+
+def record(results: list[dict], args) -> None:
+    """One row as written per trial (benchmarks/tables.py renders them into benchmarks/README.md)."""
+    command = (f"python benchmarks/gate_trials.py --trials {args.trials} --budget-seconds {args.budget_seconds:g} "
+               "--record")
+    number = {kind: 0 for kind in EXPECTED}
+    with RESULTS.open("a") as out:
+        for r in results:
+            number[r["kind"]] += 1
+            low, high = r["ci"] or (0.0, 0.0)
+            b_side = "5% more work" if r["kind"] == "power" else "the same script"
+            cells = {"trial": str(number[r["kind"]]), "B": b_side,
+                     "decision": r["decision"] + ("" if r["right"] else " (wrong)"),
+                     "ratio [99%]": f"{r['ratio'] or 0:.3f} [{low:.3f}-{high:.3f}]",
+                     "pairs, rounds": f"{r['pairs']}, {r['rounds']}", "pair spread": f"{r['pair_sd']:.1%}",
+                     "processes' spread": f"{r['process_sd']:.1%}", "seconds": f"{r['wall_s']:.0f}"}
+            out.write(json.dumps({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "machine": machine(),
+                                  "command": command, "cells": cells}) + "\n")
 
 if __name__ == "__main__":
     main()
