@@ -56,9 +56,10 @@ def test_long_epochs_keep_windows_of_steady_steps(tmp_path):
 
 @pytest.mark.slow  # a timed child process: the quick tier keeps one of these (four-step epochs)
 def test_a_run_that_ends_before_a_window_closes_is_timed_over_the_steps_it_ran(tmp_path):
-    # windows would need 50 steps of 100 ms; the run's time limit ends it first
-    m = timed_run(tmp_path / "run", "--batches", "100", "--step-ms", "100", "--restart-ms", "0", max_seconds=6,
-                  min_window_steps=80, window_s=8.0, warmup_steps=2, warmup_s=0.1)
+    # epochs of 3 steps of 100 ms and a 50 ms start-up, timed whole, but a window would need 8 s: the run's time
+    # limit ends it first, and its steps after the warm-up are the window (117 ms a step, start-ups included)
+    m = timed_run(tmp_path / "run", "--batches", "3", "--step-ms", "100", "--restart-ms", "50", max_seconds=6,
+                  window_s=8.0, warmup_steps=2, warmup_s=0.1)
     assert m.status == Status.TIMEOUT
     assert len(m.windows) == 1 and m.windows[0].restarts_included and m.windows[0].steps >= 5
-    assert step_ms(m) == pytest.approx(100, rel=0.2)
+    assert step_ms(m) == pytest.approx(117, rel=0.2)
