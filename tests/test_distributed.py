@@ -61,7 +61,9 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     from diagnose.capture.rank_files import merge_rank_captures
 
     rank0 = json.loads((run.run_dir / "ranks" / "rank0" / "capture.json").read_text())
-    assert "Connection closed by peer" in rank0["error"]["message"], rank0["error"]
+    # rank 0's all-reduce lost its peer, or torchrun stopped it first (SIGTERM): a race, either is right
+    assert (rank0["error"] is not None and "Connection closed by peer" in rank0["error"]["message"]) or \
+        rank0["status"] == "stopped", (rank0["status"], rank0["error"])
     (run.run_dir / "launcher.json").write_text(json.dumps({"first_failed_rank": 0, "exitcode": 1}))
     assert merge_rank_captures(run.run_dir).error.message.startswith("rank 1: rank 1 cannot read its shard")
 
