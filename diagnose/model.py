@@ -975,6 +975,9 @@ class Experiment:
     # an undecided verdict: what the timed windows show that could have widened the interval: recompiles |
     # compiling (torch.compile compiled inside them) | epoch-restarts | noisy-machine (their own spread); "" otherwise
     undecided_cause: str = ""
+    # what the timed windows held: steady-steps (an epoch's start-up left out and added back, amortised) |
+    # whole-epochs (epochs too short for steady windows: start-ups included as the user's run pays them); "" untimed
+    timed_over: str = ""
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,17 @@ def test_a_run_that_ends_before_a_window_closes_is_timed_over_the_steps_it_ran(t
     assert m.status == Status.TIMEOUT
     assert len(m.windows) == 1 and m.windows[0].restarts_included and m.windows[0].steps >= 5
     assert step_ms(m) == pytest.approx(117, rel=0.2)
+
+
+def test_a_claim_says_when_its_windows_held_whole_epochs():
+    from diagnose.experiments.stage import _timed_over
+    from diagnose.model import SteadyTiming
+
+    def run(*whole: bool) -> Measurement:
+        windows = tuple(SteadyTiming(steps=4, seconds=0.4, samples=32, restarts_included=w) for w in whole)
+        return Measurement(status=Status.COMPLETED, windows=windows, applied=(), startup_s=1.0, first_step_s=0.1,
+                           losses=(), peak_memory_bytes=None, steps_seen=12)
+
+    assert _timed_over([run(True, True), run(True)]) == "whole-epochs"
+    assert _timed_over([run(True), run(False)]) == "steady-steps"  # mixed: not all of the claim holds start-ups
+    assert _timed_over([]) == ""

@@ -244,7 +244,17 @@ def _result(arm: Arm, baseline: Arm, ctx: Context, metric: Optional[str] = None,
                       data_check_detail=data.detail, fingerprint_step_s=_fingerprint_step_s(arm),
                       energy_ratio=energy_ratio(baseline.ok_runs(), ok, metric),
                       compile_s=_median_compile_s(ok), baseline_compile_s=_median_compile_s(baseline.ok_runs()),
-                      undecided_cause=undecided.cause if undecided is not None else "")
+                      undecided_cause=undecided.cause if undecided is not None else "",
+                      timed_over=_timed_over(baseline.ok_runs() + ok))
+
+
+def _timed_over(runs) -> str:
+    """whole-epochs when every timed window of the comparison spans whole epochs, start-ups included (the claim is
+    what a long run pays), steady-steps otherwise."""
+    windows = [w for m in runs for w in m.windows]
+    if not windows:
+        return ""
+    return "whole-epochs" if all(w.restarts_included for w in windows) else "steady-steps"
 
 
 def _median_compile_s(runs) -> Optional[float]:

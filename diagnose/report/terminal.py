@@ -135,6 +135,8 @@ def _print_headline(console: Console, diagnosis: Diagnosis) -> None:
             continue
         result = escape(result_text(e))
         data = f"  ({DATA_WORDS[e.data_check]})" if e.data_check in DATA_WORDS else ""
+        if e.timed_over == "whole-epochs":  # the claim holds the epochs' start-ups, as a long run pays them
+            data += "  (timed over whole epochs)"
         style = VERDICT_STYLE.get(e.verdict, "default")
         console.print(f"  [{style}]{e.verdict:<{width}}[/] {result:<20} {escape(label)}{data}", highlight=False,
                       soft_wrap=True)
