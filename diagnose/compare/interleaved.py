@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import median
 from typing import Optional, Sequence
 
 from diagnose.experiments.stats import UNDECIDED_WIDTH, t_quantile
@@ -83,8 +84,8 @@ def one_sided_outliers(rounds: Sequence[Sequence[float]]) -> bool:
     for ratios in rounds:
         if len(ratios) < 5:
             continue
-        centre = _median(ratios)
-        spread = 1.4826 * _median([abs(x - centre) for x in ratios])
+        centre = median(ratios)
+        spread = 1.4826 * median([abs(x - centre) for x in ratios])
         above += sum(x > centre + FAR * spread for x in ratios)
         below += sum(x < centre - FAR * spread for x in ratios)
     far = above + below
@@ -92,12 +93,6 @@ def one_sided_outliers(rounds: Sequence[Sequence[float]]) -> bool:
         return False
     tail = sum(math.comb(far, k) for k in range(min(above, below) + 1)) / 2 ** far
     return 2 * tail < 0.01
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _trimmed(ratios: list[float], trim: float) -> tuple[float, float, int]:
