@@ -399,12 +399,23 @@ def _show_notes(message, category, filename, lineno, file=None, line=None) -> No
 _python_showwarning = warnings.showwarning
 
 
-def main() -> None:
+def main(args: Optional[list[str]] = None, *, own_process: bool = True) -> None:
+    """The command line. `own_process=False`: called inside another program (a test), which gets SystemExit and
+    keeps its own process and warning display."""
     global _entry_point
-    _entry_point = True
+    _entry_point = own_process
+    showwarning = warnings.showwarning
     warnings.showwarning = _show_notes
     try:
-        cli.main(standalone_mode=False)
+        _main(args)
+    finally:
+        if not own_process:
+            warnings.showwarning = showwarning
+
+
+def _main(args: Optional[list[str]]) -> None:
+    try:
+        cli.main(args=args, prog_name="diagnose", standalone_mode=False)
     except UserError as exc:
         from rich.console import Console  # (imported where used: `analyze` starts its parsing before rich loads)
 
