@@ -1,0 +1,90 @@
+"""The recorded runs (tests/recorded_runs.py): each, reported again today from its capture's files, gives the
+diagnosis its run gave, in the schema, with a report and a summary that say it; and a run today still writes what
+each record holds (full tier: it runs the samples)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_matches_schema
+from markupsafe import escape
+from recorded_runs import DERIVED, RECORDED, RUNS, relocate, run_fresh
+
+NAMES = sorted(RECORDED)
+
+
+def _recorded(name: str, file: str) -> dict:
+    return json.loads((RUNS / name / file).read_text())
+
+
+def _findings(diagnosis: dict) -> list[tuple]:
+    return [(f["rule"], f["severity"], Path(f["location"]).name if f["location"] else "", f["optimizations"])
+            for f in diagnosis["findings"]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_recorded_run_reported_again_gives_the_diagnosis_its_run_gave(recorded_run, name):
+    run = recorded_run(name)
+    assert run.returncode == 0, run.stderr
+    then, now = _recorded(name, "diagnosis.json"), run.diagnosis
+    assert _findings(now) == _findings(then)
+    assert now["breakdown"] == pytest.approx(then["breakdown"], abs=1e-9)
+    assert now["step_time_s"] == pytest.approx(then["step_time_s"], rel=1e-9)
+    assert now["steps_profiled"] == then["steps_profiled"] and now["status"] == then["status"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_recorded_runs_diagnosis_is_what_the_schema_says(recorded_run, name):
+    assert_matches_schema("diagnosis", recorded_run(name).run_dir / "diagnosis.json")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_recorded_runs_report_shows_each_finding_self_contained(recorded_run, name):
+    run = recorded_run(name)
+    html = (run.run_dir / "report.html").read_text()
+    for finding in run.findings:
+        assert str(escape(finding["title"])) in html
+    for loads_something in ("<script", "<link", "<img", "<iframe", "@import", "url(http", "src="):
+        assert loads_something not in html  # styles and SVG charts are inline: it opens offline
+    assert f"Report:  {run.run_dir / 'report.html'}" in run.stderr.splitlines()
+    if run.findings:
+        assert run.findings[0]["title"] in run.stderr  # the terminal's summary leads with the top finding
+
+
+@pytest.mark.full  # runs each sample: the full tier
+@pytest.mark.parametrize("name", NAMES)
+def test_a_run_today_writes_what_its_record_holds(tmp_path, name):
+    """The record is still what a run writes: the same files, the same fields in each, the same status and steps.
+    (Not the same findings: a finding's share of the step moves with the machine's load; the quick tier checks
+    that today's analysis gives the recorded inputs the recorded diagnosis.) A failure here: record again with
+    `python tests/recorded_runs.py NAME` and look at what changed."""
+    proc = run_fresh(RECORDED[name], tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
+    fresh, kept = tmp_path / "run", relocate(name, tmp_path / "kept")
+    assert _names(fresh) == _names(kept)
+    for file in ("config.json", "capture.json", *[d for d in DERIVED if d.endswith(".json")]):
+        assert _keys(json.loads((fresh / file).read_text())) == _keys(json.loads((kept / file).read_text())), file
+    now, then = json.loads((fresh / "diagnosis.json").read_text()), _recorded(name, "diagnosis.json")
+    assert (now["status"], now["steps_profiled"]) == (then["status"], then["steps_profiled"])
+
+
+def _names(folder: Path) -> set[str]:
+    """Its files, a trace by its rank (the rest of its name is a process id and a time), gzipped or not."""
+    names = set()
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.name.endswith((".fifo", ".tmp")) and "sandbox" not in path.parts:
+            relative = path.relative_to(folder)
+            if path.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
+                relative = relative.with_name(path.name.split(".")[0] + ".trace")
+            names.add(str(relative))
+    return names
+
+
+def _keys(value, prefix: str = "") -> set[str]:
+    """Every field's path in a JSON value (a list's items under [])."""
+    if isinstance(value, dict):
+        return {k for key, item in value.items() for k in {prefix + key} | _keys(item, prefix + key + ".")}
+    if isinstance(value, list):
+        return set().union(*(_keys(item, prefix + "[].") for item in value)) if value else set()
+    return set()
