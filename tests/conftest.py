@@ -39,10 +39,49 @@ class CliRun:
         return self.diagnosis["findings"]
 
 
-def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240,
-                 env: dict | None = None) -> subprocess.CompletedProcess:
+# commands that read and write files only: run in this process through click's test runner (what `python -m
+# diagnose` runs, without the interpreter's and the imports' start-up); `run`, `capture`, `peak` and `compare --live`
+# start the user's script or measure the machine: a process of their own
+IN_PROCESS = frozenset({"analyze", "report", "compare", "rules", "apply", "sample", "--help", "-h", "--version"})
+
+
+def diagnose_cli(*args: str, cwd: Path = REPO, timeout: float = 240, env: dict | None = None,
+                 own_process: bool = False) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: its exit code, stdout and stderr. `own_process=True` (or a command that runs a
+    script) starts `python -m diagnose`; else it runs in this process."""
+    if not own_process and args and args[0] in IN_PROCESS and "--live" not in args and "--open" not in args:
+        return cli_in_process(*args, cwd=cwd, env=env)
     return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def cli_in_process(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    """diagnose.cli.main in this process, its streams captured by click's test runner, in `cwd` with `env` added;
+    an exception from our code ends it as it would end the process: its traceback on stderr, exit code 1."""
+    import traceback
+
+    from click.testing import CliRunner
+
+    from diagnose.cli import main
+
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with CliRunner().isolation(env=env) as (stdout, stderr, _):
+            code = 0
+            try:
+                main(list(args), own_process=False)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(["diagnose", *args], code, out, err)
 
 
 def assert_matches_schema(name: str, written: Path) -> None:
@@ -131,5 +170,27 @@ def sample_run(tmp_path_factory):
             out = tmp_path_factory.mktemp(Path(name).stem) / "run"
             cache[key] = run_script(SAMPLES / name, *script_args, out=out, options=options)
         return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def recorded_run(tmp_path_factory):
+    """A recorded run of a bundled sample (tests/recorded_runs.py, tests/data/runs/NAME) analysed, diagnosed and
+    reported again by `diagnose report` in this process, from the files its capture wrote: the same CliRun a
+    `sample_run` gives, without the script's run. Once per session; tests share the results."""
+    from recorded_runs import relocate
+
+    cache: dict[str, CliRun] = {}
+
+    def get(name: str) -> CliRun:
+        if name not in cache:
+            import time
+
+            run_dir = relocate(name, tmp_path_factory.mktemp(name) / "run", derived=False)
+            start = time.monotonic()
+            proc = cli_in_process("report", str(run_dir))
+            cache[name] = CliRun(proc.returncode, proc.stdout, proc.stderr, run_dir, time.monotonic() - start)
+        return cache[name]
 
     return get

@@ -133,6 +133,7 @@ def test_sync_sources_name_the_torch_op_around_each_sync():
     assert ops["aten::item"] == pytest.approx(3.0) and ops["aten::to"] == pytest.approx(6.0)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_data_loading_bound_trace_gets_the_finding_and_a_compute_bound_one_does_not(sample_run):
     slow = sample_run("slow_loader.py")
     loading = {f.rule: f for f in _findings(slow.run_dir / "tb")}["data-loading.slow-loader"]
@@ -173,6 +174,7 @@ def test_out_folder_is_never_overwritten(tmp_path):
     assert proc.returncode == 2 and "already exists" in proc.stderr and "not a Chrome trace" not in proc.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_analyze_does_not_import_torch():
     # a big trace should cost its parsing, not torch's start-up
     code = "import sys, diagnose.commands.analyze, diagnose.commands.compare; print('torch' in sys.modules)"
@@ -190,6 +192,7 @@ def test_renamed_rank_traces_without_distributed_info_are_ranked_by_order(tmp_pa
     assert [r["rank"] for r in _diagnosis(out)["ranks"]] == [0, 1]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_run_folder_or_a_trace_folder_with_other_json_files_is_read_for_its_traces(tmp_path, sample_run):
     run = sample_run("slow_loader.py")
     proc, out = _analyze(run.run_dir, tmp_path)  # holds capture.json, diagnosis.json... and tb/
@@ -197,6 +200,7 @@ def test_a_run_folder_or_a_trace_folder_with_other_json_files_is_read_for_its_tr
     assert "data-loading.slow-loader" in _rules(_diagnosis(out))
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_with_stack_trace_the_user_recorded_points_at_their_function_and_their_loop(tmp_path):
     # torch.profiler as the docs show it, with_stack=True, writing into a log folder beside the script
     script = Path(shutil.copy(SCRIPTS / "records_its_own_trace.py", tmp_path))
@@ -235,6 +239,7 @@ def test_events_without_usable_times_and_non_event_entries_are_skipped_not_fatal
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_report_on_a_run_whose_capture_json_was_cut_short_names_the_file(sample_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(sample_run("healthy.py").run_dir, run_dir)
@@ -330,6 +335,7 @@ def test_frames_cut_by_array_operations_as_the_stack_walk_cuts_them(cutter, monk
     _assert_same_segments(innermost_segments(python, tid), _walked(python, tid))
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_analyze_help_and_a_small_trace_import_only_what_they_use(tmp_path):
     # issue 20: start-up counts; --help loads no numpy, and a small trace no numba nor torch
     def imported(*args: str) -> str:

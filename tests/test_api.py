@@ -16,6 +16,7 @@ from diagnose.serial import dumps, from_jsonable
 TRACE = TRACES / "cpu_only_with_dataloader.json.gz"
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_import_diagnose_loads_no_torch_numpy_or_pipeline():
     code = ("import sys, diagnose; heavy = [m for m in ('torch', 'numpy', 'rich', 'diagnose.api.calls', "
             "'diagnose.commands') if m in sys.modules]; print(heavy)")

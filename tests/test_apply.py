@@ -109,6 +109,7 @@ def _apply(run_dir: Path, *options: str, cwd: Path = REPO) -> subprocess.Complet
     return diagnose_cli("apply", str(run_dir), *options, cwd=cwd, timeout=120)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_verified_change_is_one_patch_of_the_dataloader_line_that_git_apply_takes(tmp_path):
     project, run_dir = _verified_run(tmp_path)
     patch = (run_dir / "verified.patch").read_text()
@@ -151,6 +152,7 @@ def test_the_patch_reader_undoes_what_the_writer_wrote_even_without_a_final_newl
     assert file_patch.path == "x.py" and patched(before, file_patch) == after
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_apply_writes_the_verified_change_keeps_a_backup_and_says_what_it_changed(tmp_path):
     project, run_dir = _verified_run(tmp_path)
     script = project / "train.py"
@@ -191,6 +193,7 @@ def test_dry_run_prints_the_diff_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_clean_git_checkout_is_edited_without_a_backup(tmp_path):
     project, run_dir = _verified_run(tmp_path)
     git = [GIT, "-c", "user.name=t", "-c", "user.email=t@example.com"]
@@ -203,6 +206,7 @@ def test_a_clean_git_checkout_is_edited_without_a_backup(tmp_path):
     assert "num_workers=4, persistent_workers=True" in diff
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_change_not_verified_faster_is_applied_only_when_named(tmp_path):
     experiments = [_experiment("optimizer.fused", {"foreach": True}, "no-change", 1.01),
                    _experiment("dataloader.num_workers", {"num_workers": 2}, "slower", 0.8)]
@@ -220,6 +224,7 @@ def test_a_change_not_verified_faster_is_applied_only_when_named(tmp_path):
     assert unknown.returncode == 2 and "no change named amp" in unknown.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_changes_that_are_not_argument_edits_are_said_as_code_a_statement_or_a_command_line(tmp_path):
     experiments = [_experiment("amp", {"device": "cpu", "dtype": "bfloat16"}, "faster", 1.3),
                    _experiment("tf32", {}, "faster", 1.2),

@@ -26,6 +26,7 @@ def generated(tmp_path_factory):
     return path, json.loads(done.stdout)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_generated_trace_loads_and_analyzes(generated):
     path, counts = generated
     assert counts["steps"] == 7
@@ -64,6 +65,7 @@ def test_generated_trace_links_launches_like_kineto(generated):
     assert '"rank": 0' in gzip.decompress(path.read_bytes()).decode()[:5000]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_generated_trace_is_deterministic(tmp_path, generated):
     path, _ = generated
     again = tmp_path / "again.json.gz"
@@ -73,6 +75,7 @@ def test_generated_trace_is_deterministic(tmp_path, generated):
         gzip.decompress(path.read_bytes()).replace(str(path).encode(), b"")
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_folder_of_ranks_analysed_by_two_workers_gives_what_one_process_gives(tmp_path):
     folder = tmp_path / "ranks"
     folder.mkdir()
@@ -91,6 +94,7 @@ def test_a_folder_of_ranks_analysed_by_two_workers_gives_what_one_process_gives(
     assert written["2"] == written["1"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_compare_counts_events_in_a_child_so_its_peaks_are_the_tools_own(tmp_path, generated):
     # Linux hands each child the peak RSS of the process that starts it: a trace parsed by compare.py itself
     # raised every later figure to compare.py's peak (453 MiB was reported for a run of 240 MiB)
@@ -105,6 +109,7 @@ def test_compare_counts_events_in_a_child_so_its_peaks_are_the_tools_own(tmp_pat
     assert written["floor_peak_rss_mib"] < 60  # parsing the 35 MB trace here would take it past 150
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_grown_trace_repeats_the_real_ones_steps_along_its_timeline(tmp_path):
     # benchmarks/grow_trace.py: each copy's steps, launches and kernels as the original's, later in time
     source = ROOT / "tests" / "data" / "traces" / "h200" / "convnet_fp32.pt.trace.json.gz"

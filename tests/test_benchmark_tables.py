@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 # by its file, under a name of its own: `tables` is also PyTables' import name
@@ -16,6 +17,7 @@ tables = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tables)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_readme_tables_are_what_the_results_files_give():
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tables.py"), "--check"], capture_output=True,
                           text=True, timeout=60)
@@ -72,6 +74,7 @@ def test_the_check_fails_on_a_table_the_records_do_not_give(tmp_path):
     assert tables.main([*check, "--check"]) == 1
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_compare_writes_the_records_the_tables_read(tmp_path):
     """compare.py --record on two small test traces (diagnose only, one run each), with a start-up trace."""
     record = tmp_path / "speed.jsonl"

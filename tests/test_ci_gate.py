@@ -117,6 +117,7 @@ def test_an_interval_too_wide_to_tell_a_gain_from_a_loss_is_undecided(ci, said):
     (["compare", "--live", "missing_a.py", "missing_b.py"], "missing_a.py"),
     (["run", "--baseline-ref", "HEAD", "train.py"], "needs train.py inside a git repository"),
 ])
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_command_line_refuses_what_it_cannot_do_and_says_why(args, said, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "300")
@@ -162,6 +163,7 @@ def tree_state(repo: Path) -> tuple:
     return status, files, worktrees
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_revision_is_checked_out_apart_and_the_repository_is_left_as_it_was(repository):
     before = tree_state(repository)
     with checked_out(str(repository / "train.py"), "HEAD~1") as (tree, repo):
@@ -173,6 +175,7 @@ def test_the_revision_is_checked_out_apart_and_the_repository_is_left_as_it_was(
     assert tree_state(repository) == before
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_revision_without_the_script_or_a_script_outside_git_is_named(repository, tmp_path):
     with pytest.raises(UserError, match="does not exist at --baseline-ref no-such-branch"):
         check_revision(str(repository / "train.py"), "no-such-branch")

@@ -144,6 +144,7 @@ def test_a_run_without_steps_and_runs_of_other_scripts_are_refused(tmp_path, sam
     assert proc.returncode == 0 and result["a"]["script"].endswith("slow_loader.py")
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_more_loader_workers_make_b_faster_remove_the_data_wait_and_resolve_the_finding(tmp_path, sample_run):
     before = sample_run("slow_loader.py")
     after = sample_run("slow_loader.py", "--num-workers", "8")
@@ -196,6 +197,7 @@ def test_run_with_a_baseline_compares_in_one_go_and_keeps_the_baseline_untouched
     assert report.returncode == 0, report.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_run_refuses_a_baseline_it_cannot_compare_before_running(tmp_path, sample_run):
     other = sample_run("healthy.py").run_dir
     start = time.monotonic()

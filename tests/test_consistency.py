@@ -4,6 +4,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from diagnose import rules as rule_engine
 from diagnose.analysis.metrics import METRICS
 from diagnose.optimizations import REGISTRY
@@ -137,6 +139,7 @@ def _computed_for_a_compiled_run() -> set[str]:
     return _computed(analyze(Inputs(load_trace(next(recorded.glob("*.json.gz"))), capture)).metrics)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_every_metric_is_computed_from_real_inputs(sample_run):
     from diagnose.analysis.metrics import METRICS
 

@@ -84,6 +84,7 @@ def gpu_bound_trace(tmp_path_factory):
     return path, json.loads(done.stdout)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_host_running_a_queue_ahead_is_timed_at_the_gpus_pace(gpu_bound_trace):
     path, counts = gpu_bound_trace
     trace = load_trace(path)

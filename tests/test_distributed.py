@@ -16,6 +16,7 @@ def _by_rule(diagnosis: dict) -> dict[str, dict]:
     return {f["rule"]: f for f in diagnosis["findings"]}
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
     run = run_script(SAMPLES / "ddp_straggler.py", out=tmp_path / "run",
                      options=(*FAST, "--nproc-per-node", "2"))  # rank 1 reads its items 8x slower
@@ -41,6 +42,7 @@ def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
     assert traces == ["rank0", "rank1"]  # one trace per rank, named for TensorBoard's worker list
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     # 2 warm-up steps and 6 timed without the profiler (as many as are profiled), then profiled from step 8 on
     run = run_script(SAMPLES / "ddp_straggler.py", "--crash-rank", "1", "--crash-step", "11", out=tmp_path / "run",
@@ -138,6 +140,7 @@ def test_experiments_apply_the_same_change_to_every_rank(tmp_path):
     assert trials.comparison(workers).verdict == "faster"
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_capture_refuses_an_out_folder_holding_the_users_files(tmp_path):
     out = tmp_path / "results"
     out.mkdir()
@@ -152,6 +155,7 @@ def test_capture_refuses_an_out_folder_holding_the_users_files(tmp_path):
 # -- DistributedDataParallel's settings (issue 51) ----------------------------------------------------------------
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_no_sync_runtime_syncs_the_last_micro_batch_and_an_early_step(tmp_path):
     # one process on gloo: 3 micro-batches per step, then a step after 2 (an epoch ending inside an accumulation)
     proc = subprocess.run([sys.executable, str(SCRIPTS / "ddp_syncing.py"), "29533"], cwd=REPO, capture_output=True,
@@ -172,6 +176,7 @@ def test_the_no_sync_runtime_syncs_the_last_micro_batch_and_an_early_step(tmp_pa
     assert ddp["unused_parameters"] == 2 and ddp["parameters"] == 6  # the layer forward() never calls
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_grad_accumulation_under_ddp_all_reduces_once_per_optimizer_step():
     # the experiment's changes on a loop that steps after every batch: 2 micro-batches per optimizer step
     proc = subprocess.run([sys.executable, str(SCRIPTS / "ddp_syncing.py"), "29536", "--grad-accumulation"], cwd=REPO,
@@ -250,6 +255,7 @@ def test_a_ddp_setting_is_applied_to_the_constructor_and_shown_as_its_diff(tmp_p
     assert "no_sync()" in change_text((Change("ddp.no_sync", {"micro_batches": 4}),), ctx)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_ddp_settings_that_cost_time_are_read_and_named_with_their_lines(tmp_path):
     # find_unused_parameters=True with every parameter used, and 4 micro-batches per step each all-reducing
     run = run_script(SAMPLES / "ddp_settings.py", out=tmp_path / "run", options=(*FAST, "--nproc-per-node", "2"))
@@ -332,6 +338,7 @@ def test_no_sync_on_the_micro_batches_is_verified_faster_on_every_rank(tmp_path)
     assert trials.comparison(unused).verdict in ("faster", "no-change", "slower", "undecided")  # measured, not failed
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_fsdp2_units_that_reshard_are_read_and_named(tmp_path):
     run = run_script(SCRIPTS / "fsdp2_train.py", out=tmp_path / "run", options=(*FAST, "--nproc-per-node", "2"))
     assert run.returncode == 0, run.stderr[-3000:]

@@ -46,6 +46,7 @@ def _where(path: Path) -> str:
 # ------------------------------------------------------------------------------------------------ the site
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_site_builds_in_strict_mode(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                           cwd=REPO, capture_output=True, text=True, timeout=240,
@@ -274,6 +275,7 @@ def test_diagnose_analyze_writes_what_the_schema_says(tmp_path, trace):
     _validate("diagnosis", tmp_path / "out" / "diagnosis.json")
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_diagnose_run_and_compare_write_what_the_schemas_say(tmp_path):
     """A real run (capture, unprofiled window, memory, FLOPs, startup) and a compare of it with itself."""
     from conftest import FAST, run_script

@@ -30,6 +30,7 @@ def step_ms(m: Measurement) -> float:
     return 1000 * sum(w.seconds for w in m.windows) / sum(w.steps for w in m.windows)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_epochs_of_four_steps_are_timed_whole_with_their_start_up(tmp_path):
     # 4 steps of 30 ms and a 60 ms start-up an epoch: the user's run takes 45 ms a step
     m = timed_run(tmp_path / "run", "--batches", "4", "--step-ms", "30", "--restart-ms", "60")

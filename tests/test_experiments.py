@@ -85,6 +85,7 @@ def test_cpu_bound_preprocessing_is_fixed_by_caching_not_by_workers_within_60_s(
     assert cache["speedup"] > max(w["speedup"] or 0 for w in _by(experiments, "dataloader.num_workers"))
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_budget_too_small_for_two_runs_is_said_before_any_run_and_claims_nothing(tmp_path):
     run = _experiment_run(tmp_path, "slow_loader.py", "--budget-seconds", "12")
     d = run.diagnosis
@@ -105,6 +106,7 @@ def test_tiny_batch_gains_samples_per_second_from_a_larger_batch(tmp_path):
     assert all(e["metric"] == "samples/s" and e["fidelity"] == "changes-dynamics" for e in batch)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_pin_memory_on_a_cpu_run_is_skipped_with_its_reason(tmp_path):
     run = _experiment_run(tmp_path, "slow_loader.py", "--experiments", "dataloader.pin_memory,ddp")
     experiments = {e["optimization"]: e for e in run.diagnosis["experiments"]}
@@ -115,6 +117,7 @@ def test_pin_memory_on_a_cpu_run_is_skipped_with_its_reason(tmp_path):
 
 
 @pytest.mark.parametrize("bad", ["turbo", "dataloader.num_workers,nope"])
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_unknown_optimization_ids_are_refused(tmp_path, bad):
     run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run", options=("--experiments", bad))
     assert run.returncode == 2 and "unknown optimization id" in run.stderr

@@ -106,6 +106,7 @@ def test_lightning_slow_dataset_is_found_at_the_modules_dataloader_and_more_work
     assert "+        return DataLoader(SlowItems(), batch_size=8, shuffle=True, num_workers=" in best["change"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_lbfgs_step_is_one_optimizer_step_with_all_its_closure_calls(tmp_path):
     script, run = _run(tmp_path, "lbfgs_closure.py")
     capture = json.loads((run.run_dir / "capture.json").read_text())

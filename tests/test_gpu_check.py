@@ -31,12 +31,14 @@ def test_gpu_check_runs_each_sample_under_diagnose_and_plainly_and_prints_both_s
     assert list((tmp_path / "out").glob("gpu_check.*/gpu_bound_small/diagnosis.json"))
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_gpu_check_without_a_gpu_says_so(tmp_path):
     proc = _gpu_check(tmp_path)
     assert proc.returncode == 2 and "torch.cuda.is_available() is False" in proc.stderr
     assert "GPU_CHECK_DEVICE=cpu" in proc.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_gpu_check_names_the_modules_it_misses_instead_of_installing_them(tmp_path):
     import venv
 

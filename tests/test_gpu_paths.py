@@ -73,6 +73,7 @@ def test_a_cpu_run_has_no_allocator_metrics(sample_run):
     assert m["allocator_retries"] is None and m["fragmentation_frac"] is None and m["has_gpu"] == 0
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_cuda_sample_runs_on_the_cpu_when_asked(tmp_path):
     # the script that exercises the live GPU paths must itself work, even where no GPU can check it
     from conftest import SAMPLES, run_script

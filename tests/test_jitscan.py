@@ -168,6 +168,7 @@ def test_the_stream_reads_with_the_scanner_and_without_it_alike(monkeypatch):
         assert np.array_equal(mine.start, spans.start) and np.array_equal(mine.correlations(), spans.correlations())
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_trace_read_whole_does_not_pay_for_importing_numba():
     # numba's import and cached code cost about 0.6 s: only a trace big enough to stream pays it back
     trace = TRACES / "a100_ddp_rank3_of8.json.gz"

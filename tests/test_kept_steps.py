@@ -58,6 +58,7 @@ def _spans_held(trace) -> int:
 
 @pytest.mark.parametrize("name", ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json.gz",
                                   "generated"])
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_traces_figures(
         name, monkeypatch, tmp_path):
     # small blocks: these traces are a few MB, a trace cut in time many GB (the sampled starts place the span)
@@ -85,6 +86,7 @@ def test_a_trace_with_too_few_steps_is_cut_in_time_and_that_span_gets_the_whole_
     assert "was analysed as one step" in mine.notes[0] and "to cut it at steps" in mine.notes[0]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_steps_too_big_for_the_budget_are_cut_in_time_so_memory_stays_bounded(monkeypatch, tmp_path):
     # a trace of a few huge steps: a window of one step and its two neighbours would hold three steps' events,
     # whatever the budget; a span of time holds about the budget's
@@ -227,6 +229,7 @@ def test_host_events_are_kept_while_the_device_still_runs_the_window():
     assert unsampled.host_until == 690.0  # no later work sampled: the lead-out step's end
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
     from diagnose.analysis.sources import analyze_traces
     from diagnose.trace.kept_steps import agreed_kept_steps
@@ -248,6 +251,7 @@ def test_the_ranks_of_a_job_are_analysed_over_the_same_steps(tmp_path):
     assert len(analysis.ranks) == 2
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_rank_in_another_layout_is_analysed_over_the_steps_the_ranks_agreed(tmp_path):
     # rank 1's events have their keys sorted: the text's pass reads nothing of it, its objects are counted instead
     from diagnose.analysis.sources import analyze_traces

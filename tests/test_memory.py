@@ -35,6 +35,7 @@ def _parts(memory: dict) -> dict[str, int]:
     return {p["name"]: p["bytes"] for p in memory["parts"]}
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_sizes_behind_the_peak_match_the_model(mlp_run):
     sizes = json.loads((mlp_run.run_dir / "capture.json").read_text())["memory_sizes"]
     params = 4 * (FEATURES * WIDTH + WIDTH + WIDTH * WIDTH + WIDTH + WIDTH * CLASSES + CLASSES)
@@ -47,6 +48,7 @@ def test_the_sizes_behind_the_peak_match_the_model(mlp_run):
     assert abs(sizes["activations_bytes"] / saved - 1) < 0.3, (sizes["activations_bytes"], saved)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_parts_add_up_to_the_peak_and_say_where_it_falls(mlp_run):
     memory = mlp_run.diagnosis["memory"]
     assert memory["device"] == "cpu" and memory["peak_bytes"] > 0
@@ -93,6 +95,7 @@ def test_memory_outside_torch_is_nvml_used_beyond_what_the_allocator_reserved():
     assert abs(analysis.metrics["memory_outside_torch_frac"] - 2 * 2**30 / (141 * 10**9)) < 1e-9
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
     script_before = HEAVY.read_bytes()
     run = run_script(HEAVY, "--batch-size", "8192", out=tmp_path / "run",
@@ -112,6 +115,7 @@ def test_running_out_of_memory_is_a_diagnosis_with_its_own_exit_code(tmp_path):
     assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # an out-of-memory run's diagnosis
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
     run = run_script(OUTGROWS, "--batch-size", "256", out=tmp_path / "run",
                      options=("--warmup", "2", "--steps", "3", "--experiments", "none", "--memory-limit", "700MB"))
@@ -121,6 +125,7 @@ def test_the_same_script_fits_under_the_limit_with_a_smaller_batch(tmp_path):
 
 
 @pytest.mark.parametrize("bad", ["lots", "12", "-3GB", "5XB"])
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_memory_limit_that_is_not_a_size_is_refused(tmp_path, bad):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--memory-limit", bad, str(OUTGROWS))
     assert proc.returncode == 2 and "--memory-limit" in proc.stderr and "Traceback" not in proc.stderr
@@ -208,6 +213,7 @@ def _short_run(tmp_path, name: str, batch: int, *changes: Change) -> Measurement
     return read_json(RunFolder(folder).measure, Measurement)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_short_run_says_whether_a_batch_fits_and_its_peak_against_the_limit(tmp_path):
     fits = probe_result(1024, _short_run(tmp_path, "fits", 1024))
     assert fits.fits and not fits.out_of_memory and 100 * 2**20 < fits.peak_bytes < 700 * 10**6
@@ -215,6 +221,7 @@ def test_a_short_run_says_whether_a_batch_fits_and_its_peak_against_the_limit(tm
     assert not too_big.fits and too_big.out_of_memory and "can't allocate memory" in too_big.detail
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_an_allocator_setting_reaches_the_child_before_torch_starts(tmp_path):
     measurement = _short_run(tmp_path, "segments", 256, Change("expandable_segments", {}))
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in measurement.applied

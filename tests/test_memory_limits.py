@@ -7,6 +7,7 @@ import resource
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from conftest import assert_matches_schema
 
 from diagnose.capture.limits import (
@@ -143,6 +144,7 @@ def _address_space(limit: int):
     return set_it
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_ulimit_set_outside_diagnose_is_the_limit_it_names(tmp_path):
     """A real child under RLIMIT_AS, set before diagnose starts: the out-of-memory diagnosis names that limit and
     its value, not the machine's memory."""
@@ -206,6 +208,7 @@ def _run_under_fake_cgroup(tmp_path: Path, source: str):
     return proc, json.loads((tmp_path / "run" / "diagnosis.json").read_text())
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_script_the_oom_killer_takes_is_diagnosed_as_out_of_memory_against_the_cgroup(tmp_path):
     proc, diagnosis = _run_under_fake_cgroup(tmp_path, (
         "import torch\nmodel = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -220,6 +223,7 @@ def test_a_script_the_oom_killer_takes_is_diagnosed_as_out_of_memory_against_the
     assert_matches_schema("diagnosis", tmp_path / "run" / "diagnosis.json")  # killed by the OOM killer
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_dataloader_worker_the_oom_killer_takes_is_out_of_memory_too(tmp_path):
     proc, diagnosis = _run_under_fake_cgroup(tmp_path, (
         "import torch\n"

@@ -5,6 +5,8 @@ accumulation a loop with no DataLoader should use, computed and marked not verif
 test_memory.py and the closing note's held-out cases."""
 from __future__ import annotations
 
+import pytest
+
 from diagnose.experiments import cost
 from diagnose.experiments.inline_fit import estimate, inline_accumulation
 from diagnose.experiments.memory_fit import _budget_note, _effective_batch_first, _expected_step_s
@@ -146,6 +148,7 @@ for step in range(20):
 """
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_real_loop_without_a_loader_says_what_to_change_and_that_it_was_not_run(tmp_path):
     """Batches made inline under --memory-limit 700MB: out of memory at 131072 in forward; the recommendation
     (measured here: 65536 runs out in backward under that limit, 32768 fits) is computed, not run."""

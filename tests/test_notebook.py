@@ -39,6 +39,7 @@ def _diagnose_cell(notebook):
     return next(c for c in notebook.cells if c.source.startswith("%%diagnose"))
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_example_notebook_shows_the_diagnosis_inline_and_keeps_the_cells_state(tmp_path):
     notebook = _execute(_with_options(nbformat.read(EXAMPLE, as_version=4), "--experiments none"), tmp_path)
     cell = _diagnose_cell(notebook)
@@ -51,6 +52,7 @@ def test_the_example_notebook_shows_the_diagnosis_inline_and_keeps_the_cells_sta
     assert (run / "report.html").exists() and list((run / "tb").glob("rank0.*.json"))
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_history_a_script_cannot_replay_gets_the_exported_script_and_the_command(tmp_path):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell("%load_ext diagnose"),

@@ -163,6 +163,7 @@ def test_each_runs_spread_is_what_it_measured_or_stated_else_the_documented_defa
     assert result.run_noise_sd == pytest.approx(0.08) and not result.failed
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_run_carries_the_blocks_of_its_timed_window_into_compare(tmp_path):
     a = run_script(SCRIPTS / "small_loop.py", out=tmp_path / "a", options=("--warmup", "2", "--steps", "12",
                                                                             "--experiments", "none"))

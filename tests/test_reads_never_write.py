@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, SAMPLES, TRACES, diagnose_cli
 
 # what `diagnose report RUN` writes into the run folder it re-renders: its outputs, not its inputs
@@ -49,6 +50,7 @@ def test_analyze_compare_and_report_leave_a_run_folders_inputs_as_they_were(samp
                                                              if Path(k).parts[0] not in REPORT_OUTPUTS}
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_compare_leaves_ranks_captured_by_the_users_own_launcher_unmerged(tmp_path):
     """Seen before: `diagnose compare` on such a folder wrote RUN/capture.json (the ranks' merge), then refused it.
     The merge is `diagnose report`'s, the command that says the job is over."""

@@ -33,6 +33,7 @@ def _own_clock_s(accumulation: int, iterations: int = 30) -> float:
     return statistics.median(times[5:])
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_an_accumulating_loop_counts_optimizer_steps_of_four_micro_batches(tmp_path):
     one, four = _diagnosed(tmp_path, 1), _diagnosed(tmp_path, 4)
     d = four.diagnosis

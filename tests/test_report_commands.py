@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from conftest import SAMPLES, TRACES, diagnose_cli, run_script
 
 from diagnose.analysis.metric_values import sample_metrics
@@ -35,6 +36,7 @@ def test_report_command_on_a_missing_folder_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "run folder not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_json_flag_prints_only_the_diagnosis_on_stdout(tmp_path):
     run = run_script(SAMPLES / "slow_loader.py", out=tmp_path / "run",
                      options=("--warmup", "1", "--steps", "3", "--json", "--experiments", "none"))
@@ -44,6 +46,7 @@ def test_json_flag_prints_only_the_diagnosis_on_stdout(tmp_path):
     assert "epoch 0 step 0" in run.stderr  # the script's own prints moved to stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_unknown_experiment_id_is_rejected_before_running(tmp_path):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--experiments", "turbo",
                         str(SAMPLES / "slow_loader.py"))
@@ -63,6 +66,7 @@ def test_cpu_only_samples_leave_gpu_utilization_unknown():
     assert sample_metrics(samples)["gpu_util_mean_frac"] is None
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_mistyped_option_is_a_usage_error_not_a_missing_script(tmp_path):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--step", "5", str(SAMPLES / "slow_loader.py"))
     assert proc.returncode == 2 and "no such option" in proc.stderr.lower() and "--step" in proc.stderr
@@ -70,6 +74,7 @@ def test_mistyped_option_is_a_usage_error_not_a_missing_script(tmp_path):
     assert "script not found" not in proc.stderr and not (tmp_path / "run").exists()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_missing_templates_folder_is_an_error_before_anything_runs(tmp_path):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "--templates", str(tmp_path / "nope"),
                         str(SAMPLES / "slow_loader.py"))
@@ -77,6 +82,7 @@ def test_missing_templates_folder_is_an_error_before_anything_runs(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_template_syntax_error_is_reported_before_the_run(tmp_path):
     templates = tmp_path / "templates"
     templates.mkdir()

@@ -223,6 +223,7 @@ def test_every_bundled_rule_template_parses_and_names_known_metrics_only():
         assert checked.id == rule.id
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_rule_engine_and_its_metric_catalogue_load_without_numpy_or_the_trace_parser():
     # listing rules needs the metric names only, not the analysis that computes them
     code = ("import sys, diagnose.rules; "

@@ -278,6 +278,7 @@ def short_runs(tmp_path_factory):
     return now, plain_s, workers
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_projected_run_matches_a_plain_run_of_the_script(short_runs):
     now, plain_s, _ = short_runs
     assert now.returncode == 0, now.stderr[-2000:]
@@ -292,6 +293,7 @@ def test_the_projected_run_matches_a_plain_run_of_the_script(short_runs):
     assert 'id="run-cost"' in html and "The run: 240 steps" in html
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_compare_says_the_same_run_in_hours_and_money_on_both_sides(short_runs, tmp_path):
     now, _, workers = short_runs
     proc = diagnose_cli("compare", "--out", str(tmp_path / "cmp"), str(now.run_dir), str(workers.run_dir))
@@ -325,6 +327,7 @@ def test_a_changes_energy_is_its_runs_energy_per_unit_over_the_baselines():
     assert change.saved_money == pytest.approx(now.money - change.money)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_timed_run_says_its_energy_was_unavailable_here_and_over_which_steps(tmp_path):
     plan = MeasurePlan(warmup_steps=3, warmup_s=0.2, window_s=0.3, min_window_steps=5, windows=2)
     config = RunConfig(script=str(SAMPLES / "slow_loader.py"), script_args=("--read-delay", "0.0005"),

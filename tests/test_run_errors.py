@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO, SAMPLES, SCRIPTS, TRACES, diagnose_cli, run_script
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_missing_script_is_a_clear_error_without_traceback(tmp_path):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "no_such_train.py")
     assert proc.returncode == 2
@@ -26,12 +27,14 @@ def test_missing_script_is_a_clear_error_without_traceback(tmp_path):
     (("--nproc-per-node", "x", str(SAMPLES / "healthy.py")), "--nproc-per-node x: not a number of processes"),
     ((str(TRACES / "rocm_mi250_toy.json.gz"),), "it looks like a trace"),
 ])
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_syntax_error_names_the_line_without_our_traceback(tmp_path):
     proc = diagnose_cli("run", "--out", str(tmp_path / "run"), str(SCRIPTS / "syntax_error.py"))
     assert proc.returncode == 2
@@ -39,6 +42,7 @@ def test_syntax_error_names_the_line_without_our_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_existing_out_folder_is_never_overwritten(tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     proc = diagnose_cli("run", "--out", str(tmp_path), str(SAMPLES / "slow_loader.py"))
@@ -61,6 +65,7 @@ def test_script_raising_at_step_7_exits_nonzero_shows_its_error_and_keeps_result
     assert "boom at step 7" in (run.run_dir / "report.html").read_text()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_sigterm_while_the_scripts_error_is_read_keeps_the_error_and_the_results(tmp_path):
     # A rank under torchrun: its all-reduce fails as a peer dies, and torchrun's SIGTERM lands meanwhile.
     run = run_script(SCRIPTS / "raises_at_step.py", "--sigterm-on-error", out=tmp_path / "run",
@@ -82,12 +87,14 @@ def test_script_that_never_reaches_a_step_stops_at_the_startup_limit_and_says_ho
     assert run.diagnosis["startup"]["stopped_at_limit"]  # stopped by --startup-seconds: the script loops forever
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_script_argument_errors_are_the_scripts_own(tmp_path):
     run = run_script(SAMPLES / "args_and_import" / "train.py", out=tmp_path / "run")
     assert run.returncode == 1
     assert "the following arguments are required" in run.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_swallowing_exceptions_does_not_stop_diagnose_from_ending_the_script(tmp_path):
     run = run_script(SCRIPTS / "catches_everything.py", out=tmp_path / "run")
     assert run.returncode == 0, run.stderr
@@ -100,6 +107,7 @@ def _ctrl_c_as_in_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_ctrl_c_writes_a_partial_report(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2",
@@ -147,6 +155,7 @@ def _profiling_started(out) -> bool:
     return log.exists() and "step 20" in log.read_text()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_files_the_script_writes_never_overwrite_the_users_files(tmp_path):
     work = tmp_path / "project"
     work.mkdir()
@@ -166,6 +175,7 @@ def test_files_the_script_writes_never_overwrite_the_users_files(tmp_path):
     assert str(work / "ckpt.pt") in capture["redirected_writes"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_scripts_that_remove_temporary_folders_still_work_under_the_sandbox(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
@@ -181,6 +191,7 @@ def test_scripts_that_remove_temporary_folders_still_work_under_the_sandbox(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "train.py"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_fresh_output_folder_idiom_leaves_the_users_folder_and_its_files_in_place(tmp_path):
     # rmtree then makedirs: on Linux rmtree removes by directory descriptor, which must not slip past the sandbox
     work = tmp_path / "project"
@@ -204,6 +215,7 @@ def test_a_fresh_output_folder_idiom_leaves_the_users_folder_and_its_files_in_pl
     assert str(work / "ckpt" / "model.pt") in capture["restored_files"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_paths_that_leave_a_folder_the_script_made_still_cannot_touch_the_users_files(tmp_path):
     work = tmp_path / "project"
     (work / "user").mkdir(parents=True)
@@ -234,6 +246,7 @@ def test_paths_that_leave_a_folder_the_script_made_still_cannot_touch_the_users_
     assert "FileNotFoundError as usual" in (tmp_path / "run" / "script.log").read_text()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_safetensors_checkpoint_never_overwrites_the_users_file(tmp_path):
     """The Hugging Face Trainer saves with safetensors, which writes from Rust, past open()."""
     pytest.importorskip("safetensors", reason="safetensors is not installed")
@@ -257,6 +270,7 @@ def test_a_safetensors_checkpoint_never_overwrites_the_users_file(tmp_path):
     assert (tmp_path / "run" / "sandbox" / "project" / "model.safetensors").stat().st_size > 50
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_an_atomic_save_that_moves_then_chmods_its_file_works_in_the_sandbox(tmp_path):
     """fsspec's (so Lightning's) checkpoint save: write a temporary file, move it over the target, chmod the target."""
     work = tmp_path / "project"

@@ -67,18 +67,18 @@ def test_healthy_compute_bound_script_has_no_high_finding(sample_run):
     assert not others, d["findings"]
 
 
-def test_host_work_in_every_step_is_traced_to_the_scripts_line(sample_run):
-    d = sample_run("host_overhead.py").diagnosis
+def test_host_work_in_every_step_is_traced_to_the_scripts_line(recorded_run):
+    d = recorded_run("host_overhead").diagnosis
     host = [f for f in d["findings"] if f["category"] == "host-overhead"]
     assert host, d["findings"]
     expected = f"host_overhead.py:{line_of(SAMPLES / 'host_overhead.py', 'time.sleep(0.01)')}"
     assert host[0]["location"].endswith(expected)
 
 
-def test_tiny_batch_gets_a_larger_batch_as_its_first_fix(sample_run):
+def test_tiny_batch_gets_a_larger_batch_as_its_first_fix(recorded_run):
     # per-op overhead (utilization.dispatch-bound) or per-batch overhead (data-loading.batch-too-small), whichever
     # the profiled steps show more of on a given machine: either way the first fix offered is a larger batch
-    d = sample_run("tiny_batch.py").diagnosis
+    d = recorded_run("tiny_batch").diagnosis
     assert d["findings"] and d["findings"][0]["optimizations"][0] == "batch_size", d["findings"]
 
 
@@ -104,6 +104,7 @@ def test_tiny_batch_wait_for_data_is_per_batch_overhead_fixed_by_a_larger_batch_
     assert "batch_size=32" in data[0]["fix_code"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_script_with_required_arguments_and_sibling_import_runs_with_its_arguments(sample_run):
     script = "args_and_import/train.py"
     run = sample_run(script, "--lr", "0.01", "256")
@@ -111,6 +112,7 @@ def test_script_with_required_arguments_and_sibling_import_runs_with_its_argumen
     assert run.diagnosis["steps_profiled"] == 8
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_double_dash_separates_script_arguments(sample_run):
     run = sample_run("args_and_import/train.py", "--", "--lr", "0.01", "256")
     assert run.returncode == 0, run.stderr
@@ -120,6 +122,7 @@ def test_double_dash_separates_script_arguments(sample_run):
     assert capture["script_args"] == ["--lr", "0.01", "256"] and capture["loaders"][0]["dataset_len"] == 256
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_manual_update_without_dataloader_or_optimizer_still_gets_steps(sample_run):
     run = sample_run("manual_update.py")
     assert run.returncode == 0, run.stderr
@@ -128,6 +131,7 @@ def test_manual_update_without_dataloader_or_optimizer_still_gets_steps(sample_r
     assert run.diagnosis["steps_profiled"] == 8
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
     script = tmp_path / "train.py"
     shutil.copy(SAMPLES / "slow_loader.py", script)
@@ -138,6 +142,7 @@ def test_the_users_script_and_folder_are_left_as_they_were(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_cpu_heavy_preprocessing_is_found_deterministic(sample_run):
     d = sample_run("cpu_preprocessing.py").diagnosis
     assert d["metrics"]["dataset_deterministic"] == 1.0  # the same index fetched twice gave the same item
@@ -154,6 +159,7 @@ def test_deterministic_cpu_heavy_preprocessing_is_diagnosed_as_cacheable(sample_
     assert d["metrics"]["dataset_deterministic"] == 1.0 and d["metrics"]["dataset_item_cpu_frac"] >= 0.5
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_per_step_counts_leave_out_an_evaluation_loop_after_the_training_steps(tmp_path):
     run = run_script(SCRIPTS / "evaluates_after_training.py", out=tmp_path / "run",
                      options=("--warmup", "2", "--experiments", "none"))

@@ -41,6 +41,7 @@ def map_baseline(tmp_path_factory):
     return [timed_run(tmp, f"base{i}", "--shuffle") for i in range(2)]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_shuffled_map_style_loader_with_workers_feeds_the_same_sequence(tmp_path, map_baseline):
     variant = timed_run(tmp_path, "workers", "--shuffle", "--num-workers", "4", workers=4)
     check = check_variant([m.fed for m in map_baseline], [variant.fed], None)
@@ -53,6 +54,7 @@ def test_shuffled_map_style_loader_with_workers_feeds_the_same_sequence(tmp_path
     assert all(w.unique_samples == w.samples for w in variant.windows)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_wrapper_that_drops_every_other_sample_is_caught(tmp_path, map_baseline):
     variant = timed_run(tmp_path, "dropped", "--shuffle", "--drop-every-other")
     check = check_variant([m.fed for m in map_baseline], [variant.fed], None)
@@ -60,6 +62,7 @@ def test_a_wrapper_that_drops_every_other_sample_is_caught(tmp_path, map_baselin
     assert "of the baseline's samples were never fed" in check.detail
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_an_unsharded_stream_read_by_four_workers_feeds_every_sample_four_times(tmp_path):
     baseline = [timed_run(tmp_path, "base", "--stream")]
     variant = timed_run(tmp_path, "workers", "--stream", "--num-workers", "4", workers=4)
@@ -72,6 +75,7 @@ def test_an_unsharded_stream_read_by_four_workers_feeds_every_sample_four_times(
     assert sum(w.unique_samples for w in variant.windows) <= fed / 3
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_stream_sharded_across_workers_feeds_the_same_samples(tmp_path):
     baseline = [timed_run(tmp_path, "base", "--stream", "--shard")]
     variant = timed_run(tmp_path, "workers", "--stream", "--shard", "--num-workers", "4", workers=4)
@@ -79,11 +83,13 @@ def test_a_stream_sharded_across_workers_feeds_the_same_samples(tmp_path):
     assert check.verdict == SAME_SAMPLES, check  # worker k reads items k, k+4, ...: another order, same samples
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_random_items_are_not_checked_and_say_why(map_baseline):
     check = check_variant([m.fed for m in map_baseline], [map_baseline[1].fed], "the dataset returns random items")
     assert check.verdict == UNCHECKED and "random items" in check.detail
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_an_unsharded_stream_gets_the_sharding_fix_and_no_worker_experiment(tmp_path):
     out = tmp_path / "run"
     proc = diagnose_cli("run", "--out", str(out), "--warmup", "3", "--steps", "8", "--budget-seconds", "60",

@@ -43,6 +43,7 @@ TRAIN_STEPS = (
     "    loss = model(torch.randn(8, 4)).pow(2).mean()\n    opt.zero_grad(); loss.backward(); opt.step()\n")
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_file_the_script_writes_is_read_by_the_subprocess_it_starts(tmp_path):
     """What inductor does before g++ compiles: write a source file from Python, start a process that reads it."""
     work = _project(tmp_path, (
@@ -68,6 +69,7 @@ def test_a_file_the_script_writes_is_read_by_the_subprocess_it_starts(tmp_path):
     assert str(work / "generated.txt") in capture["redirected_writes"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_run_killed_mid_way_still_gets_the_users_files_back(tmp_path):
     work = _project(tmp_path, (
         "import os, signal, torch\n" + TRAIN_STEPS +
@@ -186,6 +188,7 @@ def test_another_diagnose_runs_folder_in_the_project_is_not_the_users_change(tmp
     assert result.unrestored == ()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_diagnoses_own_output_redirected_into_the_project_is_not_the_users_change(tmp_path):
     """`diagnose run train.py > run.log 2>&1` in the project folder: run.log grows during the run (issue 40)."""
     from conftest import REPO
@@ -203,6 +206,7 @@ def test_diagnoses_own_output_redirected_into_the_project_is_not_the_users_chang
     assert capture["unrestored_files"] == []
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_another_diagnose_runs_redirected_output_is_not_the_users_change(tmp_path):
     """Two runs in one folder, each `> its.log`: the other run's log grows during this one (issue 40). A stand-in
     `diagnose` command writes its log in the project while this run's sandbox lists and restores it."""

@@ -45,6 +45,7 @@ def tiny_run(tmp_path_factory):
     return _run(tmp_path_factory, 2)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_counted_flops_match_the_closed_form_forward_and_backward(gemm_run):
     light = gemm_run.diagnosis["speed_of_light"]
     forward, backward = mlp_flops(256)
@@ -63,6 +64,7 @@ def test_counted_flops_match_the_closed_form_forward_and_backward(gemm_run):
     assert modules["Sequential.0"] == 2 * 2.0 * 256 * WIDTH * WIDTH and len(modules) == LAYERS + 1
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_mfu_is_a_share_of_the_measured_peak_and_higher_for_a_large_batch(gemm_run, tiny_run):
     big, small = gemm_run.diagnosis["speed_of_light"], tiny_run.diagnosis["speed_of_light"]
     for light in (big, small):

@@ -10,6 +10,7 @@ from conftest import SCRIPTS, assert_matches_schema, run_script
 FAST = ("--warmup", "3", "--steps", "6", "--experiments", "none")
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_loss_that_goes_nan_is_the_first_finding_and_the_speed_findings_say_so(tmp_path):
     run = run_script(SCRIPTS / "diverges.py", out=tmp_path / "run", options=FAST)
     assert run.returncode == 0, run.stderr
@@ -28,6 +29,7 @@ def test_a_loss_that_goes_nan_is_the_first_finding_and_the_speed_findings_say_so
     assert "set_detect_anomaly" in (run.run_dir / "report.html").read_text()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_run_that_trains_has_finite_losses_and_no_such_finding(tmp_path):
     run = run_script(SCRIPTS / "diverges.py", "--lr", "1e-5", out=tmp_path / "run", options=FAST)
     assert run.returncode == 0, run.stderr
@@ -37,6 +39,7 @@ def test_a_run_that_trains_has_finite_losses_and_no_such_finding(tmp_path):
     assert "Not training" not in run.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_step_that_never_ends_is_diagnosed_as_hung_where_it_waits(tmp_path):
     run = run_script(SCRIPTS / "deadlocks.py", out=tmp_path / "run",
                      options=("--experiments", "none", "--max-seconds", "8"))
@@ -72,6 +75,7 @@ def test_a_killed_dataloader_worker_ends_the_run_with_its_error_and_the_steps_it
         assert "did not start under the profiler" not in run.stderr
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix(tmp_path):
     killed = run_script(SCRIPTS / "worker_killed.py", out=tmp_path / "killed", options=("--experiments", "none"))
     assert killed.returncode == 1, killed.stderr
@@ -104,6 +108,7 @@ def test_a_worker_killed_or_dying_of_a_bus_error_is_named_with_its_cause_and_fix
     assert "num_workers=0" in failure["fix"] and "faulthandler" in failure["fix"]
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_step_that_waits_in_native_code_is_ended_and_diagnosed_where_it_waits(tmp_path):
     # a C++ wait never returns to Python for the deadline's handler (a collective, a device sync): a watchdog
     # thread reads where the main thread is, writes the results and ends the process
@@ -120,6 +125,7 @@ def test_a_step_that_waits_in_native_code_is_ended_and_diagnosed_where_it_waits(
     assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # hung before any profiled step
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(tmp_path):
     # the workers are processes: each dumps its own stack (faulthandler) when the step has hung
     run = run_script(SCRIPTS / "worker_hangs.py", out=tmp_path / "run",

@@ -29,6 +29,7 @@ def loop_run(tmp_path_factory):
     return get
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_run_reports_the_unprofiled_step_time_and_the_profilers_overhead(sample_run):
     run = sample_run("host_overhead.py")
     assert run.returncode == 0, run.stderr
@@ -71,6 +72,7 @@ def test_a_script_that_ends_inside_the_timed_window_says_how_many_steps_fit(loop
     assert capture["wall_s"] < 60 and samples  # (written by the second attempt, as the capture was)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_script_that_ends_inside_the_profiled_window_keeps_its_timed_steps(loop_run):
     run = loop_run("--steps", "15")  # 3 warm-up + 8 timed (as many as are profiled), then 4 of the 8 to profile
     assert run.returncode == 0, run.stderr
@@ -93,6 +95,7 @@ def test_analyze_has_no_unprofiled_step_time(tmp_path):
     assert "Profiled mean step" in html and "timed without the profiler" not in html
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_autocast_entered_disabled_is_not_counted(loop_run):
     run = loop_run("--autocast", "off")
     assert run.returncode == 0, run.stderr
@@ -102,6 +105,7 @@ def test_autocast_entered_disabled_is_not_counted(loop_run):
     assert capture["autocast_dtypes"] == [] and capture["counters"]["autocast_disabled"] > 0
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_enabled_autocast_is_counted_with_its_dtype(loop_run):
     run = loop_run("--autocast", "bf16")
     assert run.returncode == 0, run.stderr
@@ -128,6 +132,7 @@ def test_a_capture_written_before_the_unprofiled_window_still_loads(sample_run):
     assert from_jsonable(Capture, to_jsonable(capture)) == capture
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_amp_is_tried_when_autocast_was_only_entered_disabled(loop_run):
     from diagnose.optimizations.amp import Amp
     from diagnose.optimizations.base import Context

@@ -40,6 +40,7 @@ def _sample_and_run(env_dir: Path, work: Path, *run_options: str, timeout: float
     return (work / "run" / "report.html").read_text()
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_wheel_installed_in_a_fresh_venv_runs_the_bundled_sample(tmp_path):
     wheel = _wheel(tmp_path)
     env_dir = tmp_path / "venv"

@@ -30,12 +30,14 @@ def _assert_diagnosed_and_trained_on(tmp_path, outcome: dict, steps: int, last_s
     assert len(list((run / "tb").glob("rank0.*.pt.trace.json"))) == 1
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_window_at_a_step_of_a_hand_written_loop(tmp_path):
     outcome = _train(tmp_path, "window_loop.py", "at")
     assert outcome["first_profiled"] == 100
     _assert_diagnosed_and_trained_on(tmp_path, outcome, steps=5, last_step=119)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_window_opens_when_steps_slow_down(tmp_path):
     outcome = _train(tmp_path, "window_loop.py", "slower")
     assert 71 <= outcome["first_profiled"] <= 76, "steps slow down from step 70; the window opens soon after"
@@ -56,6 +58,7 @@ def test_a_window_needs_a_trigger_and_a_positive_step_count():
         diagnose.window(at_step=10, steps=0)
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_lightning_callback_diagnoses_a_window_at_step_200(tmp_path):
     pytest.importorskip("lightning", reason="Lightning is not installed (pip install '.[frameworks]')")
     outcome = _train(tmp_path, "lightning_window.py")
