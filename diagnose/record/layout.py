@@ -56,4 +56,4 @@ class RunFolder:
 
 # everything diagnose writes at the top of a run folder (temporary files of atomic writes end in .tmp)
 OWN_ENTRIES = frozenset(e.name for e in vars(RunFolder).values() if isinstance(e, _Entry))
-
+HAND_BACKS = "changes.json"  # in changes/, beside the patches: what `diagnose apply` reads

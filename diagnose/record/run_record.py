@@ -27,14 +27,13 @@ from diagnose.model import (
     SourceFiles,
     StackSamples,
 )
-from diagnose.record.layout import OWN_ENTRIES, RunFolder
+from diagnose.record.layout import HAND_BACKS, OWN_ENTRIES, RunFolder
 from diagnose.serial import read_json, write_json
 
 T = TypeVar("T")
 RANK_DIR = re.compile(r"^rank(\d+)$")  # ranks/rankN
 RANK_TRACE = re.compile(r"rank(\d+)\.")  # tb/rankN.<worker>.pt.trace.json: the trace handler's name, rank first
 TRACES = "*.pt.trace.json*"
-HAND_BACKS = "changes.json"  # in changes/, beside the patches
 
 
 class RunRecord:
