@@ -133,6 +133,13 @@ def test_the_users_files_are_told_apart_from_diagnoses(tmp_path):
     assert not record.has_own_config() and record.foreign_entries() == ["config.json", "notes.md"]
 
 
+def test_the_scripts_log_reads_as_text_and_as_nothing_before_it_ran(tmp_path):
+    record = RunRecord(tmp_path)
+    assert record.script_log() == ""
+    record.files.script_log.write_bytes(b"step 1\n\xff\n")
+    assert record.script_log() == "step 1\n\ufffd\n"  # a script's odd bytes do not stop the reading
+
+
 def test_a_timed_runs_or_a_ranks_folder_lies_in_its_run(tmp_path):
     record = RunRecord(tmp_path)
     record.save_config(RunConfig("train.py", (), str(tmp_path), 5, 20, 60.0))
@@ -163,4 +170,8 @@ def test_only_the_record_opens_a_run_folders_files():
             elif (isinstance(node, ast.Attribute) and node.attr in typed and isinstance(node.value, ast.Attribute)
                   and node.value.attr == "files"):
                 found.append(f"{where} .files.{node.attr}: load or save it through the RunRecord")
+            elif (isinstance(node, ast.Attribute) and node.attr in ("read_text", "read_bytes")
+                  and isinstance(node.value, ast.Attribute) and isinstance(node.value.value, ast.Attribute)
+                  and node.value.value.attr == "files"):
+                found.append(f"{where} reads .files.{node.value.attr}: read it through the RunRecord")
     assert found == [], "a run folder's files are opened outside diagnose/record:\n" + "\n".join(found)

@@ -365,6 +365,6 @@ def _error_text(label: str, measurement: Optional[Measurement], folder: Path) ->
         return f"{label}: {measurement.error.type}: {measurement.error.message}"
     if measurement is not None:
         return f"{label}: the script ended with status {measurement.status} before a timed window"
-    log = RunRecord(folder).files.script_log
-    last = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:] if log.exists() else []
-    return f"{label}: the process died ({last[0] if last else 'no output'}); see {log}"
+    record = RunRecord(folder)
+    last = [line for line in record.script_log().splitlines() if line.strip()][-1:]
+    return f"{label}: the process died ({last[0] if last else 'no output'}); see {record.files.script_log}"

@@ -234,8 +234,7 @@ def _read_measurement(folder: Path) -> Measurement:
     measured = record.job_measurement()
     if measured is not None:
         return measured
-    files = record.files
-    log = files.script_log.read_text(errors="replace")[-2000:] if files.script_log.exists() else ""
+    log = record.script_log()[-2000:]
     return Measurement(status=Status.CRASHED, windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
                        peak_memory_bytes=None, steps_seen=0, error=None if not log else _crash_error(log))
 

@@ -180,6 +180,11 @@ class RunRecord:
         for path in (self.files.tb, self.files.ranks):
             shutil.rmtree(path, ignore_errors=True)
 
+    def script_log(self) -> str:
+        """What the script printed (script.log), "" when it printed nothing or never started."""
+        log = self.files.script_log
+        return log.read_text(errors="replace") if log.exists() else ""
+
     def first_failed_rank(self) -> Optional[int]:
         """The rank torchrun saw fail first (None where it could not tell): the others may fail after it."""
         try:
