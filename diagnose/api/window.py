@@ -81,7 +81,7 @@ class Window:
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         self.out, self.name = out, name
         self.run_dir: Optional[Path] = None  # made when the window opens: a run that never reaches it leaves none
-        self.record: Optional[RunRecord] = None
+        self.folder = None  # the run folder's paths (its RunRecord's files), once the window opens
         self.clock = StepClock(when_slower)
         self.count = -1  # step() calls so far, less one: the number of the step that starts
         self.last_number: Optional[int] = None
@@ -136,7 +136,7 @@ class Window:
         if self.analysis.is_alive():
             raise TimeoutError(f"the analysis of {self.run_dir} is still running")
         if self.child is None or self.child.returncode not in (0, 3):
-            raise UserError(f"the analysis of {self.run_dir} failed", f"see {self.record.files.analysis_log}")
+            raise UserError(f"the analysis of {self.run_dir} failed", f"see {self.folder.analysis_log}")
         return Result.load(self.run_dir)
 
     def _opens_at(self, current: int, slower: bool) -> bool:
@@ -153,14 +153,14 @@ class Window:
         import torch
 
         self.run_dir = _run_dir(self.out, self.name or _script_name(), self.at_step, self.world)
-        self.record = RunRecord(self.run_dir)
+        self.folder = RunRecord(self.run_dir).files
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.record.files.tb.mkdir(parents=True, exist_ok=True)
+        self.folder.tb.mkdir(parents=True, exist_ok=True)
         self.profiler = torch.profiler.profile(
             activities=activities, record_shapes=True, profile_memory=True,
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.record.files.tb),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.folder.tb),
                                                                    worker_name=f"rank{self.rank}"))
         _sync_device()  # the window starts with an empty device queue: no earlier step's kernels in it
         self.profiler.start()
@@ -203,16 +203,16 @@ class Window:
         """Rank 0, off the training thread: wait for every rank's trace, then analyse them in a process of its own
         (no share of this one's interpreter lock), which writes the report into the run folder."""
         deadline = time.monotonic() + RANKS_WAIT_S
-        while len(list(self.record.files.tb.glob("rank*.json*"))) < self.world and time.monotonic() < deadline:
+        while len(list(self.folder.tb.glob("rank*.json*"))) < self.world and time.monotonic() < deadline:
             time.sleep(0.5)
         command = [sys.executable, "-m", "diagnose.api.window_analysis", str(self.run_dir), _script_name()]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                             os.environ.get("PYTHONPATH", "")])}
-        with open(self.record.files.analysis_log, "w") as log:
+        with open(self.folder.analysis_log, "w") as log:
             self.child = subprocess.Popen(command, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL)
             self.child.wait()
         if self.child.returncode in (0, 3):
-            self._say(f"report: {self.record.files.report}")
+            self._say(f"report: {self.folder.report}")
 
     def _say(self, text: str) -> None:
         if not self.quiet:
