@@ -18,6 +18,7 @@ def capture_command(config: RunConfig) -> int:
     """This process is one rank of a job the user launched (torchrun, srun...): run the capture in it, writing
     into the shared folder OUT (RUN/ranks/rankN and RUN/tb/rankN.*); `diagnose report OUT` merges them."""
     from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, run_child
+
     check_script(config.script)
     os.environ[DISTRIBUTED_ENV] = "1"
     run_dir = Path(config.out_dir).resolve()
