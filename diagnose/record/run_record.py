@@ -320,7 +320,6 @@ def _save_text(path: Path, text: str) -> Path:
     return path
 
 
-def is_run_folder(path: Any) -> bool:
+def is_run_folder(path: Path) -> bool:
     """A folder diagnose wrote (its own config.json), as opposed to a folder of the user's traces."""
-    path = Path(path)
     return path.is_dir() and RunRecord(path).has_own_config()
