@@ -95,6 +95,9 @@ def test_ranks_folders_are_records_and_their_captures_merge_into_the_runs(tmp_pa
     assert merged.status == Status.SCRIPT_ERROR and merged.ranks == (0, 1)
     assert not record.has_capture()  # a command that only reads leaves the folder as it was
     assert record.merge_rank_captures() == merged and record.capture() == merged
+    assert record.first_failed_rank() is None  # torchrun said nothing: the ranks' own errors decide
+    record.save_launcher_failure(1, 1, [0, 1])
+    assert record.first_failed_rank() == 1
 
 
 def test_a_jobs_measurement_is_its_own_else_its_ranks(tmp_path):

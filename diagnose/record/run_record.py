@@ -192,9 +192,9 @@ class RunRecord:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def save_launcher_failure(self, first_failed_rank: Optional[int], exitcode: int, failed_ranks: list[int]) -> None:
-        self.files.launcher.write_text(json.dumps({"first_failed_rank": first_failed_rank, "exitcode": exitcode,
-                                                   "failed_ranks": failed_ranks}))
+    def save_launcher_failure(self, first_failed_rank: Optional[int], exitcode: int, failed_ranks: list[int]) -> Path:
+        return _save_text(self.files.launcher, json.dumps({"first_failed_rank": first_failed_rank,
+                                                           "exitcode": exitcode, "failed_ranks": failed_ranks}))
 
     def rank(self, rank: int) -> RunRecord:
         """The folder of one rank of a job launched by torchrun or the user's launcher (ranks/rankN)."""
@@ -260,8 +260,8 @@ class RunRecord:
         """The run folder this one lies in when it is a timed run's (experiments/NN-name) or a rank's
         (ranks/rankN), else itself: the whole of it is diagnose's own."""
         top = self.path.resolve()
-        while top.parent.name in (RunFolder.experiment_runs.name, RunFolder.ranks.name) and RunFolder(
-                top.parent.parent).config.exists():
+        while top.parent.name in (RunFolder.experiment_runs.name, RunFolder.ranks.name) and RunRecord(
+                top.parent.parent).has_config():
             top = top.parent.parent
         return RunRecord(top)
 
