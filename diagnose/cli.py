@@ -63,15 +63,14 @@ def _check_templates(templates_dir: Optional[str]) -> None:
 
 def _check_run_folder(run_dir: Path) -> None:
     """`diagnose report` writes into RUN_DIR: refuse any folder `diagnose run` did not write."""
-    hint = "pass a folder written by `diagnose run`"
-    if not run_dir.is_dir():
-        raise UserError(f"run folder not found: {run_dir}", hint)
-    from diagnose.runfolder import foreign_entries, has_own_config
+    from diagnose.record.run_record import RunRecord
 
-    if not has_own_config(run_dir):
+    hint = "pass a folder written by `diagnose run`"
+    record = RunRecord.existing(run_dir)
+    if not record.has_own_config():
         raise UserError(f"{run_dir} is not a run folder: it has no config.json written by diagnose", hint +
                         " or `diagnose capture`; for traces of your own use `diagnose analyze`")
-    foreign = foreign_entries(run_dir)
+    foreign = record.foreign_entries()
     if foreign:  # report rewrites analysis.json, report.html and the traces: never over files not ours
         raise UserError(f"{run_dir} holds files diagnose did not write: {', '.join(foreign[:5])}",
                         "pass the run folder itself, as `diagnose run` or `diagnose capture` made it")

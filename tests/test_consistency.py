@@ -50,9 +50,9 @@ def test_every_optimization_a_rule_names_is_registered():
     assert advice_only <= named  # a recommendation that no rule names would never be shown
 
 
-def test_run_folder_names_are_spelled_only_in_runfolder():
+def test_run_folder_names_are_spelled_only_in_the_layout():
     # `path / "capture.json"` elsewhere would be a second place to keep a name: RunFolder names the paths
-    from diagnose.runfolder import OWN_ENTRIES
+    from diagnose.record.layout import OWN_ENTRIES
 
     package = OPTIMIZATIONS_DIR.parent
     spelled = []
@@ -106,20 +106,17 @@ def _computed_in_run_mode(run) -> set[str]:
     from dataclasses import replace
 
     from diagnose.analysis.analyze import Inputs, analyze
-    from diagnose.model import Capture, Samples, StackSamples
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import read_json
+    from diagnose.record.run_record import RunRecord
     from diagnose.trace.load import load_trace
 
-    folder = RunFolder(run.run_dir)
-    capture = read_json(folder.capture, Capture)
+    record = RunRecord(run.run_dir)
+    capture = record.capture()
     on_gpu = replace(capture, memory_kind="cuda", peak_memory_bytes=75 << 30, memory_capacity_bytes=80 << 30,
                      allocator={"alloc_retries": 9, "ooms": 0, "peak_allocated_bytes": 40 << 30,
                                 "peak_reserved_bytes": 75 << 30},
                      optimizers=tuple(replace(o, foreach=False) for o in capture.optimizers))
-    [trace] = sorted(folder.tb.glob("*.pt.trace.json*"))
-    inputs = Inputs(load_trace(trace), on_gpu, read_json(folder.samples, Samples),
-                    read_json(folder.stacks, StackSamples))
+    [trace] = record.trace_paths()
+    inputs = Inputs(load_trace(trace), on_gpu, record.samples(), record.stacks())
     return _computed(run.diagnosis["metrics"]) | _computed(analyze(inputs).metrics)
 
 

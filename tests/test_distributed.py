@@ -60,14 +60,14 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     assert d["steps_profiled"] >= 1 and (run.run_dir / "report.html").exists()
     # had torchrun seen rank 0 fail first (its all-reduce lost its peer: gloo's "Connection closed by peer"),
     # the error named is still rank 1's own
-    from diagnose.capture.rank_files import merge_rank_captures
+    from diagnose.record.run_record import RunRecord
 
     rank0 = json.loads((run.run_dir / "ranks" / "rank0" / "capture.json").read_text())
     # rank 0's all-reduce lost its peer, or torchrun stopped it first (SIGTERM): a race, either is right
     assert (rank0["error"] is not None and "Connection closed by peer" in rank0["error"]["message"]) or \
         rank0["status"] == "stopped", (rank0["status"], rank0["error"])
     (run.run_dir / "launcher.json").write_text(json.dumps({"first_failed_rank": 0, "exitcode": 1}))
-    assert merge_rank_captures(run.run_dir).error.message.startswith("rank 1: rank 1 cannot read its shard")
+    assert RunRecord(run.run_dir).merge_rank_captures().error.message.startswith("rank 1: rank 1 cannot read its shard")
 
 
 @pytest.mark.slow  # long (a whole run or several): the slow tier

@@ -10,8 +10,7 @@ from conftest import SCRIPTS
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments.scheduler import TIMED_ENTRY
 from diagnose.model import Measurement, MeasurePlan, RunConfig, Status
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.record.run_record import RunRecord
 
 SHORT = SCRIPTS / "short_epochs.py"
 
@@ -23,7 +22,7 @@ def timed_run(folder, *script_args: str, max_seconds: float = 60, **plan) -> Mea
     config = RunConfig(script=str(SHORT), script_args=script_args, out_dir=str(folder), warmup_steps=0,
                        profile_steps=0, max_seconds=max_seconds, measure=plan)
     run_in_child(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
-    return read_json(RunFolder(folder).measure, Measurement)
+    return RunRecord(folder).measure()
 
 
 def step_ms(m: Measurement) -> float:

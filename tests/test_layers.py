@@ -1,7 +1,10 @@
 """The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
 
-    model/serial/errors <- trace <- capture <- analysis <- rules <- experiments <- compare <- report <- commands
-        <- api <- cli
+    model/serial/errors <- record <- trace <- capture <- analysis <- rules <- experiments <- compare <- report
+        <- commands <- api <- cli
+
+The record (diagnose/record/) owns the run folder: it loads and saves the model's records there, so it sits right
+above them, and every stage that reads or writes a run folder does it through a RunRecord.
 
 The trace package reads traces behind one surface (diagnose/trace/__init__.py): analysis/ and compare/ import
 that surface, never a module inside the package (test_analysis_and_compare_read_traces_through_the_surface).
@@ -18,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "diagnose"
 # lowest first; a module belongs to the layer of its longest listed prefix
 LAYERS = (
     ("base", ("diagnose", "diagnose.model", "diagnose.serial", "diagnose.errors", "diagnose.resources",
-              "diagnose.formatting", "diagnose.runfolder", "diagnose.step_hook")),
+              "diagnose.formatting", "diagnose.step_hook")),
+    ("record", ("diagnose.record",)),
     ("trace", ("diagnose.trace",)),
     ("capture", ("diagnose.capture", "diagnose.frameworks")),
     ("analysis", ("diagnose.analysis", "diagnose.tbcompat")),

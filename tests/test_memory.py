@@ -12,8 +12,7 @@ from diagnose.capture.runner import run_in_child
 from diagnose.experiments.memory_fit import probe_result
 from diagnose.experiments.scheduler import TIMED_ENTRY, Arm, child_environment
 from diagnose.model import Change, Measurement, MeasurePlan, RunConfig
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.record.run_record import RunRecord
 
 OUTGROWS = SCRIPTS / "outgrows_memory.py"
 HEAVY = SCRIPTS / "activation_heavy.py"  # ~0.1 MiB of activations a sample, light compute: runs out at 8192
@@ -210,7 +209,7 @@ def _short_run(tmp_path, name: str, batch: int, *changes: Change) -> Measurement
                        profile_steps=0, max_seconds=120, measure=plan, memory_limit_bytes=700 * 10**6,
                        environment=child_environment(arm))
     run_in_child(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
-    return read_json(RunFolder(folder).measure, Measurement)
+    return RunRecord(folder).measure()
 
 
 @pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier

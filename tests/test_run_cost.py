@@ -15,7 +15,7 @@ from conftest import REPO, SAMPLES, diagnose_cli, run_script
 from torch.utils.data import DataLoader, TensorDataset
 
 from diagnose.capture import run_length
-from diagnose.capture.energy import MIN_COUNTER_WINDOW_S, POWERCAP, EnergyMeter, RaplCounters, summed_over_ranks
+from diagnose.capture.energy import MIN_COUNTER_WINDOW_S, POWERCAP, EnergyMeter, RaplCounters
 from diagnose.capture.runner import run_in_child
 from diagnose.experiments.run_cost import energy_ratio, run_cost, with_user_length
 from diagnose.experiments.scheduler import TIMED_ENTRY
@@ -35,9 +35,10 @@ from diagnose.model import (
     Startup,
     Verdict,
 )
+from diagnose.record.ranks import summed_over_ranks
+from diagnose.record.run_record import RunRecord
 from diagnose.report.run_cost import terminal_lines
-from diagnose.runfolder import RunFolder
-from diagnose.serial import dumps, from_jsonable, read_json
+from diagnose.serial import dumps, from_jsonable
 
 # slow_loader.py as it comes: two epochs of 120 steps, about 20 s plainly; of that, 2.5-4.5 s of start-up that
 # moves with the machine's load (a shorter run would test mostly that)
@@ -333,7 +334,7 @@ def test_a_timed_run_says_its_energy_was_unavailable_here_and_over_which_steps(t
     config = RunConfig(script=str(SAMPLES / "slow_loader.py"), script_args=("--read-delay", "0.0005"),
                        out_dir=str(tmp_path), warmup_steps=0, profile_steps=0, max_seconds=60, measure=plan)
     run_in_child(config, tmp_path, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
-    measurement = read_json(RunFolder(tmp_path).measure, Measurement)
+    measurement = RunRecord(tmp_path).measure()
     (host,) = measurement.energy  # no GPU here: the host's RAPL only, and it is absent
     assert host.domain == "host" and host.joules is None and "powercap" in host.note
     assert host.steps == sum(w.wall_steps for w in measurement.windows) and host.samples == 16 * host.steps

@@ -14,8 +14,7 @@ from diagnose.capture.runner import run_in_child
 from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENCE, UNCHECKED, check_variant
 from diagnose.experiments.scheduler import TIMED_ENTRY
 from diagnose.model import Measurement, MeasurePlan, RunConfig
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.record.run_record import RunRecord
 
 FED = SCRIPTS / "fed_samples.py"
 
@@ -30,7 +29,7 @@ def timed_run(tmp_path, name: str, *script_args: str, workers: int = 0) -> Measu
     config = RunConfig(script=str(FED), script_args=script_args, out_dir=str(folder), warmup_steps=0,
                        profile_steps=0, max_seconds=60, measure=plan)
     run_in_child(config, folder, lambda line, is_err: None, lambda line: None, TIMED_ENTRY)
-    measurement = read_json(RunFolder(folder).measure, Measurement)
+    measurement = RunRecord(folder).measure()
     assert measurement.windows, measurement
     return measurement
 

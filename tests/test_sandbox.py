@@ -169,13 +169,12 @@ def test_what_lands_in_a_folder_the_script_made_goes_aside_and_other_new_files_s
 def test_another_diagnose_runs_folder_in_the_project_is_not_the_users_change(tmp_path):
     """Two `diagnose run --out` in one folder at once: each writes in its own run folder meanwhile (issue 40)."""
     from diagnose.model import RunConfig
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import write_json
+    from diagnose.record.run_record import RunRecord
 
     work = tmp_path / "project"
     other = work / "c1"
     (other / "sandbox" / ".state").mkdir(parents=True)
-    write_json(RunFolder(other).config, RunConfig("train.py", (), str(other), 1, 2, 60.0))
+    RunRecord(other).save_config(RunConfig("train.py", (), str(other), 1, 2, 60.0))
     (other / "script.log").write_text("step 1\n")
     (other / "sandbox" / ".state" / "owner.json").write_text("{}")
     (work / "edited.txt").write_text("before")

@@ -258,9 +258,8 @@ def test_diagnose_run_measures_a_stale_peak_again_and_keeps_the_achieved_rate(tm
 
     from diagnose.analysis.speed_of_light import speed_of_light
     from diagnose.commands import run as run_command
-    from diagnose.model import FlopCount, MachinePeaks, Peak
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import read_json
+    from diagnose.model import FlopCount, Peak
+    from diagnose.record.run_record import RunRecord
 
     flops = FlopCount(1.3e9, {"forward": 1.3e9}, {"float32": 1.3e9}, "torch's counter")
     light = speed_of_light(flops, 0.01, (Peak("cpu0", "float32", 100e9, "measured: busy"),))
@@ -273,7 +272,7 @@ def test_diagnose_run_measures_a_stale_peak_again_and_keeps_the_achieved_rate(tm
     quiet = Console(file=io.StringIO())
     assert run_command._remeasure_stale_peaks(quiet, tmp_path, capture, analysis)
     assert asked == [("cpu", {"fresh": True, "at_least": {"float32": pytest.approx(130e9)}})]
-    assert read_json(RunFolder(tmp_path).peaks, MachinePeaks).peaks == fresh
+    assert RunRecord(tmp_path).peaks().peaks == fresh
     # a step under its peak measures nothing
     under = SimpleNamespace(speed_of_light=speed_of_light(flops, 0.02, fresh))
     assert not run_command._remeasure_stale_peaks(quiet, tmp_path, capture, under) and len(asked) == 1

@@ -3,7 +3,6 @@ trace files a user passes; each analysed, and several ranks combined."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -12,11 +11,9 @@ from diagnose.analysis.metric_values import trace_gpu_name
 from diagnose.analysis.ranks import combine, rank_of
 from diagnose.capture.datasheets import datasheet_peaks
 from diagnose.capture.peak_cache import cached_peaks
-from diagnose.capture.rank_files import rank_dirs
 from diagnose.errors import UserError
-from diagnose.model import Analysis, Capture, MachinePeaks, Peak, Samples, StackSamples
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json, write_json
+from diagnose.model import Analysis, Capture, Peak
+from diagnose.record.run_record import RunRecord
 from diagnose.tbcompat import adapt_trace_for_tensorboard
 from diagnose.trace import (
     MAX_EVENTS,
@@ -29,45 +26,27 @@ from diagnose.trace import (
     usable_cores,
 )
 
-RANK_TRACE = re.compile(r"rank(\d+)\.")  # tb/rankN.<worker>.pt.trace.json: the trace handler's name, rank first
 
-
-def trace_paths(run_dir: Path) -> list[Path]:
-    return sorted(p for p in RunFolder(run_dir).tb.glob("*.pt.trace.json*") if not p.name.endswith(".tmp"))
-
-
-def rank_traces(traces: list[Path]) -> dict[int, Path]:
-    """Each rank's trace among `traces` (sorted), by rank: the last when a rank wrote several."""
-    found = {}
-    for path in traces:
-        match = RANK_TRACE.match(path.name)
-        if match:
-            found[int(match.group(1))] = path
-    return found
-
-
-def analyze_run(run_dir: Path, capture: Optional[Capture], jobs: int = 1) -> Optional[Analysis]:
-    traces = trace_paths(run_dir)
+def analyze_run(record: RunRecord, capture: Optional[Capture], jobs: int = 1) -> Optional[Analysis]:
+    traces = record.trace_paths()
     if not traces:
         return None
-    ranks, by_rank = rank_dirs(run_dir), rank_traces(traces)
-    summarized = {path for rank, path in by_rank.items() if rank in ranks and _fresh_summary(ranks[rank], path)}
+    ranks, by_rank = record.ranks(), record.rank_trace_paths()
+    summarized = {path for rank, path in by_rank.items() if rank in ranks and ranks[rank].analysis_is_fresh(path)}
     for path in traces:
         if path not in summarized:  # a rank that analysed its own trace adapted it too: not read here
             _adapt_for_tensorboard(path)
     if ranks:
-        analysis = _analyze_ranks(run_dir, ranks, by_rank, jobs)
+        analysis = _analyze_ranks(record, ranks, by_rank, jobs)
     else:
-        folder = RunFolder(run_dir)
-        samples, stacks = _optional(folder.samples, Samples), _optional(folder.stacks, StackSamples)
         trace = load_trace(traces[-1])
-        analysis = analyze(Inputs(trace, capture, samples, stacks, peaks=_run_peaks(run_dir, trace)))
+        analysis = analyze(Inputs(trace, capture, record.samples(), record.stacks(), peaks=_run_peaks(record, trace)))
     if analysis is not None:
-        write_json(RunFolder(run_dir).analysis, analysis)
+        record.save_analysis(analysis)
     return analysis
 
 
-def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: dict[int, Path],
+def _analyze_ranks(record: RunRecord, ranks: dict[int, RunRecord], traces: dict[int, Path],
                    jobs: int = 1) -> Optional[Analysis]:
     """Each rank with its own capture, samples and trace (tb/rankN.*), then the job's view of them all. A rank
     that analysed its own trace where it ran (`diagnose capture`: RUNRANK/analysis.json, newer than the trace)
@@ -77,11 +56,11 @@ def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: dict[int, Path
         mine = traces.get(rank)
         if mine is None:
             continue  # a rank that failed before its profiler stopped wrote no trace
-        summary = _rank_summary(folder, mine)
+        summary = folder.fresh_analysis(mine)
         if summary is not None:
-            summarized[rank] = (rank, str(mine.relative_to(run_dir)), summary)
+            summarized[rank] = (rank, str(mine.relative_to(record.path)), summary)
         else:
-            calls.append((run_dir, rank, folder, mine))
+            calls.append((record, rank, folder, mine))
     analysed = {result[0]: result for result in in_workers(_analyze_rank, calls, jobs)}
     analyses = [both[rank] for rank in ranks if rank in (both := {**summarized, **analysed})]
     if not analyses:
@@ -89,22 +68,21 @@ def _analyze_ranks(run_dir: Path, ranks: dict[int, Path], traces: dict[int, Path
     return analyses[0][2] if len(analyses) == 1 else combine(analyses)[1]
 
 
-def _analyze_rank(run_dir: Path, rank: int, folder: Path, path: Path) -> tuple[int, str, Analysis]:
-    files = RunFolder(folder)
+def _analyze_rank(record: RunRecord, rank: int, folder: RunRecord, path: Path) -> tuple[int, str, Analysis]:
     trace = load_trace(path)
-    inputs = Inputs(trace, _optional(files.capture, Capture), _optional(files.samples, Samples),
-                    _optional(files.stacks, StackSamples), peaks=_run_peaks(run_dir, trace))
-    return rank, str(path.relative_to(run_dir)), analyze(inputs)
+    inputs = Inputs(trace, folder.capture(), folder.samples(), folder.stacks(), peaks=_run_peaks(record, trace))
+    return rank, str(path.relative_to(record.path)), analyze(inputs)
 
 
-def summarize_rank(run_dir: Path, rank: int, folder: Path) -> None:
+def summarize_rank(record: RunRecord, rank: int) -> None:
     """Where a rank ran (`diagnose capture` under the user's torchrun or SLURM): analyse its own trace and keep the
     analysis beside its capture, so that `diagnose report` merges the ranks' analyses instead of reading every
     trace on one machine. Without a trace (the rank failed before its profiler stopped) there is nothing to do."""
-    mine = rank_traces(trace_paths(run_dir)).get(rank)
+    mine = record.rank_trace_paths().get(rank)
     if mine is not None:
         _adapt_for_tensorboard(mine)  # before the analysis is written: it is then the newer file
-        write_json(RunFolder(folder).analysis, _analyze_rank(run_dir, rank, folder, mine)[2])
+        folder = record.rank(rank)
+        folder.save_analysis(_analyze_rank(record, rank, folder, mine)[2])
 
 
 def _adapt_for_tensorboard(path: Path) -> None:
@@ -112,21 +90,6 @@ def _adapt_for_tensorboard(path: Path) -> None:
     big enough to be streamed is left as written (the relabelling reads and rewrites the whole text)."""
     if not text_is_big(path):
         adapt_trace_for_tensorboard(path)
-
-
-def _rank_summary(folder: Path, trace: Path) -> Optional[Analysis]:
-    """The rank's own analysis of `trace`, when it wrote one after the trace and it reads back (else the trace is
-    read)."""
-    saved = _fresh_summary(folder, trace)
-    try:
-        return read_json(saved, Analysis) if saved is not None else None
-    except UserError:  # damaged, or another version's: the trace itself is read
-        return None
-
-
-def _fresh_summary(folder: Path, trace: Path) -> Optional[Path]:
-    saved = RunFolder(folder).analysis
-    return saved if saved.exists() and saved.stat().st_mtime >= trace.stat().st_mtime else None
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -140,8 +103,8 @@ def find_traces(path: Path) -> list[Path]:
                         "pass a torch.profiler trace (.json or .json.gz) or a folder of them")
     if path.is_file():
         return [path]
-    if RunFolder(path).tb.is_dir() and not any(path.glob("*.pt.trace.json*")):
-        path = RunFolder(path).tb  # a run folder of `diagnose run`
+    if RunRecord(path).has_traces_folder() and not any(path.glob("*.pt.trace.json*")):
+        path = RunRecord(path).files.tb  # a run folder of `diagnose run`
     found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     profiler_named = [p for p in found if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
     found = profiler_named or found  # other .json files beside the profiler's (configs, notes) are not traces
@@ -203,9 +166,9 @@ def in_workers(function: Callable, calls: list[tuple], jobs: int) -> list:
         return [future.result() for future in futures]
 
 
-def _run_peaks(run_dir: Path, trace: Trace) -> tuple[Peak, ...]:
+def _run_peaks(record: RunRecord, trace: Trace) -> tuple[Peak, ...]:
     """Measured on the machine the run ran on (RUN/peaks.json), and the GPU's datasheet figures."""
-    measured = _optional(RunFolder(run_dir).peaks, MachinePeaks)
+    measured = record.peaks()
     name = trace_gpu_name(trace.metadata) if trace.has_gpu else None
     return (measured.peaks if measured is not None else ()) + (datasheet_peaks(name) if name else ())
 
@@ -216,21 +179,3 @@ def _trace_peaks(trace: Trace) -> tuple[Peak, ...]:
     name = trace_gpu_name(trace.metadata) if trace.has_gpu else None
     return (cached_peaks(name) + datasheet_peaks(name)) if name else ()
 
-
-def _optional(path: Path, cls):
-    return read_json(path, cls) if path.exists() else None
-
-
-def load_capture(run_dir: Path) -> Optional[Capture]:
-    if not run_dir.is_dir():
-        raise UserError(f"run folder not found: {run_dir}", "pass a folder written by `diagnose run`")
-    path = RunFolder(run_dir).capture
-    return read_json(path, Capture) if path.exists() else None
-
-
-def load_run_capture(run_dir: Path) -> Optional[Capture]:
-    """A run folder's capture; ranks launched by the user's own launcher (`diagnose capture`) leave theirs
-    unmerged: merged here in memory, the folder left as it was (`diagnose report` writes the merge)."""
-    from diagnose.capture.rank_files import merged_rank_capture
-
-    return merged_rank_capture(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)

@@ -173,7 +173,7 @@ def _run_exported(script: Path, options, out: Path):
     import subprocess
 
     from diagnose.api.results import Result
-    from diagnose.runfolder import RunFolder
+    from diagnose.record.run_record import RunRecord
 
     command = [sys.executable, "-m", "diagnose", "run", "--out", str(out), "--experiments", options.experiments,
                "--budget-seconds", str(options.budget_seconds), str(script)]
@@ -181,7 +181,7 @@ def _run_exported(script: Path, options, out: Path):
                           stdin=subprocess.DEVNULL) as child:
         for line in child.stdout:
             sys.stderr.write(line)
-    if not RunFolder(out).diagnosis.exists():  # refused before it ran (its error is printed above)
+    if not RunRecord(out).has_diagnosis():  # refused before it ran (its error is printed above)
         return None
     return Result.load(out)
 

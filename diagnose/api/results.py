@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from diagnose.model import Analysis, Comparison, Diagnosis, Experiment, Finding
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.model import Comparison, Diagnosis, Experiment, Finding
+from diagnose.record.run_record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -48,22 +47,21 @@ class Result:
     def load(cls, run_dir) -> "Result":
         """The result a run folder holds (its diagnosis.json and analysis.json), without analysing anything."""
         from diagnose.errors import UserError
-        from diagnose.model import Capture, Status
+        from diagnose.model import Status
         from diagnose.report.view import verdict_style
         from diagnose.report.wording import status_sentence, verdict
 
-        folder = RunFolder(Path(run_dir))
-        if not folder.diagnosis.exists():
+        record = RunRecord(run_dir)
+        diagnosis = record.diagnosis()
+        if diagnosis is None:
             raise UserError(f"{run_dir} holds no diagnosis.json", "pass a folder written by diagnose")
-        diagnosis = read_json(folder.diagnosis, Diagnosis)
-        analysis = read_json(folder.analysis, Analysis) if folder.analysis.exists() else None
-        capture = read_json(folder.capture, Capture) if folder.capture.exists() else None
+        analysis, capture = record.analysis(), record.capture()
         code = Status.exit_code_of(diagnosis.status)
         if diagnosis.status == Status.ANALYZED:  # as `diagnose analyze` exits: done, or no step in the traces
             code = Status.COMPLETED.exit_code if diagnosis.steps_profiled else Status.NO_STEPS.exit_code
         return cls(str(run_dir), diagnosis, code, verdict(diagnosis, analysis),
                    verdict_style(diagnosis, analysis), status_sentence(capture, analysis),
-                   str(folder.report) if folder.report.exists() else "")
+                   str(record.report_path() or ""))
 
     def __str__(self) -> str:
         from diagnose.report.inline import summary_text
@@ -96,8 +94,7 @@ class ComparisonResult:
 
     @property
     def report(self) -> str:
-        html = RunFolder(self.path).compare_report
-        return str(html) if html.exists() else ""
+        return str(RunRecord(self.path).compare_report_path() or "")
 
     def __str__(self) -> str:
         from diagnose.report.inline import comparison_text

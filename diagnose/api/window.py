@@ -20,7 +20,7 @@ from typing import Optional, Union
 from diagnose.api.options import at_least
 from diagnose.api.results import Result
 from diagnose.errors import UserError
-from diagnose.runfolder import RunFolder
+from diagnose.record.run_record import RunRecord
 
 RECENT_STEPS = 64  # the running median of step time covers the last this many steps
 MEDIAN_EVERY = 16  # recomputed every this many steps: a median of 64 floats costs microseconds, a step's share
@@ -81,7 +81,7 @@ class Window:
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         self.out, self.name = out, name
         self.run_dir: Optional[Path] = None  # made when the window opens: a run that never reaches it leaves none
-        self.folder: Optional[RunFolder] = None
+        self.folder = None  # the run folder's paths (its RunRecord's files), once the window opens
         self.clock = StepClock(when_slower)
         self.count = -1  # step() calls so far, less one: the number of the step that starts
         self.last_number: Optional[int] = None
@@ -153,7 +153,7 @@ class Window:
         import torch
 
         self.run_dir = _run_dir(self.out, self.name or _script_name(), self.at_step, self.world)
-        self.folder = RunFolder(self.run_dir)
+        self.folder = RunRecord(self.run_dir).files
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)

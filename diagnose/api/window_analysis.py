@@ -3,18 +3,17 @@ rank) into RUN itself, run by the window's rank 0 in a process of its own while 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def main(run_dir: str, script: str) -> int:
     from diagnose.commands.analyze import analyze_and_report
     from diagnose.errors import UserError
-    from diagnose.runfolder import RunFolder
+    from diagnose.record.run_record import RunRecord
     from diagnose.trace import MAX_EVENTS
 
-    folder = Path(run_dir)
+    record = RunRecord(run_dir)
     try:
-        return analyze_and_report(RunFolder(folder).tb, out=None, into=folder, script=script, max_events=MAX_EVENTS)[1]
+        return analyze_and_report(record.files.tb, out=None, into=record.path, script=script, max_events=MAX_EVENTS)[1]
     except UserError as exc:
         print(f"error: {exc.message}\n  {exc.hint}", file=sys.stderr)
         return exc.exit_code

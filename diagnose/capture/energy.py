@@ -169,25 +169,3 @@ def reads_host() -> bool:
     """One process per machine reads the host's counters: ranks on one machine share its packages."""
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
-
-def summed_over_ranks(per_rank: Sequence[tuple[EnergyReading, ...]]) -> tuple[EnergyReading, ...]:
-    """Each domain summed over the ranks that read it (each rank its own GPU; the host once per machine), as energy
-    per step times the first rank's steps: the ranks step together. A domain some rank could not read is
-    unavailable for the job, with that rank's reason."""
-    summed = []
-    for domain in ("gpu", "host"):
-        readings = [r for rank in per_rank for r in rank if r.domain == domain]
-        if not readings:
-            continue
-        first = readings[0]
-        missing = next((r for r in readings if r.joules is None or not r.steps), None)
-        if missing is not None:
-            summed.append(EnergyReading(domain, None, first.seconds, first.steps, "unavailable",
-                                        note=missing.note or "a rank measured no steps"))
-            continue
-        per_step = sum(r.joules / r.steps for r in readings)
-        sources = sorted({r.source for r in readings})
-        notes = sorted({r.note for r in readings if r.note})
-        summed.append(EnergyReading(domain, per_step * first.steps, first.seconds, first.steps, "+".join(sources),
-                                    sum(r.devices for r in readings), "; ".join(notes)))
-    return tuple(summed)

@@ -21,7 +21,7 @@ from diagnose.capture.limits import oom_kill_count
 from diagnose.capture.memory import MemoryLimit, apply_memory_limit, is_out_of_memory, out_of_memory
 from diagnose.capture.sandbox import WriteSandbox, exempt_folders
 from diagnose.model import OutOfMemory, RunConfig, ScriptError, Status
-from diagnose.runfolder import RunFolder
+from diagnose.record.run_record import RunRecord
 
 # A real-time signal for the deadline: SIGUSR1 is often taken by the script itself (e.g. SLURM requeue handlers).
 DEADLINE_SIGNAL = getattr(signal, "SIGRTMIN", signal.SIGUSR1) + (2 if hasattr(signal, "SIGRTMIN") else 0)
@@ -131,7 +131,7 @@ class ScriptHost:
         self.instr.install()
         # in this process alone (no parent restoring: `diagnose capture` in a rank the user launched), only the
         # paths the script's Python touches are protected: its peers write in the same folders meanwhile
-        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], RunFolder(self.run_dir).sandbox,
+        self.sandbox = WriteSandbox([Path.cwd(), Path(script).parent], RunRecord(self.run_dir).files.sandbox,
                                     [*self.own_dirs(), *exempt_folders(self.run_dir)], listed=False)
         self.sandbox.install()
         self.start_samplers()

@@ -77,9 +77,8 @@ def oom_killed_capture(config: RunConfig, watch: OomKillWatch) -> Capture:
 
 
 def write_killed_capture(config: RunConfig, run_dir: Path, watch: OomKillWatch) -> Capture:
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import write_json
+    from diagnose.record.run_record import RunRecord
 
     capture = oom_killed_capture(config, watch)
-    write_json(RunFolder(run_dir).capture, capture)
+    RunRecord(run_dir).save_capture(capture)
     return capture

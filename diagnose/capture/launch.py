@@ -4,11 +4,10 @@ in its output already; which rank failed first (the root cause, when the others 
 RUN/launcher.json."""
 from __future__ import annotations
 
-import json
 import sys
 from typing import Optional
 
-from diagnose.runfolder import RunFolder
+from diagnose.record.run_record import RunRecord
 
 
 def main(argv: list[str]) -> int:
@@ -23,8 +22,7 @@ def main(argv: list[str]) -> int:
     except ChildFailedError as exc:
         first = _first_failure(exc.failures)
         failure = exc.failures[first if first is not None else min(exc.failures)]
-        RunFolder(argv[-1]).launcher.write_text(json.dumps({"first_failed_rank": first, "exitcode": failure.exitcode,
-                                                            "failed_ranks": sorted(exc.failures)}))
+        RunRecord(argv[-1]).save_launcher_failure(first, failure.exitcode, sorted(exc.failures))
         print(f"diagnose: {_ranks(exc.failures)} failed with exit code {failure.exitcode} (torchrun stops the "
               "other ranks when one fails)", file=sys.stderr, flush=True)
         return 1

@@ -17,9 +17,8 @@ from diagnose.capture.killed import OomKillWatch, write_killed_capture
 from diagnose.capture.orphans import PARENT_ENV
 from diagnose.errors import UserError
 from diagnose.model import Capture, RunConfig, Status
+from diagnose.record.run_record import RunRecord
 from diagnose.resources import PACKAGE_DIR
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json, write_json
 
 KILL_GRACE_S = 90.0  # the child needs time after its deadline to write the trace
 
@@ -81,8 +80,9 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
     """Runs the script in a child process (`python -m ENTRY RUN_DIR`, one per rank under torchrun): the profiled
     capture, or a timed run when the experiments pass their own entry."""
     run_dir = run_dir.resolve()  # the script may chdir; the child must still find its run folder
-    write_json(RunFolder(run_dir).config, config)
-    folder = RunFolder(run_dir).sandbox
+    record = RunRecord(run_dir)
+    record.save_config(config)
+    folder = record.files.sandbox
     files = sandbox.prepare(folder, [Path.cwd(), Path(config.script).parent], sandbox.exempt_folders(run_dir))
     env = (*config.environment, (sandbox.STATE_ENV, str(files.state)))
     outcome = None
@@ -96,7 +96,7 @@ def run_in_child(config: RunConfig, run_dir: Path, on_output: Callable[[str, boo
             sandbox.release(files)
         if restored.unrestored and (outcome is None or outcome.capture is None):  # no report will say it
             on_output(f"diagnose: your files, not restored: {'; '.join(restored.unrestored)}", True)
-    return _with_restore(outcome, restored, RunFolder(run_dir).capture)
+    return _with_restore(outcome, restored, record)
 
 
 class _stops_as_interrupts:
@@ -159,14 +159,14 @@ def _restore(folder: Path) -> sandbox.RestoreResult:
                                               f"{sandbox.SandboxFiles(folder).originals}",))
 
 
-def _with_restore(outcome: CaptureOutcome, restored: sandbox.RestoreResult, capture_file: Path) -> CaptureOutcome:
+def _with_restore(outcome: CaptureOutcome, restored: sandbox.RestoreResult, record: RunRecord) -> CaptureOutcome:
     if outcome.capture is None:
         return outcome
     capture = replace(outcome.capture, redirected_writes={**outcome.capture.redirected_writes, **restored.kept},
                       restored_files=tuple(sorted({*outcome.capture.restored_files, *restored.restored})),
                       unrestored_files=restored.unrestored)
-    if capture_file.exists():
-        write_json(capture_file, capture)
+    if record.has_capture():
+        record.save_capture(capture)
     return replace(outcome, capture=capture)
 
 
@@ -182,8 +182,7 @@ def _run_one(config: RunConfig, run_dir: Path, on_output, on_progress, entry: st
     interrupted = _wait(proc, (config.startup_seconds or 0) + config.max_seconds + KILL_GRACE_S)
     for t in threads:
         t.join(timeout=5)
-    capture_file = RunFolder(run_dir).capture
-    capture = read_json(capture_file, Capture) if capture_file.exists() else None
+    capture = RunRecord(run_dir).capture()
     killed = watch.killed(proc.returncode)
     if killed and capture is None and entry == PROFILED_ENTRY:  # no Python error to read: the kill is the diagnosis
         capture = write_killed_capture(config, run_dir, watch)
@@ -197,10 +196,10 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     """One process per rank through torchrun, each running the capture child; rank 0 reports progress through
     a named pipe (torchrun does not pass inherited descriptors on). torchrun gets its own process group, so a
     deadline can stop it and every rank together."""
-    from diagnose.capture.rank_files import merge_rank_captures
     from diagnose.capture.session import DISTRIBUTED_ENV
 
-    fifo = RunFolder(run_dir).progress_fifo
+    record = RunRecord(run_dir)
+    fifo = record.files.progress_fifo
     os.mkfifo(fifo)
     env = {**child_env(-1, extra_env), DISTRIBUTED_ENV: "1", "DIAGNOSE_PROGRESS_PATH": str(fifo)}
     env.pop("DIAGNOSE_PROGRESS_FD")
@@ -213,7 +212,7 @@ def _run_ranks(config: RunConfig, run_dir: Path, on_output, on_progress, entry: 
     for t in threads:
         t.join(timeout=5)
     fifo.unlink(missing_ok=True)
-    capture = merge_rank_captures(run_dir)
+    capture = record.merge_rank_captures()
     return CaptureOutcome(capture, proc.returncode,
                           interrupted or (capture is not None and capture.status == Status.INTERRUPTED))
 
@@ -238,7 +237,7 @@ class _FifoLines:
 
 
 def _start_relays(proc, run_dir: Path, progress, on_output, on_progress) -> list[threading.Thread]:
-    log = open(RunFolder(run_dir).script_log, "w", encoding="utf-8", errors="replace")
+    log = open(RunRecord(run_dir).files.script_log, "w", encoding="utf-8", errors="replace")
     threads = [
         threading.Thread(target=_relay, args=(proc.stdout, lambda s: on_output(s, False), log), daemon=True),
         threading.Thread(target=_relay, args=(proc.stderr, lambda s: on_output(s, True), log), daemon=True),

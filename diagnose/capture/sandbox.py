@@ -152,13 +152,9 @@ def _walk(roots: list[str], exempt: list[str]):
 
 def _is_run_folder(path: str) -> bool:
     """A folder diagnose wrote a run in: its config.json is a RunConfig, beside the run's sandbox or script.log."""
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        return False
-    if not (os.path.isdir(os.path.join(path, "sandbox")) or os.path.isfile(os.path.join(path, "script.log"))):
-        return False
-    from diagnose.runfolder import has_own_config
+    from diagnose.record.run_record import RunRecord
 
-    return has_own_config(Path(path))
+    return RunRecord(path).is_run()
 
 
 def own_output_files() -> list[Path]:
@@ -201,13 +197,9 @@ def _diagnose_processes() -> list[str]:
 
 def exempt_folders(run_dir: Path) -> list[Path]:
     """diagnose's own folders: the whole run folder a timed run's or a rank's folder lies in."""
-    from diagnose.runfolder import RunFolder
+    from diagnose.record.run_record import RunRecord
 
-    top = run_dir.resolve()
-    while top.parent.name in (RunFolder.experiment_runs.name, RunFolder.ranks.name) and RunFolder(
-            top.parent.parent).config.exists():
-        top = top.parent.parent
-    return [top]
+    return [RunRecord(run_dir).outermost().path]
 
 
 class SandboxFiles:

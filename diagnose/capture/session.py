@@ -46,8 +46,7 @@ from diagnose.model import (
     Startup,
     Status,
 )
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json, write_json
+from diagnose.record.run_record import RunRecord
 
 # Ends of the script by itself or at --max-seconds: before a step was profiled, the note says what would fit.
 ENDS_OF_SCRIPT = (Status.SCRIPT_FINISHED, Status.TIMEOUT)
@@ -407,11 +406,11 @@ class Session(ScriptHost):
         self.progress("probing dataset")
         capture = self._capture(status, error, last_complete)
         shutil.rmtree(self.instr.worker_stack_folder, ignore_errors=True)
-        files = RunFolder(self.run_dir)
+        record = RunRecord(self.run_dir)
         span = tuple(self.profiled_span_s) if len(self.profiled_span_s) == 2 else None
-        write_json(files.samples, self.system.finish(span))
-        write_json(files.stacks, self.stacks.finish(self.sync_mark_ns))
-        write_json(files.capture, capture)
+        record.save_samples(self.system.finish(span))
+        record.save_stacks(self.stacks.finish(self.sync_mark_ns))
+        record.save_capture(capture)
         return Status.exit_code_of(status)
 
     def _failure_surroundings(self, error: Optional[ScriptError]) -> worker_failure.Surroundings:
@@ -596,12 +595,12 @@ def progress_writer():
 def child_paths(run_dir: Path) -> tuple[RunConfig, Path, Path, Optional[int]]:
     """The config, where this process writes its files and its trace, and its rank. A rank of several writes its
     files into RUN/ranks/rankN and its trace, named after its rank, into the shared RUN/tb."""
-    folder = RunFolder(run_dir)
-    config = read_json(folder.config, RunConfig)
+    record = RunRecord(run_dir)
+    config = record.config()
     rank = current_rank()
-    files_dir, trace_dir = run_dir, folder.tb
+    files_dir, trace_dir = run_dir, record.files.tb
     if rank is not None:
-        files_dir = folder.rank(rank)
+        files_dir = record.rank(rank).path
         files_dir.mkdir(parents=True, exist_ok=True)
     return config, files_dir, trace_dir, rank
 

@@ -15,10 +15,10 @@ from diagnose.commands.output import check_out_dir, new_run_dir
 from diagnose.commands.pipeline import RunResult, diagnose_analysis, write_outputs
 from diagnose.commands.rules import load_rules
 from diagnose.model import ExperimentResults, Status
+from diagnose.record.run_record import RunRecord
 from diagnose.report.terminal import print_summary
 from diagnose.report.wording import verdict
-from diagnose.runfolder import RunFolder
-from diagnose.serial import dumps, write_json
+from diagnose.serial import dumps
 from diagnose.trace.prefetch import MAX_EVENTS
 
 
@@ -43,7 +43,7 @@ def analyze_and_report(path: Path, *, out: Optional[str], rules_dirs: tuple[str,
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces, jobs or default_jobs(), max_events)
     run_dir = into or new_run_dir(out, f"analyze-{stem(path)}")
-    write_json(RunFolder(run_dir).analysis, analysis)
+    RunRecord(run_dir).save_analysis(analysis)
     findings = diagnose_analysis(analysis, rules_dirs)
     result = write_outputs(run_dir, script or str(path), None, analysis, findings, ExperimentResults(), templates_dir,
                            trace_files=tuple(str(p.resolve()) for p in traces),

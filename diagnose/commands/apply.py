@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from diagnose.errors import UserError
 from diagnose.model import HandBack, HandBacks, Verdict
-from diagnose.runfolder import RunFolder
+from diagnose.record.run_record import RunRecord
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -85,19 +85,15 @@ def patched(text: str, patch: FilePatch) -> str:
 
 
 def load_hand_backs(run_dir: Path) -> HandBacks:
-    from diagnose.runfolder import has_own_config
-    from diagnose.serial import read_json
-
-    if not run_dir.is_dir():
-        raise UserError(f"run folder not found: {run_dir}", "pass a folder written by `diagnose run`")
-    if not has_own_config(run_dir):
+    record = RunRecord.existing(run_dir)
+    if not record.has_own_config():
         raise UserError(f"{run_dir} is not a run folder: it has no config.json written by diagnose",
                         "pass a folder written by `diagnose run` (with experiments)")
-    index = RunFolder(run_dir).changes / "changes.json"
-    if not index.exists():
+    hand_backs = record.hand_backs()
+    if hand_backs is None:
         raise UserError(f"{run_dir} has no change to apply: no experiment of that run measured one",
                         "run the experiments: `diagnose run --experiments auto SCRIPT` (the default)")
-    return read_json(index, HandBacks)
+    return hand_backs
 
 
 def choose(hand_backs: HandBacks, name: Optional[str]) -> HandBack:

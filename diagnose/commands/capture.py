@@ -11,46 +11,46 @@ from diagnose.analysis.sources import summarize_rank
 from diagnose.capture.runner import check_script
 from diagnose.errors import UserError
 from diagnose.model import RunConfig
+from diagnose.record.run_record import RunRecord
 
 
 def capture_command(config: RunConfig) -> int:
     """This process is one rank of a job the user launched (torchrun, srun...): run the capture in it, writing
     into the shared folder OUT (RUN/ranks/rankN and RUN/tb/rankN.*); `diagnose report OUT` merges them."""
     from diagnose.capture.session import DISTRIBUTED_ENV, current_rank, run_child
-    from diagnose.runfolder import RunFolder, foreign_entries
-    from diagnose.serial import write_json
 
     check_script(config.script)
     os.environ[DISTRIBUTED_ENV] = "1"
     run_dir = Path(config.out_dir).resolve()
     rank = current_rank()
-    mine = RunFolder(run_dir).rank(rank) if rank is not None else run_dir
-    if RunFolder(mine).capture.exists():
-        raise UserError(f"{mine} already holds a capture", "pass a new --out folder for each job")
-    foreign = foreign_entries(run_dir)  # ranks share OUT, so it may hold other ranks' files, but only ours
+    record = RunRecord(run_dir)
+    mine = record.rank(rank) if rank is not None else record
+    if mine.has_capture():
+        raise UserError(f"{mine.path} already holds a capture", "pass a new --out folder for each job")
+    foreign = record.foreign_entries()  # ranks share OUT, so it may hold other ranks' files, but only ours
     if foreign:
         raise UserError(f"--out {run_dir} holds files diagnose did not write: {', '.join(foreign[:5])}",
                         "pass a new or empty folder for each job")
     run_dir.mkdir(parents=True, exist_ok=True)
     config = replace(config, out_dir=str(run_dir))
-    if not RunFolder(run_dir).config.exists() or rank in (None, 0):
-        write_json(RunFolder(run_dir).config, config)  # every rank writes the same config; the write is atomic
+    if not record.has_config() or rank in (None, 0):
+        record.save_config(config)  # every rank writes the same config; the write is atomic
     code = run_child(run_dir)
     if rank is not None:
-        _summarize(run_dir, rank, mine)
+        _summarize(record, rank)
     if rank in (None, 0):
-        print(f"diagnose: this rank's capture is in {mine}; once every rank has finished, analyse them all with: "
+        print(f"diagnose: this rank's capture is in {mine.path}; once every rank has finished, analyse them all with: "
               f"diagnose report {run_dir}", file=sys.stderr, flush=True)
     return code
 
 
-def _summarize(run_dir: Path, rank: int, folder: Path) -> None:
+def _summarize(record: RunRecord, rank: int) -> None:
     """This rank's analysis, written where it ran; `diagnose report` reads the trace when it is missing, so a
     failure here only costs the report that time: said, never the rank's exit code."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the capture ignored them while writing its files: the
     signal.signal(signal.SIGINT, signal.default_int_handler)  # launcher must still be able to stop the analysis
     try:
-        summarize_rank(run_dir, rank, folder)
+        summarize_rank(record, rank)
     except Exception as exc:  # noqa: BLE001 - the rank's own results must stand whatever the analysis meets
         print(f"diagnose: rank {rank} could not analyse its trace ({type(exc).__name__}: {exc}); "
               "`diagnose report` will read it", file=sys.stderr, flush=True)

@@ -13,10 +13,10 @@ from diagnose.commands.rules import load_rules
 from diagnose.compare.diff import compare_sides
 from diagnose.compare.sides import LoadedSide, load_side
 from diagnose.model import Comparison
+from diagnose.record.run_record import RunRecord
 from diagnose.report.comparison import print_comparison, write_compare_html
 from diagnose.rules import Rule
-from diagnose.runfolder import RunFolder
-from diagnose.serial import dumps, write_json
+from diagnose.serial import dumps
 
 EXIT_SLOWER = 4  # --fail-if-slower: B is slower than A by more than allowed, beyond the noise
 
@@ -58,7 +58,7 @@ def compare_with_baseline(console: Console, baseline: LoadedSide, run_dir: Path,
 
 def write_comparison(console: Console, out_dir: Path, comparison: Comparison, templates_dir: Optional[str],
                      as_json: bool) -> int:
-    write_json(RunFolder(out_dir).compare, comparison)
+    RunRecord(out_dir).save_comparison(comparison)
     html = write_compare_html(out_dir, comparison, templates_dir)
     print_comparison(console, comparison, html)
     if as_json:

@@ -21,9 +21,9 @@ from diagnose.commands.output import check_out_dir, new_run_dir
 from diagnose.compare.live import LiveInterrupted, SideToRun, compare_live
 from diagnose.errors import UserError
 from diagnose.model import LiveComparison, Status
+from diagnose.record.run_record import RunRecord
 from diagnose.report.live import print_live
-from diagnose.runfolder import RunFolder
-from diagnose.serial import dumps, write_json
+from diagnose.serial import dumps
 
 EXIT_SLOWER = 4  # as `diagnose compare --fail-if-slower`
 GIT_TIMEOUT_S = 120.0
@@ -51,8 +51,7 @@ def run_gate(a: SideToRun, b: SideToRun, out_dir: Path, budget_s: float, fail_if
         except LiveInterrupted:
             console.print("Interrupted: the interleaved comparison stopped; nothing was decided.", style="yellow")
             return None, out_dir, Status.INTERRUPTED.exit_code
-    write_json(RunFolder(out_dir).live, comparison)
-    print_live(console, comparison, RunFolder(out_dir).live)
+    print_live(console, comparison, RunRecord(out_dir).save_live(comparison))
     if as_json:
         sys.stdout.write(dumps(comparison).decode() + "\n")
     return comparison, out_dir, _exit_code(comparison)

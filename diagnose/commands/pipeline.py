@@ -9,9 +9,8 @@ from typing import Optional
 from diagnose import rules as rule_engine
 from diagnose.analysis.sources import analyze_run
 from diagnose.commands.rules import load_rules
-from diagnose.model import Analysis, Capture, CostInputs, Diagnosis, ExperimentResults, Finding, RunConfig, Status
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json, write_json
+from diagnose.model import Analysis, Capture, CostInputs, Diagnosis, ExperimentResults, Finding, Status
+from diagnose.record.run_record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -69,11 +68,10 @@ def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[
 def _cost_inputs(run_dir: Path) -> CostInputs:
     """The run's length and prices as `diagnose run` was given them (config.json), so `diagnose report` re-renders
     the same costs; none for traces analysed without a run."""
-    from diagnose.runfolder import has_own_config
-
-    if not has_own_config(run_dir):
+    record = RunRecord(run_dir)
+    if not record.has_own_config():
         return CostInputs()
-    return read_json(RunFolder(run_dir).config, RunConfig).cost
+    return record.config().cost
 
 
 def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
@@ -88,7 +86,7 @@ def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
 
 def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...], jobs: int = 1):
     """Analysis (the ranks' traces in `jobs` worker processes) and the rules' findings."""
-    analysis = analyze_run(run_dir, capture, jobs)
+    analysis = analyze_run(RunRecord(run_dir), capture, jobs)
     return analysis, diagnose_analysis(analysis, rules_dirs)
 
 
@@ -108,7 +106,7 @@ def run_experiments_stage(selection: str, capture: Capture, analysis: Analysis, 
     results = ExperimentResults(tuple(outcome.experiments), outcome.headline, outcome.interrupted, outcome.budget,
                                 outcome.batch_search)
     results = hand_back_changes(run_dir, results, capture, analysis)
-    write_json(RunFolder(run_dir).experiments, results)
+    RunRecord(run_dir).save_experiments(results)
     return results
 
 
@@ -118,13 +116,11 @@ def hand_back_changes(run_dir: Path, results: ExperimentResults, capture: Captur
     a run without it, as the files are now), RUN/verified.patch for the verified one."""
     from diagnose.capture.sources import snapshot
     from diagnose.experiments.patches import write_hand_backs
-    from diagnose.model import SourceFiles
     from diagnose.optimizations.base import Context
 
     if not any(e.changes for e in results.experiments):
         return results
-    saved = RunFolder(run_dir).sources
-    sources = read_json(saved, SourceFiles) if saved.exists() else snapshot(capture.script)
+    sources = RunRecord(run_dir).sources() or snapshot(capture.script)
     return write_hand_backs(run_dir, results, Context(capture, analysis), sources)
 
 
@@ -134,7 +130,7 @@ def write_outputs(run_dir: Path, script: str, capture: Optional[Capture], analys
     from diagnose.report.render import write_reports
 
     diagnosis = build_diagnosis(script, capture, analysis, findings, experiments, _cost_inputs(run_dir))
-    write_json(RunFolder(run_dir).diagnosis, diagnosis)
+    RunRecord(run_dir).save_diagnosis(diagnosis)
     report = write_reports(run_dir, capture, analysis, diagnosis, templates_dir, trace_files, tensorboard_dir)
     return RunResult(run_dir, capture, analysis, diagnosis, report)
 
@@ -144,6 +140,5 @@ def finish_run(run_dir: Path, script: str, capture: Optional[Capture], rules_dir
     """Analysis, rules and report for a run folder whose capture is done (or partial); experiments already
     run for it (RUN/experiments.json) are kept."""
     analysis, findings = diagnose_capture(run_dir, capture, rules_dirs, jobs)
-    saved = RunFolder(run_dir).experiments
-    experiments = read_json(saved, ExperimentResults) if saved.exists() else ExperimentResults()
+    experiments = RunRecord(run_dir).experiments() or ExperimentResults()
     return write_outputs(run_dir, script, capture, analysis, findings, experiments, templates_dir)

@@ -6,11 +6,11 @@ from typing import Optional
 
 from rich.console import Console
 
-from diagnose.analysis.sources import default_jobs, load_capture
-from diagnose.capture.rank_files import merge_rank_captures, rank_dirs
+from diagnose.analysis.sources import default_jobs
 from diagnose.commands.output import finish_output
 from diagnose.commands.pipeline import finish_run
 from diagnose.model import Status
+from diagnose.record.run_record import RunRecord
 
 
 def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool, jobs: Optional[int] = None) -> int:
@@ -24,4 +24,4 @@ def report_command(run_dir: Path, rules_dirs, templates_dir, as_json: bool, jobs
 def _finished_capture(run_dir: Path):
     """The run's capture. Ranks captured under the user's own launcher (`diagnose capture`) each left theirs:
     this command is where the job is known to be over, so it merges them into RUN/capture.json."""
-    return merge_rank_captures(run_dir) if rank_dirs(run_dir) else load_capture(run_dir)
+    return RunRecord.existing(run_dir).merge_rank_captures()

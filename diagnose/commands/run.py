@@ -113,10 +113,9 @@ def _record_sources(run_dir: Path, script: str) -> None:
     """The hashes of the user's source files before the script starts (RUN/sources.json): the changes are handed
     back as patches of these, and `diagnose apply` refuses a file changed since."""
     from diagnose.capture.sources import snapshot
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import write_json
+    from diagnose.record.run_record import RunRecord
 
-    write_json(RunFolder(run_dir).sources, snapshot(script))
+    RunRecord(run_dir).save_sources(snapshot(script))
 
 
 def _analysis_sentence(analysis_s: float, run_s: float) -> str:
@@ -142,15 +141,9 @@ def _drop_attempt(run_dir: Path) -> None:
     """What an attempt wrote in this run's own new folder and the next attempt writes again: its capture (a
     second attempt that dies before writing its own must not be read as this one), samples and traces (its
     profiler may have started with no step to finish)."""
-    import shutil
+    from diagnose.record.run_record import RunRecord
 
-    from diagnose.runfolder import RunFolder
-
-    folder = RunFolder(run_dir)
-    for path in (folder.capture, folder.samples, folder.stacks, folder.launcher):
-        path.unlink(missing_ok=True)
-    for path in (folder.tb, folder.ranks):
-        shutil.rmtree(path, ignore_errors=True)
+    RunRecord(run_dir).drop_capture()
 
 
 def _measure_peaks(run_dir: Path, capture) -> None:
@@ -158,8 +151,7 @@ def _measure_peaks(run_dir: Path, capture) -> None:
     (cached), in a process of its own, while the device is idle between the capture and the experiments."""
     from diagnose.capture.peak import cached_machine_peaks, peaks_in_child
     from diagnose.model import MachinePeaks
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import write_json
+    from diagnose.record.run_record import RunRecord
 
     if capture is None:
         return
@@ -169,7 +161,7 @@ def _measure_peaks(run_dir: Path, capture) -> None:
     except KeyboardInterrupt:  # the run's results matter more than the peak: the report is still written
         return
     if peaks:
-        write_json(RunFolder(run_dir).peaks, MachinePeaks(device, peaks))
+        RunRecord(run_dir).save_peaks(MachinePeaks(device, peaks))
 
 
 def _remeasure_stale_peaks(console: Console, run_dir: Path, capture, analysis) -> bool:
@@ -179,8 +171,7 @@ def _remeasure_stale_peaks(console: Console, run_dir: Path, capture, analysis) -
     from diagnose.analysis.speed_of_light import stale_peak_floors
     from diagnose.capture.peak import peaks_in_child
     from diagnose.model import MachinePeaks
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import write_json
+    from diagnose.record.run_record import RunRecord
 
     floors = stale_peak_floors(analysis.speed_of_light if analysis is not None else None)
     if not floors or capture is None:
@@ -194,7 +185,7 @@ def _remeasure_stale_peaks(console: Console, run_dir: Path, capture, analysis) -
         return False
     if not peaks:
         return False
-    write_json(RunFolder(run_dir).peaks, MachinePeaks(device, peaks))
+    RunRecord(run_dir).save_peaks(MachinePeaks(device, peaks))
     return True
 
 

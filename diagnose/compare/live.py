@@ -33,8 +33,7 @@ from diagnose.model import (
     Status,
     Verdict,
 )
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.record.run_record import RunRecord
 
 MIN_ROUNDS = 3  # fresh pairs of processes before any decision: a process's own luck shows only across rounds
 MIN_ROUND_PAIRS = 64  # ...each with this many pairs at least (a round just begun would leave the others to decide)
@@ -89,8 +88,9 @@ def compare_live(a: SideToRun, b: SideToRun, out_dir: Path, budget_s: float,
             so_far = interval([*earlier, pairs])
             return so_far is not None and decided(so_far, allowed_slowdown_pct)
 
-        turns = _Round(len(rounds) + 1, (a, b) if len(rounds) % 2 == 0 else (b, a), RunFolder(out_dir).live_rounds,
-                       deadline, max(MIN_TURNS_S, ROUND_SHARE * budget_s), on_progress, settled)
+        order = (a, b) if len(rounds) % 2 == 0 else (b, a)
+        turns = _Round(len(rounds) + 1, order, RunRecord(out_dir).files.live_rounds, deadline,
+                       max(MIN_TURNS_S, ROUND_SHARE * budget_s), on_progress, settled)
         rounds.append(turns.run())
         errors.update(turns.errors)
         if errors:
@@ -190,7 +190,7 @@ class _Round:
         for side in self.order:
             folder = self.root / f"{self.number:02d}-{side.label}"
             folder.mkdir(parents=True, exist_ok=True)
-            fifo = RunFolder(folder).turns_fifo
+            fifo = RunRecord(folder).files.turns_fifo
             os.mkfifo(fifo)
             config = RunConfig(script=side.script, script_args=side.script_args, out_dir=str(folder),
                                warmup_steps=0, profile_steps=0,
@@ -300,7 +300,7 @@ class _Round:
 
     def _open_writer(self, label: str) -> Optional[int]:
         """The pipe's writing end, once the child has opened its reading end (right after saying it is ready)."""
-        fifo = RunFolder(self.folders[label]).turns_fifo
+        fifo = RunRecord(self.folders[label]).files.turns_fifo
         while self.alive.get(label) and time.monotonic() < self.deadline:
             try:
                 fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
@@ -325,7 +325,7 @@ class _Round:
             if label in self.writers:
                 os.close(self.writers.pop(label))  # a child still waiting reads the end of the pipe: it stops too
             elif self.alive.get(label):
-                _release_reader(RunFolder(folder).turns_fifo)
+                _release_reader(RunRecord(folder).files.turns_fifo)
         for thread in self.threads:
             thread.join(timeout=STOP_MARGIN_S + 60.0)
 
@@ -335,7 +335,7 @@ class _Round:
             failed = measurement is None or not Status.is_ok(measurement.status)
             if failed and (measurement is None or measurement.status != Status.INTERRUPTED):
                 self.errors[label] = _error_text(label, measurement, folder)
-            RunFolder(folder).turns_fifo.unlink(missing_ok=True)
+            RunRecord(folder).files.turns_fifo.unlink(missing_ok=True)
 
 
 def _plan(fifo: str) -> MeasurePlan:
@@ -354,9 +354,8 @@ def _release_reader(fifo: Path) -> None:
 
 
 def _measurement(folder: Path) -> Optional[Measurement]:
-    file = RunFolder(folder).measure
     try:
-        return read_json(file, Measurement) if file.exists() else None
+        return RunRecord(folder).measure()
     except Exception:  # a child killed while writing: its log says why
         return None
 
@@ -366,6 +365,6 @@ def _error_text(label: str, measurement: Optional[Measurement], folder: Path) ->
         return f"{label}: {measurement.error.type}: {measurement.error.message}"
     if measurement is not None:
         return f"{label}: the script ended with status {measurement.status} before a timed window"
-    log = RunFolder(folder).script_log
-    last = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:] if log.exists() else []
-    return f"{label}: the process died ({last[0] if last else 'no output'}); see {log}"
+    record = RunRecord(folder)
+    last = [line for line in record.script_log().splitlines() if line.strip()][-1:]
+    return f"{label}: the process died ({last[0] if last else 'no output'}); see {record.files.script_log}"

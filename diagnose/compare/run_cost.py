@@ -3,13 +3,11 @@ start-up, energy per step, devices and prices) and the compared step times, the 
 B's time."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 from diagnose.compare.sides import LoadedSide
-from diagnose.model import Diagnosis, RunCost, RunCostChange, StepChange
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.model import RunCost, RunCostChange, StepChange
+from diagnose.record.run_record import RunRecord
 
 JOULES_PER_KWH = 3.6e6
 
@@ -44,13 +42,11 @@ def run_cost_change(a: LoadedSide, b: LoadedSide, step: StepChange) -> Optional[
 def _saved_cost(side: LoadedSide) -> Optional[RunCost]:
     if side.side.kind != "run":
         return None
-    path = RunFolder(Path(side.side.path)).diagnosis
-    if not path.exists():
-        return None
     try:
-        return read_json(path, Diagnosis).run_cost
+        diagnosis = RunRecord(side.side.path).diagnosis()
     except Exception:  # a diagnosis.json from another version: no cost, the comparison stands without it
         return None
+    return diagnosis.run_cost if diagnosis is not None else None
 
 
 def _startup(cost: Optional[RunCost]) -> float:

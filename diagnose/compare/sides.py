@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from diagnose.analysis.sources import analyze_traces, find_traces, load_run_capture, trace_paths
+from diagnose.analysis.sources import analyze_traces, find_traces
 from diagnose.compare.optable import TraceProfile, trace_profile
 from diagnose.errors import UserError
 from diagnose.model import (
@@ -15,14 +15,11 @@ from diagnose.model import (
     Capture,
     CompareSide,
     Finding,
-    Measurement,
     PlainTiming,
-    RunConfig,
     unprofiled_step_s,
 )
+from diagnose.record.run_record import RunRecord, is_run_folder
 from diagnose.rules import Rule, findings_for
-from diagnose.runfolder import RunFolder, has_own_config
-from diagnose.serial import read_json
 
 HINT = "pass a run folder (from `diagnose run` or `diagnose capture`), or a trace (.json, .json.gz) or folder of them"
 
@@ -40,8 +37,8 @@ def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
     """Both sides are judged by the same rules, loaded once by the command."""
     if not path.exists():
         raise UserError(f"{label}: {path} not found", HINT)
-    if path.is_dir() and has_own_config(path):
-        return _load_run(path, label, rules)
+    if is_run_folder(path):
+        return _load_run(RunRecord(path), label, rules)
     traces = find_traces(path)
     analysis = analyze_traces(traces)
     _require_steps(analysis, path, label)
@@ -55,16 +52,16 @@ def load_side(path: Path, label: str, rules: list[Rule]) -> LoadedSide:
     return LoadedSide(side, analysis, tuple(findings_for(analysis, rules)), profile)
 
 
-def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
-    capture = load_run_capture(run_dir)
-    saved = RunFolder(run_dir).analysis
-    if not saved.exists() and (capture is None or capture.steps_profiled > 0):
+def _load_run(record: RunRecord, label: str, rules: list[Rule]) -> LoadedSide:
+    run_dir = record.path
+    capture = record.run_capture()
+    analysis = record.analysis()
+    if analysis is None and (capture is None or capture.steps_profiled > 0):
         raise UserError(f"{label}: {run_dir} holds no analysis.json",
                         f"run `diagnose report {run_dir}` to analyse what it captured (ranks captured with "
                         "`diagnose capture` need it too)")
-    analysis = read_json(saved, Analysis) if saved.exists() else None
     _require_steps(analysis, run_dir, label, capture)
-    traces = trace_paths(run_dir)
+    traces = record.trace_paths()
     if not traces:
         raise UserError(f"{label}: {run_dir} has no trace in tb/", "pass the run folder as diagnose wrote it")
     profile = trace_profile(_diagnosed_trace(analysis, traces, run_dir), len(analysis.steps))
@@ -73,7 +70,7 @@ def _load_run(run_dir: Path, label: str, rules: list[Rule]) -> LoadedSide:
     step_s, basis, steps = (plain, "unprofiled", window.steps) if plain is not None else (profiled, "profiled",
                                                                                             len(analysis.steps))
     _require_time(min(step_s, profiled), run_dir, label)
-    noise = _baseline_noise(run_dir)
+    noise = _baseline_noise(record)
     blocks = block_noise(window) if plain is not None else None
     side = CompareSide(path=str(run_dir), kind="run", script=capture.script if capture else "", step_s=step_s,
                        step_basis=basis, steps=steps, step_cv=_step_cv(analysis), profiled_step_s=profiled,
@@ -149,17 +146,16 @@ def block_noise(window: PlainTiming) -> Optional[tuple[float, int]]:
     return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)), len(logs)
 
 
-def _baseline_noise(run_dir: Path) -> Optional[tuple[float, int]]:
+def _baseline_noise(record: RunRecord) -> Optional[tuple[float, int]]:
     """The spread of the run's own repeated baseline runs (RUN/experiments/NN-baseline): separate processes of
     the same script on the same machine, minutes apart: a measured floor for run-to-run variation."""
     speeds = []
-    for folder in sorted(RunFolder(run_dir).experiment_runs.glob("*-baseline")):
+    for timed in record.experiment_runs("*-baseline"):
         try:
-            config = read_json(RunFolder(folder).config, RunConfig)
-            measured = read_json(RunFolder(folder).measure, Measurement)
+            config, measured = timed.config(), timed.measure()
         except (UserError, OSError):
             continue
-        if config.measure is None or config.measure.changes:
+        if config is None or measured is None or config.measure is None or config.measure.changes:
             continue
         seconds = sum(w.seconds for w in measured.windows)
         if seconds > 0:

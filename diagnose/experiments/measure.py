@@ -25,8 +25,7 @@ from diagnose.experiments.cost import long_step_plan
 from diagnose.experiments.turns import TurnTaker
 from diagnose.model import FedRecord, Measurement, MeasurePlan, ScriptError, Status, SteadyTiming
 from diagnose.optimizations.runtime import build_change_set
-from diagnose.runfolder import RunFolder
-from diagnose.serial import write_json
+from diagnose.record.run_record import RunRecord
 
 MAX_LOSSES = 20_000
 MAX_FINGERPRINTS = 50_000  # samples recorded: enough to compare runs of a few thousand steps (about 1 MB of JSON)
@@ -466,7 +465,7 @@ class MeasureSession(ScriptHost):
             energy=self.energy.readings(),
             compile_s=compile_seconds(self.instr.dynamo.compilation()),
         )
-        write_json(RunFolder(self.run_dir).measure, measurement)
+        RunRecord(self.run_dir).save_measure(measurement)
         return 0 if Status.is_ok(status) else 1
 
     def _peak_memory(self) -> Optional[int]:

@@ -296,19 +296,18 @@ def write_hand_backs(run_dir: Path, results: ExperimentResults, ctx: Context,
     """RUN/changes/NAME.patch and NAME.md for each measured change, RUN/verified.patch and verified.md for the
     verified one (the combination), RUN/changes/changes.json for `diagnose apply`; the results with each
     experiment's (and the headline's) patch named."""
-    from diagnose.runfolder import RunFolder
-    from diagnose.serial import write_json
+    from diagnose.record.run_record import RunRecord
 
-    folder = RunFolder(run_dir)
+    record = RunRecord(run_dir)
     experiments = list(results.experiments)
     records: list[HandBack] = []
     named = names(results.experiments)
     headline = results.headline
     verified = (verified_index(results.experiments, headline.changes, headline.verdict) if headline is not None
                 else None)
-    jobs = [(i, name, folder.changes / f"{name}.patch", folder.changes / f"{name}.md") for i, name in named.items()]
+    jobs = [(i, name, *record.change_paths(name)) for i, name in named.items()]
     if verified is not None:
-        jobs.append((verified, "verified", folder.verified_patch, folder.verified_note))
+        jobs.append((verified, "verified", *record.verified_paths()))
     for index, name, patch_path, note_path in jobs:
         written = hand_back(name, experiments[index], ctx, sources)
         patch_path.parent.mkdir(parents=True, exist_ok=True)
@@ -322,5 +321,5 @@ def write_hand_backs(run_dir: Path, results: ExperimentResults, ctx: Context,
         elif name != "verified":
             experiments[index] = replace(experiments[index], patch=relative)
     if records:
-        write_json(folder.changes / "changes.json", HandBacks(sources.folder, tuple(records)))
+        record.save_hand_backs(HandBacks(sources.folder, tuple(records)))
     return replace(results, experiments=tuple(experiments), headline=headline)

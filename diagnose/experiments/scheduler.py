@@ -14,8 +14,7 @@ from diagnose.experiments.records import setting_label
 from diagnose.model import Change, Measurement, MeasurePlan, RunConfig, ScriptError, Status, SteadyTiming, stated_step_s
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
+from diagnose.record.run_record import RunRecord
 
 TIMED_ENTRY = "diagnose.experiments.child"  # the timed run's child process: no profiler, windows of steps
 # a stream's throughput: samples fed for the first time in their epoch, per second (duplicates do not count)
@@ -88,7 +87,7 @@ class Scheduler:
     def __init__(self, script: str, script_args: tuple[str, ...], run_dir: Path, ctx: Context, budget_s: float,
                  on_progress: Callable[[str], None]):
         self.script, self.script_args, self.ctx = script, script_args, ctx
-        self.root = RunFolder(run_dir).experiment_runs
+        self.root = RunRecord(run_dir).files.experiment_runs
         self.budget_s, self.on_progress = budget_s, on_progress
         self.started = time.monotonic()
         self.count = 0
@@ -101,10 +100,9 @@ class Scheduler:
         self.train_location = loader.location if loader else None
         self.framework = ctx.capture.framework.name if ctx.capture.framework else None
         self.script_workers = loader.num_workers if loader else 0
-        config = RunFolder(run_dir).config
         # every rank gets the same change; windows then close on step counts alone, so all ranks stop at the
         # same step (a rank stopping earlier would leave the others waiting in a collective)
-        saved = read_json(config, RunConfig) if config.exists() else None
+        saved = RunRecord(run_dir).config()
         self.launcher = saved.launcher if saved else ()
         self.memory_limit_bytes = saved.memory_limit_bytes if saved else None  # variants fit under the same limit
         self.probe_limit_bytes: Optional[int] = None  # short runs' limit when there is none (the batch search's)
@@ -232,15 +230,11 @@ def child_environment(arm: Arm) -> tuple[tuple[str, str], ...]:
 
 
 def _read_measurement(folder: Path) -> Measurement:
-    from diagnose.capture.rank_files import rank_measurement
-
-    files = RunFolder(folder)
-    if files.measure.exists():
-        return read_json(files.measure, Measurement)
-    ranked = rank_measurement(folder)
-    if ranked is not None:
-        return ranked
-    log = files.script_log.read_text(errors="replace")[-2000:] if files.script_log.exists() else ""
+    record = RunRecord(folder)
+    measured = record.job_measurement()
+    if measured is not None:
+        return measured
+    log = record.script_log()[-2000:]
     return Measurement(status=Status.CRASHED, windows=(), applied=(), startup_s=None, first_step_s=None, losses=(),
                        peak_memory_bytes=None, steps_seen=0, error=None if not log else _crash_error(log))
 

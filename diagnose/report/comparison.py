@@ -13,9 +13,9 @@ from diagnose import __version__
 from diagnose.compare.interval import RUN_NOISE_FLOOR_SD
 from diagnose.formatting import fmt_ms
 from diagnose.model import AmountChange, Comparison, GateResult, Verdict
+from diagnose.record.run_record import RunRecord
 from diagnose.report.charts import LABELS, breakdown_pair_chart
 from diagnose.report.run_cost import compare_sentence
-from diagnose.runfolder import RunFolder
 
 FINDING_WORDS = {"resolved": "resolved", "new": "new", "unchanged": "still there"}
 STATUS_STYLE = {Verdict.FASTER: "green", "removed": "green", Verdict.SLOWER: "red", "added": "red", "resolved": "green",
@@ -138,8 +138,4 @@ def write_compare_html(out_dir: Path, c: Comparison, templates_dir: Optional[str
 
     html = template_environment(templates_dir).get_template("compare.html.j2").render(
         view=build_compare_view(c), labels=LABELS)
-    path = RunFolder(out_dir).compare_report
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return RunRecord(out_dir).save_compare_report(html)

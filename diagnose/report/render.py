@@ -9,11 +9,10 @@ import jinja2
 
 from diagnose.errors import UserError
 from diagnose.formatting import NUMBER_FILTERS, display_location
-from diagnose.model import Analysis, Capture, Diagnosis, Samples
+from diagnose.model import Analysis, Capture, Diagnosis
+from diagnose.record.run_record import RunRecord
 from diagnose.report.view import build_view
 from diagnose.resources import bundled
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json
 
 TEMPLATE_EXTENSIONS = ("j2", "html", "css")
 
@@ -61,11 +60,6 @@ def render_html(view, templates_dir: Optional[str] = None) -> str:
 def write_reports(run_dir: Path, capture: Optional[Capture], analysis: Optional[Analysis], diagnosis: Diagnosis,
                   templates_dir: Optional[str] = None, trace_files: Optional[tuple[str, ...]] = None,
                   tensorboard_dir: str = "") -> Path:
-    folder = RunFolder(run_dir)
-    samples = read_json(folder.samples, Samples) if folder.samples.exists() else None
-    view = build_view(run_dir, capture, analysis, diagnosis, samples, trace_files, tensorboard_dir)
-    path = folder.report
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(view, templates_dir), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    record = RunRecord(run_dir)
+    view = build_view(run_dir, capture, analysis, diagnosis, record.samples(), trace_files, tensorboard_dir)
+    return record.save_report(render_html(view, templates_dir))

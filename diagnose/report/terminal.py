@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from diagnose.formatting import fmt_ms, setting_label
 from diagnose.model import Diagnosis, Status, Verdict
+from diagnose.record.run_record import RunRecord
 from diagnose.report.run_cost import terminal_lines as run_cost_lines
 from diagnose.report.view import step_time_view
 from diagnose.report.wording import (
@@ -28,7 +29,6 @@ from diagnose.report.wording import (
     speed_sentence,
     startup_sentence,
 )
-from diagnose.runfolder import RunFolder
 
 STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 HANG_FRAMES_SHOWN = 4  # the innermost frames of a hung main thread, in the terminal (all of them in the report)
@@ -88,7 +88,7 @@ def print_summary(console: Console, diagnosis: Diagnosis, verdict: str, status: 
                       soft_wrap=True, markup=False, highlight=False)
     if report:
         console.print(f"Report:  {report}", soft_wrap=True, markup=False)
-    folder = RunFolder(run_dir)
+    folder = RunRecord(run_dir).files
     if folder.tb.is_dir():
         console.print(f"Traces:  tensorboard --logdir {folder.tb}", soft_wrap=True, markup=False)
     if redirected:

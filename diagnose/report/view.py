@@ -23,6 +23,7 @@ from diagnose.model import (
     Verdict,
     stated_step_s,
 )
+from diagnose.record.run_record import RunRecord
 from diagnose.report.run_cost import basis_sentence, energy_sentence, length_sentence
 from diagnose.report.run_cost import rows as cost_rows
 from diagnose.report.wording import (
@@ -45,7 +46,6 @@ from diagnose.report.wording import (
     status_sentence,
     verdict,
 )
-from diagnose.runfolder import RunFolder
 
 SNIPPET_CONTEXT = 2
 SUMMARY_FIRST = {"combined": 0, "ceiling": 1}  # the table opens with the combination and the ceiling
@@ -171,7 +171,7 @@ def build_view(run_dir: Path, capture: Optional[Capture], analysis: Optional[Ana
                samples: Optional[Samples], trace_files: Optional[tuple[str, ...]] = None,
                tensorboard_dir: str = "") -> ReportView:
     experiments = experiment_views(diagnosis.experiments, run_dir)
-    tb = RunFolder(run_dir).tb
+    tb = RunRecord(run_dir).files.tb
     patch = diagnosis.headline.patch if diagnosis.headline is not None else ""
     return ReportView(
         title=f"diagnose: {Path(diagnosis.script).name}",

@@ -1,5 +1,5 @@
-"""What makes a folder diagnose's own run folder: the commands that write into an existing folder (`report`,
-`capture` under the user's launcher) refuse any other, so the user's files are never overwritten."""
+"""The names of a run folder's files, in one place: only RunRecord (diagnose/record/run_record.py) and the capture
+child, which writes its files while the script runs, open them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,25 +56,4 @@ class RunFolder:
 
 # everything diagnose writes at the top of a run folder (temporary files of atomic writes end in .tmp)
 OWN_ENTRIES = frozenset(e.name for e in vars(RunFolder).values() if isinstance(e, _Entry))
-
-
-def has_own_config(run_dir: Path) -> bool:
-    """config.json as diagnose writes it (a RunConfig), not some other program's config.json."""
-    from diagnose.model import RunConfig
-    from diagnose.serial import read_json
-
-    try:
-        read_json(RunFolder(run_dir).config, RunConfig)
-        return True
-    except Exception:  # missing, unreadable, or another program's file: not ours either way
-        return False
-
-
-def foreign_entries(run_dir: Path) -> list[str]:
-    """Names at the top of run_dir that diagnose did not write."""
-    if not run_dir.is_dir():
-        return []
-    names = sorted(p.name for p in run_dir.iterdir() if p.name not in OWN_ENTRIES and not p.name.endswith(".tmp"))
-    if RunFolder(run_dir).config.exists() and not has_own_config(run_dir):
-        names.insert(0, RunFolder.config.name)
-    return names
+HAND_BACKS = "changes.json"  # in changes/, beside the patches: what `diagnose apply` reads

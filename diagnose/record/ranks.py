@@ -1,47 +1,27 @@
-"""Parent side of a multi-process capture: after torchrun, merge what the ranks wrote into one capture.json."""
+"""What the ranks of a job wrote (ranks/rankN), as one: their captures merged into the run's, their timed runs into
+the job's measurement, their energy summed."""
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import replace
-from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from diagnose.capture.energy import summed_over_ranks
-from diagnose.model import Capture, Hang, Measurement, Status
-from diagnose.runfolder import RunFolder
-from diagnose.serial import read_json, write_json
+from diagnose.model import Capture, EnergyReading, Hang, Measurement, Status
 
-RANK_DIR = re.compile(r"^rank(\d+)$")
+if TYPE_CHECKING:
+    from diagnose.record.run_record import RunRecord
+
 FAILED = (Status.SCRIPT_ERROR, Status.OUT_OF_MEMORY, Status.CRASHED)
 
 
-def rank_dirs(run_dir: Path) -> dict[int, Path]:
-    root = RunFolder(run_dir).ranks
-    if not root.is_dir():
-        return {}
-    found = {int(m.group(1)): p for p in root.iterdir() if (m := RANK_DIR.match(p.name)) and p.is_dir()}
-    return dict(sorted(found.items()))
-
-
-def merge_rank_captures(run_dir: Path) -> Optional[Capture]:
-    """The ranks' captures merged (`merged_rank_capture`) and written to RUN/capture.json: done once the job has
-    ended, by the launcher's parent or by `diagnose report RUN`, never by a command that only reads."""
-    merged = merged_rank_capture(run_dir)
-    if merged is not None:
-        write_json(RunFolder(run_dir).capture, merged)
-    return merged
-
-
-def merged_rank_capture(run_dir: Path) -> Optional[Capture]:
+def merged_rank_capture(record: RunRecord) -> Optional[Capture]:
     """One capture for the run: the first failed rank's (its error names the rank), else rank 0's; a note for
     every rank that failed or wrote nothing. Nothing is written."""
-    captures = {r: read_json(RunFolder(d).capture, Capture) for r, d in rank_dirs(run_dir).items()
-                if RunFolder(d).capture.exists()}
+    ranks = record.ranks()
+    captures = {r: c for r, rank in ranks.items() if (c := rank.capture()) is not None}
     if not captures:
         return None
-    silent = [r for r in rank_dirs(run_dir) if r not in captures]
-    first = _first_failed(run_dir)
+    silent = [r for r in ranks if r not in captures]
+    first = record.first_failed_rank()
     # the rank whose own error ended the job: not one that failed because a peer had gone, then torchrun's first
     failed = sorted((r for r, c in captures.items() if c.status in FAILED),
                     key=lambda r: (_failed_for_a_peer(captures[r]), r != first))
@@ -76,20 +56,11 @@ def _failed_for_a_peer(capture) -> bool:
     return capture.error is not None and any(marker in capture.error.message for marker in PEER_GONE)
 
 
-def _first_failed(run_dir: Path) -> Optional[int]:
-    """The rank torchrun saw fail first (None where it could not tell): the others may fail after it."""
-    try:
-        return int(json.loads(RunFolder(run_dir).launcher.read_text())["first_failed_rank"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def rank_measurement(folder: Path) -> Optional[Measurement]:
+def rank_measurement(record: RunRecord) -> Optional[Measurement]:
     """The job's timed run: rank 0's, timed by its slowest rank's windows (the job steps at that rank's pace; under
     DDP the ranks step in lockstep, so they differ little), or the first failed rank's when one failed. What rank 0
     fed stays rank 0's: the same-data check compares one rank's shard between runs."""
-    found = {r: read_json(RunFolder(d).measure, Measurement) for r, d in rank_dirs(folder).items()
-             if RunFolder(d).measure.exists()}
+    found = {r: m for r, rank in record.ranks().items() if (m := rank.measure()) is not None}
     if not found:
         return None
     failed = [m for m in found.values() if m.status in FAILED]
@@ -102,3 +73,26 @@ def rank_measurement(folder: Path) -> Optional[Measurement]:
 def _seconds_per_step(measurement: Measurement) -> float:
     steps = sum(w.steps for w in measurement.windows)
     return sum(w.seconds for w in measurement.windows) / steps if steps else 0.0
+
+
+def summed_over_ranks(per_rank: Sequence[tuple[EnergyReading, ...]]) -> tuple[EnergyReading, ...]:
+    """Each domain summed over the ranks that read it (each rank its own GPU; the host once per machine), as energy
+    per step times the first rank's steps: the ranks step together. A domain some rank could not read is
+    unavailable for the job, with that rank's reason."""
+    summed = []
+    for domain in ("gpu", "host"):
+        readings = [r for rank in per_rank for r in rank if r.domain == domain]
+        if not readings:
+            continue
+        first = readings[0]
+        missing = next((r for r in readings if r.joules is None or not r.steps), None)
+        if missing is not None:
+            summed.append(EnergyReading(domain, None, first.seconds, first.steps, "unavailable",
+                                        note=missing.note or "a rank measured no steps"))
+            continue
+        per_step = sum(r.joules / r.steps for r in readings)
+        sources = sorted({r.source for r in readings})
+        notes = sorted({r.note for r in readings if r.note})
+        summed.append(EnergyReading(domain, per_step * first.steps, first.seconds, first.steps, "+".join(sources),
+                                    sum(r.devices for r in readings), "; ".join(notes)))
+    return tuple(summed)
