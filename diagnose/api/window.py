@@ -34,9 +34,10 @@ SUSTAINED_STEPS = 5
 RANKS_WAIT_S = 600.0  # rank 0 waits this long for the other ranks' traces before analysing those it has
 
 
-class StepClock:
+class SlowdownWatch:
     """Each step's duration, from one boundary to the next, and whether the last SUSTAINED_STEPS ran slower than the
-    running median by more than `when_slower` (a fraction: 0.5 is 50% slower)."""
+    running median by more than `when_slower` (a fraction: 0.5 is 50% slower). The boundaries are the loop's own
+    step() calls; capture/instrument.py's StepBoundaries is what finds them in torch's calls under `diagnose run`."""
 
     def __init__(self, when_slower: Optional[float]):
         self.when_slower = when_slower
@@ -85,7 +86,7 @@ class Window:
         self.out, self.name = out, name
         self.run_dir: Optional[Path] = None  # made when the window opens: a run that never reaches it leaves none
         self.folder: Optional[RunFolder] = None
-        self.clock = StepClock(when_slower)
+        self.slowdown = SlowdownWatch(when_slower)
         self.count = -1  # step() calls so far, less one: the number of the step that starts
         self.last_number: Optional[int] = None
         self.profiler: Optional["ProfiledWindow"] = None  # while the window is open
@@ -113,7 +114,7 @@ class Window:
             self.last_number = number
         self.count += 1
         current = self.count if number is None else number
-        slower = self.clock.tick()
+        slower = self.slowdown.tick()
         if self.profiler is not None:
             self._advance(current)
         elif self._opens_at(current, slower):
@@ -146,8 +147,9 @@ class Window:
             self.trigger = f"at step {current}"
             return True
         if slower:
-            self.trigger = (f"after {SUSTAINED_STEPS} steps at {self.clock.latest_median() / self.clock.median:.1f}x "
-                            f"the running median of {self.clock.median * 1e3:.1f} ms")
+            watch = self.slowdown
+            self.trigger = (f"after {SUSTAINED_STEPS} steps at {watch.latest_median() / watch.median:.1f}x "
+                            f"the running median of {watch.median * 1e3:.1f} ms")
             return True
         return False
 

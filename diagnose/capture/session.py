@@ -237,7 +237,7 @@ class Session(ScriptHost):
             return None
         first = self.instr.first_forward_at
         # ranks decide on a whole step only: the collectives keep those alike, so ranks profile the same steps
-        if self.instr.clock.source in ("optimizer", "backward") and first is not None and current_rank() is None:
+        if self.instr.steps.source in ("optimizer", "backward") and first is not None and current_rank() is None:
             return max(self.t0 + self.boundaries_s[0] - first, 1e-3)
         return None
 
@@ -245,7 +245,7 @@ class Session(ScriptHost):
         """The first training step's sizes, measured from the script's start (the first step boundary may come
         only after its backward, once the training loader is known) to the second boundary; to the first when
         the step clock held its boundaries until the first optimizer step (that one came after a whole step)."""
-        first_step_done = 0 if self.instr.clock.unsettled else 1
+        first_step_done = 0 if self.instr.steps.unsettled else 1
         if step == first_step_done and self.step_memory is not None and self.memory_sizes is None:
             self.memory_sizes = self._finish_memory()
 
@@ -409,12 +409,12 @@ class Session(ScriptHost):
         waits = instr.seen.wait_s
         wait = max(range(len(waits)), key=waits.__getitem__) if waits and max(waits) > 0 else train
         loader = instr.seen.loaders_alive[wait] if wait is not None else None
-        micro_per_step = _usual(instr.clock.micro_per_step[self.plan.warmup:])
+        micro_per_step = _usual(instr.steps.micro_per_step[self.plan.warmup:])
         return Capture(
             status=status,
             script=self.config.script,
             script_args=tuple(self.config.script_args),
-            step_source=instr.clock.source,
+            step_source=instr.steps.source,
             micro_batches_per_step=micro_per_step,
             fit_note=self.fit_note,
             fitted_steps=self.fitted_steps,
@@ -424,7 +424,7 @@ class Session(ScriptHost):
             hang=self.hang,
             worker_failure=worker_failure.worker_failure(error, self._train_loader(), self.batch_bytes,
                                                          self._failure_surroundings(error)),
-            steps_seen=instr.clock.boundaries,
+            steps_seen=instr.steps.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.plan.warmup,
             wall_s=time.monotonic() - self.t0,
