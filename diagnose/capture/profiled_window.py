@@ -42,7 +42,7 @@ class ProfiledWindow:
 
     def start(self) -> None:
         """Start profiling with the device idle (no earlier step's kernels in the window); a profiler that fails to
-        start raises, and nothing of it is left running."""
+        start raises to the caller."""
         sync_device()
         self.profiler.start()
         for _ in range(2):  # the first record_function after start is slow; the second one is the mark

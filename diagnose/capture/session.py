@@ -244,7 +244,7 @@ class Session(ScriptHost):
     def _measure_memory(self, step: int) -> None:
         """The first training step's sizes, measured from the script's start (the first step boundary may come
         only after its backward, once the training loader is known) to the second boundary; to the first when
-        the step clock held its boundaries until the first optimizer step (that one came after a whole step)."""
+        StepBoundaries held the boundaries until the first optimizer step (that one came after a whole step)."""
         first_step_done = 0 if self.instr.steps.unsettled else 1
         if step == first_step_done and self.step_memory is not None and self.memory_sizes is None:
             self.memory_sizes = self._finish_memory()
