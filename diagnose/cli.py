@@ -155,16 +155,19 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, ma
     Traces recorded with with_stack=True also name the user's function behind host time."""
     import diagnose.trace.prefetch as prefetch
 
+    ahead = None
     if max_events is None:  # (a limit of its own may stream a small trace: nothing to read ahead)
-        prefetch.start(path)  # decompress while the rest is imported
+        prefetched = prefetch.start(path)  # decompress while the rest is imported
         _single_threaded_blas()
         from diagnose.trace.load import begin_reading
 
-        begin_reading(path)  # a helper parses while the rest is imported
-    from diagnose.api.calls import analyze as analyze_traces
+        ahead = begin_reading(path, prefetched)  # a helper parses while the rest is imported
+    _check_templates(templates_dir)
+    from diagnose.commands.analyze import analyze_command
 
-    _leave(analyze_traces(path, out=out, rules=rules_dirs, templates=templates_dir, as_json=as_json,
-                          open_report=open_report, jobs=jobs, max_events=max_events).exit_code)
+    _leave(analyze_command(path, out=out, rules_dirs=tuple(rules_dirs), templates_dir=templates_dir, as_json=as_json,
+                           open_report=open_report, jobs=jobs,
+                           max_events=prefetch.MAX_EVENTS if max_events is None else max_events, ahead=ahead))
 
 
 @cli.command(short_help="Compare two runs or traces: what changed, and is it beyond the noise.")

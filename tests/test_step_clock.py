@@ -29,7 +29,7 @@ def _loop(pre_backwards: int, steps: int) -> tuple[list[int], str]:
             optimizer.step(closure)
     finally:
         instr.uninstall()
-    return seen, instr.clock.source
+    return seen, instr.steps.source
 
 
 def test_each_closure_step_is_one_step():
@@ -66,12 +66,12 @@ def _accumulating(micro: int, steps: int, with_optimizer: bool = True) -> Instru
 def test_with_gradient_accumulation_a_step_is_an_optimizer_step():
     instr = _accumulating(micro=4, steps=6)
     # the first iteration's micro-batches come before any optimizer step: none counted; then one per iteration
-    assert instr.seen_boundaries == [1, 2, 3, 4, 5] and instr.clock.micro_per_step == [4, 4, 4, 4]
+    assert instr.seen_boundaries == [1, 2, 3, 4, 5] and instr.steps.micro_per_step == [4, 4, 4, 4]
 
 
 def test_without_an_optimizer_step_each_backward_is_a_step_after_a_while():
     instr = _accumulating(micro=1, steps=70, with_optimizer=False)  # an optimizer built, never stepped
-    assert len(instr.seen_boundaries) == 70 - instr.clock.MAX_UNSETTLED
+    assert len(instr.seen_boundaries) == 70 - instr.steps.MAX_UNSETTLED
 
 
 def test_diagnose_step_marks_the_steps_while_instrumented_and_is_a_no_op_after():
@@ -87,7 +87,7 @@ def test_diagnose_step_marks_the_steps_while_instrumented_and_is_a_no_op_after()
             torch.ones(8).sum()
     finally:
         instr.uninstall()
-    assert instr.clock.source == "manual" and len(seen) >= 3
+    assert instr.steps.source == "manual" and len(seen) >= 3
     marked = len(seen)
     diagnose.step()  # outside the capture: nothing watches
     assert len(seen) == marked

@@ -18,6 +18,7 @@ from diagnose.tbcompat import adapt_trace_for_tensorboard
 from diagnose.trace import (
     MAX_EVENTS,
     KeptSteps,
+    ReadAhead,
     Trace,
     agreed_kept_steps,
     first_pass,
@@ -120,9 +121,13 @@ def _source_roots(trace: Path) -> tuple[str, ...]:
     return (os.getcwd(), *(str(p) for p in trace.resolve().parents[:3]))
 
 
-def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENTS) -> Analysis:
+def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENTS,
+                   ahead: Optional[ReadAhead] = None) -> Analysis:
     """Traces of one job: each analysed alone (in `jobs` worker processes when there are several), then combined
-    (per-rank table, the rank to diagnose). A trace of more than `max_events` events: a window of its steps."""
+    (per-rank table, the rank to diagnose). A trace of more than `max_events` events: a window of its steps.
+    `ahead`: the reading of a single trace, begun by the caller (`diagnose analyze` begins it while importing)."""
+    if len(paths) == 1:
+        return _analyze_trace(0, paths[0], max_events, ahead=ahead)[2]
     calls = [(i, path, max_events, None) for i, path in enumerate(paths)]
     if len(paths) > 1 and max_events > 0:  # the ranks' windows are chosen together: the same steps in each
         counters = in_workers(first_pass, [(path, max_events) for path in paths], jobs)
@@ -131,17 +136,15 @@ def analyze_traces(paths: list[Path], jobs: int = 1, max_events: int = MAX_EVENT
         calls = [(i, path, 0 if counter is not None and window is None else max_events, window)
                  for (i, path, _, _), counter, window in zip(calls, counters, windows)]
     analyses = in_workers(_analyze_trace, calls, jobs)
-    if len(analyses) == 1:
-        return analyses[0][2]
     ranks = [r for r, _, _ in analyses]
     if len(set(ranks)) < len(ranks):  # e.g. several traces of one process, not one per rank
         analyses = [(i, p, a) for i, (_, p, a) in enumerate(analyses)]
     return combine(analyses)[1]
 
 
-def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS,
-                   window: Optional[KeptSteps] = None) -> tuple[int, str, Analysis]:
-    trace = load_trace(path, max_events=max_events, kept_steps=window)
+def _analyze_trace(index: int, path: Path, max_events: int = MAX_EVENTS, window: Optional[KeptSteps] = None,
+                   ahead: Optional[ReadAhead] = None) -> tuple[int, str, Analysis]:
+    trace = load_trace(path, max_events=max_events, kept_steps=window, ahead=ahead)
     inputs = Inputs(trace, source_roots=_source_roots(path), peaks=_trace_peaks(trace))
     return rank_of(trace, index), str(path), analyze(inputs)
 

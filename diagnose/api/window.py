@@ -15,12 +15,15 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from diagnose.api.options import at_least
 from diagnose.api.results import Result
 from diagnose.errors import UserError
 from diagnose.record.run_record import RunRecord
+
+if TYPE_CHECKING:
+    from diagnose.capture.profiled_window import ProfiledWindow
 
 RECENT_STEPS = 64  # the running median of step time covers the last this many steps
 MEDIAN_EVERY = 16  # recomputed every this many steps: a median of 64 floats costs microseconds, a step's share
@@ -31,9 +34,10 @@ SUSTAINED_STEPS = 5
 RANKS_WAIT_S = 600.0  # rank 0 waits this long for the other ranks' traces before analysing those it has
 
 
-class StepClock:
+class SlowdownWatch:
     """Each step's duration, from one boundary to the next, and whether the last SUSTAINED_STEPS ran slower than the
-    running median by more than `when_slower` (a fraction: 0.5 is 50% slower)."""
+    running median by more than `when_slower` (a fraction: 0.5 is 50% slower). The boundaries are the loop's own
+    step() calls; capture/instrument.py's StepBoundaries is what finds them in torch's calls under `diagnose run`."""
 
     def __init__(self, when_slower: Optional[float]):
         self.when_slower = when_slower
@@ -82,11 +86,10 @@ class Window:
         self.out, self.name = out, name
         self.run_dir: Optional[Path] = None  # made when the window opens: a run that never reaches it leaves none
         self.folder = None  # the run folder's paths (its RunRecord's files), once the window opens
-        self.clock = StepClock(when_slower)
+        self.slowdown = SlowdownWatch(when_slower)
         self.count = -1  # step() calls so far, less one: the number of the step that starts
         self.last_number: Optional[int] = None
-        self.profiler = None
-        self.step_span = None  # the open ProfilerStep#N span
+        self.profiler: Optional["ProfiledWindow"] = None  # while the window is open
         self.profiled = 0  # steps begun inside the window
         self.first_step: Optional[int] = None
         self.done = False
@@ -111,7 +114,7 @@ class Window:
             self.last_number = number
         self.count += 1
         current = self.count if number is None else number
-        slower = self.clock.tick()
+        slower = self.slowdown.tick()
         if self.profiler is not None:
             self._advance(current)
         elif self._opens_at(current, slower):
@@ -144,28 +147,22 @@ class Window:
             self.trigger = f"at step {current}"
             return True
         if slower:
-            self.trigger = (f"after {SUSTAINED_STEPS} steps at {self.clock.latest_median() / self.clock.median:.1f}x "
-                            f"the running median of {self.clock.median * 1e3:.1f} ms")
+            watch = self.slowdown
+            self.trigger = (f"after {SUSTAINED_STEPS} steps at {watch.latest_median() / watch.median:.1f}x "
+                            f"the running median of {watch.median * 1e3:.1f} ms")
             return True
         return False
 
     def _open(self, current: int) -> None:
-        import torch
+        from diagnose.capture.profiled_window import ProfiledWindow
 
         self.run_dir = _run_dir(self.out, self.name or _script_name(), self.at_step, self.world)
         self.folder = RunRecord(self.run_dir).files
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.folder.tb.mkdir(parents=True, exist_ok=True)
-        self.profiler = torch.profiler.profile(
-            activities=activities, record_shapes=True, profile_memory=True,
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.folder.tb),
-                                                                   worker_name=f"rank{self.rank}"))
-        _sync_device()  # the window starts with an empty device queue: no earlier step's kernels in it
-        self.profiler.start()
-        self.first_step, self.profiled = current, 1
-        self._mark_step(current)
+        window = ProfiledWindow(self.folder.tb, f"rank{self.rank}")
+        window.start()
+        self.profiler, self.first_step, self.profiled = window, current, 1
+        window.mark_step(current)
         self._say(f"profiling {self.steps} step(s) from step {current} ({self.trigger}) into {self.run_dir}")
 
     def _advance(self, current: int) -> None:
@@ -173,24 +170,10 @@ class Window:
             self._finish()
             self.done = True
             return
-        self._mark_step(current)
+        self.profiler.mark_step(current)
         self.profiled += 1
 
-    def _mark_step(self, current: int) -> None:
-        """Close the previous ProfilerStep span and open the next, as profiler.step() does under a schedule (the
-        analysis cuts steps at them)."""
-        import torch
-
-        if self.step_span is not None:
-            self.step_span.__exit__(None, None, None)
-        self.step_span = torch.profiler.record_function(f"ProfilerStep#{current}")
-        self.step_span.__enter__()
-
     def _finish(self) -> None:
-        _sync_device()  # the last steps' device work is in the trace
-        if self.step_span is not None:
-            self.step_span.__exit__(None, None, None)
-            self.step_span = None
         profiler, self.profiler = self.profiler, None
         profiler.stop()  # writes RUN/tb/rank<R>.<...>.pt.trace.json
         self._say(f"profiled steps {self.first_step}-{self.first_step + self.profiled - 1}; "
@@ -230,13 +213,6 @@ def window(at_step: Optional[int] = None, steps: int = 10, *, when_slower: Optio
         print(w.result())
     """
     return Window(at_step, steps, when_slower=when_slower, out=out, name=name, quiet=quiet)
-
-
-def _sync_device() -> None:
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 def _script_name() -> str:

@@ -146,7 +146,7 @@ class ScriptHost:
         quiet_worker_deaths()
         self.instr.uninstall()
         self.sandbox.uninstall()
-        if self.instr.clock.boundaries == 0 and Status.is_ok(status):
+        if self.instr.steps.boundaries == 0 and Status.is_ok(status):
             status = Status.NO_STEPS
         return self.finish(status, error)
 
@@ -255,7 +255,7 @@ class ScriptHost:
         OOM killer took) is a diagnosis, any other a script error."""
         worker_killed = worker_was_oom_killed(exc, getattr(self, "oom_kills_at_start", None))
         if is_out_of_memory(exc) or worker_killed:  # the most common way training fails: a diagnosis
-            phase, started = self.instr.current_phase(), self.instr.clock.boundaries
+            phase, started = self.instr.current_phase(), self.instr.steps.boundaries
             # the first step has no boundary yet while it runs (the training loader is known after its backward)
             step = started - 1 if started else (0 if phase != "other" else None)
             self.oom = out_of_memory(exc, step, phase, self.memory)
@@ -272,7 +272,7 @@ class ScriptHost:
             sys.stderr.write(text)
             sys.stderr.flush()
         message = str(exc.code) if isinstance(exc, SystemExit) else str(exc)
-        step = self.instr.clock.boundaries - 1 if self.instr.clock.boundaries else None
+        step = self.instr.steps.boundaries - 1 if self.instr.steps.boundaries else None
         return ScriptError(type(exc).__name__, message, text, step, worker_exit_codes(exc))
 
 

@@ -63,7 +63,7 @@ class Observed:
         self.counters[name] = self.counters.get(name, 0) + 1
 
 
-class StepClock:
+class StepBoundaries:
     """Counts step boundaries from the best source seen and calls `on_boundary(step_index)`. A step is an optimizer
     step once one has been seen (as Hugging Face Trainer, Lightning and nanoGPT count steps): the data loader's and
     backward()'s signals then start a step only when an optimizer stepped since the last boundary, so with gradient
@@ -139,7 +139,7 @@ class Instrumentation:
             self.dynamo.on_step(count - 1)
             on_boundary(count)
 
-        self.clock = StepClock(boundary, optimizer_built=lambda: bool(self.seen.optimizers))
+        self.steps = StepBoundaries(boundary, optimizer_built=lambda: bool(self.seen.optimizers))
         self.changes = changes or ChangeSet()
         self.on_batch, self.on_loss, self.on_epoch = on_batch, on_loss, on_epoch
         self._undo: list[Callable[[], None]] = []
@@ -179,7 +179,7 @@ class Instrumentation:
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self._undo.append(lambda: setattr(warnings, "filters", saved_filters))
         self._undo.append(frameworks.install(self.changes.framework_settings))
-        step_hook.hook = lambda: self.clock.signal("manual")
+        step_hook.hook = lambda: self.steps.signal("manual")
         for start in self.changes.start_hooks:
             start()
 
@@ -291,7 +291,7 @@ class Instrumentation:
         self._trained_since_next = False
         self._last_loader = index
         if seen.train_loader == index:
-            self.clock.signal("dataloader")
+            self.steps.signal("dataloader")
 
     _last_loader: Optional[int] = None
     _trained_since_next = False
@@ -336,7 +336,7 @@ class Instrumentation:
         return init
 
     def _wrap_backward(self, original):
-        clock = self.clock
+        steps = self.steps
 
         instr = self
 
@@ -358,8 +358,8 @@ class Instrumentation:
             instr._trained_since_next = True
             if instr._in_optimizer_step:  # a closure's backward (LBFGS: several per step): the step ends the step
                 instr._closure_steps = True
-            elif clock.source in (None, "backward", "optimizer") and not instr._closure_steps:
-                clock.signal("backward")
+            elif steps.source in (None, "backward", "optimizer") and not instr._closure_steps:
+                steps.signal("backward")
             return result
 
         return backward
@@ -396,11 +396,11 @@ class Instrumentation:
         self._in_optimizer_step = False
         self._trained_since_next = True
         self.ddp.optimizer_stepped()
-        self.clock.optimizer_stepped()
-        if self.clock.source == "backward" and self._closure_steps:
-            self.clock.source = "optimizer"  # backward() runs inside the closures: the optimizer step is the step
-        if self.clock.source in (None, "optimizer"):
-            self.clock.signal("optimizer")
+        self.steps.optimizer_stepped()
+        if self.steps.source == "backward" and self._closure_steps:
+            self.steps.source = "optimizer"  # backward() runs inside the closures: the optimizer step is the step
+        if self.steps.source in (None, "optimizer"):
+            self.steps.signal("optimizer")
 
     def _wrap_counter(self, counter: str):
         seen = self.seen

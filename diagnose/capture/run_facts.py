@@ -14,7 +14,7 @@ def cost_facts(session: Any, micro_per_step: int) -> dict:
     started = getattr(session, "script_started_at", None)
     return dict(
         run_length=run_length.run_length(session.script_loops, _length(_train_loader(instr)), micro_per_step,
-                                         instr.clock.source),
+                                         instr.steps.source),
         energy=session.energy.readings([(row["t_s"], row.get("power_w")) for row in rows]),
         process_start_s=process_start.seconds(),
         script_to_first_step_s=session.first_step_at - started

@@ -20,7 +20,7 @@ import psutil
 import torch
 
 from diagnose.capture import hang, probe, run_length, step_plan, worker_failure, worker_stacks
-from diagnose.capture.device import allocator_stats, peak_memory, sync_device
+from diagnose.capture.device import allocator_stats, peak_memory
 from diagnose.capture.energy import EnergyMeter
 from diagnose.capture.environment import environment
 from diagnose.capture.flop_counter import StepFlops
@@ -29,6 +29,7 @@ from diagnose.capture.instrument import Instrumentation
 from diagnose.capture.limits import cgroup_candidates, oom_kill_count
 from diagnose.capture.memory import StepMemory
 from diagnose.capture.plain_timer import PlainTimer
+from diagnose.capture.profiled_window import ProfiledWindow
 from diagnose.capture.run_facts import cost_facts
 from diagnose.capture.sampler import StackSampler, SystemSampler
 from diagnose.capture.startup import StartupWatch
@@ -79,8 +80,7 @@ class Session(ScriptHost):
         self.instr.worker_stack_folder = Path(tempfile.mkdtemp(prefix="diagnose-worker-stacks-"))
         self.workers_at_deadline: tuple[str, ...] = ()  # each DataLoader worker's state when a step hung
         self.phase = Phase.WARM_UP
-        self.profiler: Optional[torch.profiler.profile] = None
-        self.step_span = None
+        self.window: Optional[ProfiledWindow] = None  # open over the profiled steps
         self.profiled = 0
         self.profile_start: Optional[int] = None  # the step the profiler started at
         self.boundaries_s: list[float] = []
@@ -175,7 +175,7 @@ class Session(ScriptHost):
                 self.stop(Status.COMPLETED)  # the script stops here: what it would run after is not measured
         self.progress(f"step {count} {self._planned_steps()} {self.phase.value}")
         if self.phase is Phase.PROFILED:
-            self._mark_step(step)
+            self.window.mark_step(step)
 
     def _still_compiling(self, step: int) -> bool:
         """A step just before this one compiled (a new shape, a recompilation), within a bound past the warm-up
@@ -236,15 +236,15 @@ class Session(ScriptHost):
             return None
         first = self.instr.first_forward_at
         # ranks decide on a whole step only: the collectives keep those alike, so ranks profile the same steps
-        if self.instr.clock.source in ("optimizer", "backward") and first is not None and current_rank() is None:
+        if self.instr.steps.source in ("optimizer", "backward") and first is not None and current_rank() is None:
             return max(self.t0 + self.boundaries_s[0] - first, 1e-3)
         return None
 
     def _measure_memory(self, step: int) -> None:
         """The first training step's sizes, measured from the script's start (the first step boundary may come
         only after its backward, once the training loader is known) to the second boundary; to the first when
-        the step clock held its boundaries until the first optimizer step (that one came after a whole step)."""
-        first_step_done = 0 if self.instr.clock.unsettled else 1
+        StepBoundaries held the boundaries until the first optimizer step (that one came after a whole step)."""
+        first_step_done = 0 if self.instr.steps.unsettled else 1
         if step == first_step_done and self.step_memory is not None and self.memory_sizes is None:
             self.memory_sizes = self._finish_memory()
 
@@ -317,61 +317,36 @@ class Session(ScriptHost):
         return True
 
     def _start_profiler(self, step: int) -> None:
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        # with_stack is off by default: its Python tracer slows every Python call (2x on a small model's step)
-        # and so inflates exactly the host overhead being measured; the stack sampler finds the lines instead.
-        profiler = torch.profiler.profile(
-            activities=activities, record_shapes=True, profile_memory=True, with_stack=self.config.with_stack,
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.trace_dir), worker_name=self.worker_name),
-        )
-        sync_device()  # the profiled span starts with an empty device queue: no earlier steps' kernels in it
+        window = ProfiledWindow(self.trace_dir, self.worker_name, with_stack=self.config.with_stack)
         # the profiler's start-up and, on the host, its event buffers over the profiled steps are not the script's
         # memory: the host's limit stays lifted until the profiler has stopped (the warm-up and timed steps before
         # run under it); a CUDA limit stays on
         self.memory.lift(host_only=True)
         try:
-            profiler.start()
+            window.start()
         except BaseException:
             self.memory.restore()
             raise
-        self.profiler, self.profile_start, self.phase = profiler, step, Phase.PROFILED
-        for _ in range(2):  # the first record_function after start is slow; the second one is the mark
-            self.sync_mark_ns = time.monotonic_ns()
-            with torch.profiler.record_function("diagnose::clock_sync"):
-                pass
-        self.profiled_span_s = [time.monotonic() - self.t0]
+        self.window, self.profile_start, self.phase = window, step, Phase.PROFILED
+        self.profiled_span_s, self.sync_mark_ns = [window.started_at - self.t0], window.sync_mark_ns
         self.instr.timing = True
         self.stacks.active.set()
         self.progress("profiling")
 
-    def _mark_step(self, step: int) -> None:
-        """Close the previous ProfilerStep span and open the next, as profiler.step() does under a schedule."""
-        if self.step_span is not None:
-            self.step_span.__exit__(None, None, None)
-        self.step_span = torch.profiler.record_function(f"ProfilerStep#{step}")
-        self.step_span.__enter__()
-
     def _stop_profiler(self) -> None:
-        if self.profiler is None:
+        if self.window is None:
             return
-        if self.step_span is not None:
-            self.step_span.__exit__(None, None, None)
-            self.step_span = None
         self.stacks.active.clear()
         self.instr.timing = False
         with signals_held():
-            sync_device()  # the last steps' GPU work runs before the profiler stops, so it is in the trace
-            self.profiled_span_s.append(time.monotonic() - self.t0)
             self.progress("writing trace")
-            profiler, self.profiler, self.phase = self.profiler, None, Phase.STOPPING
+            window, self.window, self.phase = self.window, None, Phase.STOPPING
             self.memory.lift()  # exporting the trace needs memory the script's limit does not cover
             try:
-                profiler.stop()
-                del profiler
+                window.stop()
             finally:
                 self.memory.restore()
+            self.profiled_span_s.append(window.ended_at - self.t0)
 
     def on_first_step(self) -> None:
         self.startup = self.startup_watch.finish(self.first_step_at - self.t0, stopped_at_limit=False)
@@ -389,10 +364,10 @@ class Session(ScriptHost):
         if self.hang is not None:
             status = Status.HUNG
         if self.native_wait:  # the main thread still waits: nothing that syncs the device or needs its state
-            self.profiler, self.flop_counter, self.losses = None, None, []
+            self.window, self.flop_counter, self.losses = None, None, []
             self.fit_note = ("the trace of the profiled steps was not written: the main thread never came back from "
                              "native code")
-        if self.profiler is not None:
+        if self.window is not None:
             self._stop_profiler()
         if self.step_memory is not None and self.memory_sizes is None:  # the first step did not end (out of memory?)
             self.memory_sizes = self._finish_memory()
@@ -433,12 +408,12 @@ class Session(ScriptHost):
         waits = instr.seen.wait_s
         wait = max(range(len(waits)), key=waits.__getitem__) if waits and max(waits) > 0 else train
         loader = instr.seen.loaders_alive[wait] if wait is not None else None
-        micro_per_step = _usual(instr.clock.micro_per_step[self.plan.warmup:])
+        micro_per_step = _usual(instr.steps.micro_per_step[self.plan.warmup:])
         return Capture(
             status=status,
             script=self.config.script,
             script_args=tuple(self.config.script_args),
-            step_source=instr.clock.source,
+            step_source=instr.steps.source,
             micro_batches_per_step=micro_per_step,
             fit_note=self.fit_note,
             fitted_steps=self.fitted_steps,
@@ -448,7 +423,7 @@ class Session(ScriptHost):
             hang=self.hang,
             worker_failure=worker_failure.worker_failure(error, self._train_loader(), self.batch_bytes,
                                                          self._failure_surroundings(error)),
-            steps_seen=instr.clock.boundaries,
+            steps_seen=instr.steps.boundaries,
             steps_profiled=self.profiled,
             warmup_steps=self.plan.warmup,
             wall_s=time.monotonic() - self.t0,

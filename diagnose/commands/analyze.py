@@ -6,7 +6,7 @@ import contextlib
 import gc
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
 
@@ -21,27 +21,31 @@ from diagnose.report.wording import verdict
 from diagnose.serial import dumps
 from diagnose.trace.prefetch import MAX_EVENTS
 
+if TYPE_CHECKING:
+    from diagnose.trace import ReadAhead
+
 
 def analyze_command(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...], templates_dir: Optional[str],
                     as_json: bool, open_report: bool, jobs: Optional[int] = None,
-                    max_events: int = MAX_EVENTS) -> int:
+                    max_events: int = MAX_EVENTS, ahead: Optional[ReadAhead] = None) -> int:
     return analyze_and_report(path, out=out, rules_dirs=rules_dirs, templates_dir=templates_dir, as_json=as_json,
-                              open_report=open_report, jobs=jobs, max_events=max_events)[1]
+                              open_report=open_report, jobs=jobs, max_events=max_events, ahead=ahead)[1]
 
 
 def analyze_and_report(path: Path, *, out: Optional[str], rules_dirs: tuple[str, ...] = (),
                        templates_dir: Optional[str] = None, as_json: bool = False, open_report: bool = False,
                        jobs: Optional[int] = None, max_events: int = MAX_EVENTS, into: Optional[Path] = None,
-                       script: str = "") -> tuple[RunResult, int]:
+                       script: str = "", ahead: Optional[ReadAhead] = None) -> tuple[RunResult, int]:
     """The analysis as `diagnose analyze` prints it; the result (its folder, diagnosis) and the exit code.
     `into`: a folder of diagnose's own that already holds the traces (a profiled window's run folder), written into
-    in place of a new one; `script`: what the diagnosis names as its script (default: PATH)."""
+    in place of a new one; `script`: what the diagnosis names as its script (default: PATH); `ahead`: PATH's
+    reading, begun while diagnose was importing (trace.load.begin_reading)."""
     traces = find_traces(path)
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
     check_out_dir(None if into else out)  # as does a used --out: a big trace takes minutes to read
     console = Console(stderr=True)
     with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
-        analysis = analyze_traces(traces, jobs or default_jobs(), max_events)
+        analysis = analyze_traces(traces, jobs or default_jobs(), max_events, ahead)
     run_dir = into or new_run_dir(out, f"analyze-{stem(path)}")
     RunRecord(run_dir).save_analysis(analysis)
     findings = diagnose_analysis(analysis, rules_dirs)

@@ -9,7 +9,6 @@ from typing import Optional
 
 from diagnose.trace.inflate import gunzip
 
-_pending: dict[str, tuple[threading.Thread, list]] = {}
 # a trace whose text is larger is streamed (stream.py), in bounded memory and as fast; the whole text, held with
 # its parsed events, would take about twice its size
 STREAM_OVER_BYTES = 128 << 20
@@ -41,28 +40,29 @@ def text_bytes(path: Path) -> Optional[int]:
         return int.from_bytes(file.read(4), "little")
 
 
-def start(path: Path) -> None:
-    if not path.is_file() or text_is_big(path):  # a big trace is streamed, never held whole
-        return
-    box: list = []
+class Prefetch:
+    """A trace's bytes, read and decompressed in a thread of their own."""
 
-    def read() -> None:
+    def __init__(self, path: Path):
+        self.path, self.box = path, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
         try:
-            raw = path.read_bytes()
-            box.append(gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw)
+            raw = self.path.read_bytes()
+            self.box.append(gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw)
         except Exception:  # the real read reports the error in its own words
             pass
 
-    thread = threading.Thread(target=read, daemon=True)
-    thread.start()
-    _pending[str(path)] = (thread, box)
+    def bytes(self) -> Optional[bytes]:
+        """The bytes (waiting for them), or None when the read failed."""
+        self.thread.join()
+        return self.box[0] if self.box else None
 
 
-def take(path: Path) -> Optional[bytes]:
-    """The prefetched bytes of path (waiting for them), or None when nothing was prefetched or it failed."""
-    entry = _pending.pop(str(path), None)
-    if entry is None:
+def start(path: Path) -> Optional[Prefetch]:
+    """Begin reading the trace at `path` (None: not a file, or one to stream, never held whole)."""
+    if not path.is_file() or text_is_big(path):
         return None
-    thread, box = entry
-    thread.join()
-    return box[0] if box else None
+    return Prefetch(path)

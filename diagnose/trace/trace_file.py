@@ -1,4 +1,4 @@
-"""Read a trace file: its bytes (prefetched, or from disk and gunzipped) and, where the fast parser cannot
+"""Read a trace file: its bytes (gunzipped where compressed) and, where the fast parser cannot
 read them, its events through the full JSON parser: the text whole, or a piece at a time for a big trace."""
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import NamedTuple, Optional
 
 import orjson
 
-import diagnose.trace.prefetch as prefetch
 from diagnose.errors import UserError
 from diagnose.trace import stream
 from diagnose.trace.classify import KINDS, complete_events, correlation_id, empty_buckets, event_kind, thread_value
@@ -22,9 +21,6 @@ from diagnose.trace.spans import Spans
 
 
 def read_bytes(path: Path) -> bytes:
-    prefetched = prefetch.take(path)
-    if prefetched is not None:
-        return prefetched
     try:
         raw = path.read_bytes()
         return gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw
