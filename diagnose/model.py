@@ -1311,7 +1311,7 @@ def stated_step_s(step_time_s: dict) -> Optional[float]:
 @dataclass(frozen=True)
 class CompileTrial:
     """A change to how the model compiles, measured: its steady speedup and what it does over the whole run, where
-    the compile time each pays once counts (experiments/compile_cost.py)."""
+    the compile time each pays once counts (verdict/compile_cost.py)."""
     label: str  # the change as optimization(setting)
     optimization: str
     speedup: Optional[float]  # steady steps/s against the baseline (the experiment's)

@@ -1,7 +1,11 @@
 """The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
 
-    model/serial/errors <- trace <- capture <- analysis <- rules <- experiments <- compare <- report <- commands
-        <- api <- cli
+    model/serial/errors <- trace <- capture <- analysis <- rules <- verdict <- experiments <- compare <- report
+        <- commands <- api <- cli
+
+verdict (the diagnosis assembled, predictions checked, the run's cost and money, the statistics that decide a
+verdict) sits below experiments: `diagnose analyze` builds a diagnosis without entering experiments/, and the
+experiments decide their verdicts with its statistics.
 
 The trace package reads traces behind one surface (diagnose/trace/__init__.py): analysis/ and compare/ import
 that surface, never a module inside the package (test_analysis_and_compare_read_traces_through_the_surface).
@@ -23,6 +27,7 @@ LAYERS = (
     ("capture", ("diagnose.capture", "diagnose.frameworks")),
     ("analysis", ("diagnose.analysis", "diagnose.tbcompat")),
     ("rules", ("diagnose.rules", "diagnose.expr")),
+    ("verdict", ("diagnose.verdict",)),
     ("experiments", ("diagnose.experiments", "diagnose.optimizations")),
     ("compare", ("diagnose.compare",)),
     ("report", ("diagnose.report",)),

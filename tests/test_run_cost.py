@@ -17,7 +17,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from diagnose.capture import run_length
 from diagnose.capture.energy import MIN_COUNTER_WINDOW_S, POWERCAP, EnergyMeter, RaplCounters, summed_over_ranks
 from diagnose.capture.runner import run_in_child
-from diagnose.experiments.run_cost import energy_ratio, run_cost, with_user_length
 from diagnose.experiments.scheduler import TIMED_ENTRY
 from diagnose.model import (
     Capture,
@@ -38,6 +37,7 @@ from diagnose.model import (
 from diagnose.report.run_cost import terminal_lines
 from diagnose.runfolder import RunFolder
 from diagnose.serial import dumps, from_jsonable, read_json
+from diagnose.verdict.run_cost import energy_ratio, run_cost, with_user_length
 
 # slow_loader.py as it comes: two epochs of 120 steps, about 20 s plainly; of that, 2.5-4.5 s of start-up that
 # moves with the machine's load (a shorter run would test mostly that)

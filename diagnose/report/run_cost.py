@@ -1,5 +1,5 @@
 """What the run costs, in words and rows: the terminal's lines and the report's table and chart, from diagnosis.json's
-`run_cost` as computed (experiments/run_cost.py); nothing is computed here but the wording."""
+`run_cost` as computed (verdict/run_cost.py); nothing is computed here but the wording."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -12,7 +12,6 @@ import statistics
 from dataclasses import replace
 from typing import Optional
 
-from diagnose.experiments.stats import UNDECIDED_WIDTH
 from diagnose.formatting import setting_label
 from diagnose.model import (
     Analysis,
@@ -24,6 +23,7 @@ from diagnose.model import (
     Verdict,
     stated_step_s,
 )
+from diagnose.verdict.stats import UNDECIDED_WIDTH
 
 CHANGES_TO_COMPILING = ("compile_dynamic", "compile_eager")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from diagnose.experiments.stats import geometric_mean
 from diagnose.formatting import setting_label
 from diagnose.model import (
     Analysis,
@@ -30,6 +29,7 @@ from diagnose.model import (
     Verdict,
     stated_step_s,
 )
+from diagnose.verdict.stats import geometric_mean
 
 JOULES_PER_KWH = 3.6e6
 NO_COUNT = "give the run's length with --total-steps N or --epochs N"  # as capture/run_length.py says it
