@@ -5,9 +5,10 @@ so each stage can be re-run from the files in the run folder.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
+
+from diagnose.lean_dataclass import dataclass, field  # frozen records without generated code: start-up
 
 BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
 CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "host-overhead", "communication",

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "diagnose"
 # lowest first; a module belongs to the layer of its longest listed prefix
 LAYERS = (
     ("base", ("diagnose", "diagnose.model", "diagnose.serial", "diagnose.errors", "diagnose.resources",
-              "diagnose.formatting", "diagnose.runfolder", "diagnose.step_hook")),
+              "diagnose.formatting", "diagnose.runfolder", "diagnose.step_hook", "diagnose.lean_dataclass")),
     ("trace", ("diagnose.trace",)),
     ("capture", ("diagnose.capture", "diagnose.frameworks")),
     ("analysis", ("diagnose.analysis", "diagnose.tbcompat")),
