@@ -1,9 +1,9 @@
-"""`@dataclass(frozen=True)` for the records, without the code generation: the standard decorator writes and compiles
-six methods per class at every import (no bytecode cache keeps them), about 0.7 ms a class and most of the start-up
-of `diagnose analyze` on a small trace (issue 54). Here the fields are the standard library's (`dataclasses.fields`,
-`replace`, `asdict` and serial.py work as before) and the methods are the same few functions shared by every record:
-__init__ (positional or keyword, defaults and default factories, __post_init__), __repr__, __eq__ and __hash__ over
-the fields, and assignment refused with FrozenInstanceError."""
+"""`@dataclass(frozen=True)` for the records (model.py) and the other frozen values, without the code generation: the
+standard decorator writes and compiles six methods per class at every import (no bytecode cache keeps them), about
+0.7 ms a class and most of the start-up of `diagnose analyze` on a small trace (issue 54). Here the fields are the
+standard library's (`dataclasses.fields`, `replace`, `asdict` and serial.py work as before) and the methods are the
+same few functions shared by every record: __init__ (positional or keyword, defaults and default factories,
+__post_init__), __repr__, __eq__ and __hash__ over the fields, and assignment refused with FrozenInstanceError."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +23,8 @@ def dataclass(cls=None, /, *, frozen: bool = True):
 
 
 def _lean(cls):
+    if cls.__dict__.get("__doc__") is None:  # as the standard decorator names it, without its inspect.signature
+        cls.__doc__ = f"{cls.__name__}({', '.join(cls.__dict__.get('__annotations__', {}))})"
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False)  # the fields, and no generated code
     all_fields = dataclasses.fields(cls)
     setattr(cls, _SPEC, tuple((f.name, f.default, f.default_factory) for f in all_fields if f.init))

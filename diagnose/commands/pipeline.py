@@ -2,13 +2,13 @@
 into the run folder, so `diagnose report RUN` can re-run everything after the capture."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from diagnose import rules as rule_engine
 from diagnose.analysis.sources import analyze_run
 from diagnose.commands.rules import load_rules
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import Analysis, Capture, CostInputs, Diagnosis, ExperimentResults, Finding, RunConfig, Status
 from diagnose.runfolder import RunFolder
 from diagnose.serial import read_json, write_json

@@ -2,10 +2,10 @@
 `run_cost` as computed (verdict/run_cost.py); nothing is computed here but the wording."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from diagnose.formatting import fmt_ms
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import RunCost, RunCostChange, RunCostOption, RunLength
 from diagnose.verdict.money import energy_left_out, kwh
 
