@@ -79,7 +79,7 @@ def test_a_compile_cache_inside_the_project_folder_does_not_break_the_run(tmp_pa
 
 
 # -- diagnose's own start-up (issue 54) -------------------------------------------------------------------------------
-def _python(code: str, *args: str) -> list:
+def _python(code: str, *args: str):
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -99,7 +99,7 @@ try:
     cli.main(["analyze", sys.argv[1], "--out", sys.argv[2]], standalone_mode=False)
 except SystemExit:
     pass
-print(json.dumps(seen))
+print(json.dumps({"first read": seen, "at the end": sorted(sys.modules)}))
 """
 LATER = ("rich", "jinja2", "diagnose.model", "diagnose.analysis", "diagnose.rules", "diagnose.verdict",
          "diagnose.report", "diagnose.commands", "diagnose.api")
@@ -109,8 +109,10 @@ MOST_OWN_MODULES_BEFORE_THE_READ = 28
 
 
 def test_analyze_starts_reading_with_the_cli_and_the_trace_reader_loaded_only(tmp_path):
-    loaded = _python(FIRST_READ, str(TRACES / "cpu_only_with_dataloader.json.gz"), str(tmp_path / "out"))
+    modules = _python(FIRST_READ, str(TRACES / "cpu_only_with_dataloader.json.gz"), str(tmp_path / "out"))
+    loaded = modules["first read"]
     assert loaded, "the trace was not read ahead"
+    assert "rich.live" not in modules["at the end"]  # its spinner, on a terminal only: here the output is a pipe
     assert [m for m in loaded if m.split(".")[0] in LATER or m.startswith(LATER)] == []
     own = [m for m in loaded if m.startswith("diagnose")]
     assert len(own) <= MOST_OWN_MODULES_BEFORE_THE_READ, own
