@@ -7,7 +7,7 @@ Two measurements, in one process:
   set so it never fires), the best of 5 repeats of 20,000 calls;
 - a tiny MLP's training loop (the cheapest real step, so the largest share) timed in blocks of --steps steps,
   plain and calling window.step() each step, interleaved A B B A; throughput ratio with a 99% interval
-  (diagnose.experiments.stats.compare, one value per block).
+  (diagnose.verdict.stats.compare, one value per block).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import timeit
 import torch
 
 import diagnose
-from diagnose.experiments.stats import compare
+from diagnose.verdict.stats import compare
 
 
 def call_cost_s(window) -> float:

@@ -5,9 +5,10 @@ so each stage can be re-run from the files in the run folder.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
+
+from diagnose.lean_dataclass import dataclass, field  # frozen records without generated code: start-up
 
 BUCKETS = ("data_wait", "h2d", "compute", "communication", "host_overhead", "other")
 CATEGORIES = ("training", "data-loading", "transfer", "utilization", "memory", "host-overhead", "communication",
@@ -1311,7 +1312,7 @@ def stated_step_s(step_time_s: dict) -> Optional[float]:
 @dataclass(frozen=True)
 class CompileTrial:
     """A change to how the model compiles, measured: its steady speedup and what it does over the whole run, where
-    the compile time each pays once counts (experiments/compile_cost.py)."""
+    the compile time each pays once counts (verdict/compile_cost.py)."""
     label: str  # the change as optimization(setting)
     optimization: str
     speedup: Optional[float]  # steady steps/s against the baseline (the experiment's)

@@ -3,7 +3,7 @@ conditions on an Analysis's metrics and renders their evidence and fix text into
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Collection, Iterable, Optional
 
@@ -17,6 +17,7 @@ from diagnose.analysis.metrics import METRICS
 from diagnose.errors import RuleError
 from diagnose.expr import Expr, ExprError
 from diagnose.formatting import NUMBER_FILTERS, display_location, fmt_int
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import CATEGORIES, Analysis, Finding, FrameworkSite, stated_step_s
 from diagnose.resources import bundled
 

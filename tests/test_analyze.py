@@ -182,6 +182,23 @@ def test_analyze_does_not_import_torch():
     assert result.stdout.strip() == "False", result.stderr
 
 
+def test_analyze_builds_its_diagnosis_without_entering_experiments(tmp_path):
+    """issue 54: a trace's verdict (predictions, the run's cost) comes from diagnose/verdict/; the experiments'
+    machinery (patches, the scheduler, torch's start-up) is not a trace reader's to load. The command as the CLI runs
+    it, then the modules it left loaded."""
+    out = tmp_path / "out"
+    code = ("import sys\nfrom diagnose.cli import cli\n"
+            f"try:\n    cli.main(['analyze', {str(TRACES / 'cpu_only_gloo_rank34.json.gz')!r}, '--out', {str(out)!r}],"
+            " standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            "import json\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith(('diagnose.experiments', "
+            "'diagnose.verdict')))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (out / "diagnosis.json").exists(), done.stderr[-2000:]
+    assert "diagnose.verdict.diagnosis" in loaded  # the hook saw the command run
+    assert [m for m in loaded if m.startswith("diagnose.experiments")] == []
+
+
 def test_renamed_rank_traces_without_distributed_info_are_ranked_by_order(tmp_path):
     folder = tmp_path / "job"
     folder.mkdir()

@@ -9,9 +9,9 @@ import math
 import pytest
 
 from diagnose.experiments.batch_search import MARGIN, MAX_PROBES, fitted_line, search_largest_batch
-from diagnose.experiments.stats import Noise, throughput_interval
 from diagnose.model import BatchProbe
 from diagnose.optimizations.grad_accumulation import micro_batches_to_fit
+from diagnose.verdict.stats import Noise, throughput_interval
 
 MiB = 2**20
 

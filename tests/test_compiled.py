@@ -143,8 +143,8 @@ def _experiment(optimization: str, setting: dict, speedup: float, ci: tuple, **t
 
 
 def test_break_even_and_the_whole_run_come_from_the_experiments_and_compile_times(branch_run):
-    from diagnose.experiments.compile_cost import compile_summary
     from diagnose.model import ExperimentResults, stated_step_s
+    from diagnose.verdict.compile_cost import compile_summary
 
     capture, analysis, _ = branch_run
     eager = _experiment("compile_eager", {}, 0.5, (0.45, 0.55), compile_s=None, baseline_compile_s=2.0,

@@ -8,8 +8,8 @@ import pytest
 
 from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.stage import _headline
-from diagnose.experiments.stats import compare, loss_drift, pooled_noise
 from diagnose.model import Experiment, Measurement, SteadyTiming
+from diagnose.verdict.stats import compare, loss_drift, pooled_noise
 
 
 def _arm(rng: random.Random, mean: float, runs: int, between: float = 0.03, within: float = 0.05,

@@ -1,10 +1,14 @@
 """The pipeline's direction, checked: a module imports only from its own layer and the layers below it.
 
-    model/serial/errors <- record <- trace <- capture <- analysis <- rules <- experiments <- compare <- report
-        <- commands <- api <- cli
+    model/serial/errors <- record <- trace <- capture <- analysis <- rules <- verdict <- experiments <- compare
+        <- report <- commands <- api <- cli
 
 The record (diagnose/record/) owns the run folder: it loads and saves the model's records there, so it sits right
 above them, and every stage that reads or writes a run folder does it through a RunRecord.
+
+verdict (the diagnosis assembled, predictions checked, the run's cost and money, the statistics that decide a
+verdict) sits below experiments: `diagnose analyze` builds a diagnosis without entering experiments/, and the
+experiments decide their verdicts with its statistics.
 
 The trace package reads traces behind one surface (diagnose/trace/__init__.py): analysis/ and compare/ import
 that surface, never a module inside the package (test_analysis_and_compare_read_traces_through_the_surface).
@@ -21,12 +25,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "diagnose"
 # lowest first; a module belongs to the layer of its longest listed prefix
 LAYERS = (
     ("base", ("diagnose", "diagnose.model", "diagnose.serial", "diagnose.errors", "diagnose.resources",
-              "diagnose.formatting", "diagnose.step_hook")),
+              "diagnose.formatting", "diagnose.step_hook", "diagnose.lean_dataclass")),
     ("record", ("diagnose.record",)),
     ("trace", ("diagnose.trace",)),
     ("capture", ("diagnose.capture", "diagnose.frameworks")),
     ("analysis", ("diagnose.analysis", "diagnose.tbcompat")),
     ("rules", ("diagnose.rules", "diagnose.expr")),
+    ("verdict", ("diagnose.verdict",)),
     ("experiments", ("diagnose.experiments", "diagnose.optimizations")),
     ("compare", ("diagnose.compare",)),
     ("report", ("diagnose.report",)),

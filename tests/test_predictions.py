@@ -12,9 +12,9 @@ from conftest import SCRIPTS, diagnose_cli, run_script
 from diagnose import rules as rule_engine
 from diagnose.compare.interval import RUN_NOISE_DEFAULT_SD, RUN_NOISE_FLOOR_SD, gate, step_change
 from diagnose.compare.sides import block_noise
-from diagnose.experiments.predictions import check_predictions
 from diagnose.model import Analysis, CompareSide, Experiment, Finding, PlainTiming
 from diagnose.optimizations import REGISTRY
+from diagnose.verdict.predictions import check_predictions
 
 BUNDLED = {r.id: r for r in rule_engine.load_rules(optimization_ids=REGISTRY)}
 

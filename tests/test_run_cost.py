@@ -17,7 +17,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from diagnose.capture import run_length
 from diagnose.capture.energy import MIN_COUNTER_WINDOW_S, POWERCAP, EnergyMeter, RaplCounters
 from diagnose.capture.runner import run_in_child
-from diagnose.experiments.run_cost import energy_ratio, run_cost, with_user_length
 from diagnose.experiments.scheduler import TIMED_ENTRY
 from diagnose.model import (
     Capture,
@@ -39,6 +38,7 @@ from diagnose.record.ranks import summed_over_ranks
 from diagnose.record.run_record import RunRecord
 from diagnose.report.run_cost import terminal_lines
 from diagnose.serial import dumps, from_jsonable
+from diagnose.verdict.run_cost import energy_ratio, run_cost, with_user_length
 
 # slow_loader.py as it comes: two epochs of 120 steps, about 20 s plainly; of that, 2.5-4.5 s of start-up that
 # moves with the machine's load (a shorter run would test mostly that)
@@ -256,6 +256,61 @@ def test_without_a_length_the_step_is_said_and_no_total_is_made_up():
     cost = run_cost(unknown, _Analysis(), ExperimentResults(), CostInputs())
     assert cost.options[0].train_s is None
     assert "while True" in terminal_lines(cost)[0]
+
+
+# -- money: one formula for the run and for compare ------------------------------------------------------------------
+MONEY_CASES = [  # (train_s, devices, energy_j, price_per_hour, price_per_kwh) -> money
+    pytest.param((3600.0, 2, None, None, None), None, id="no price: no figure"),
+    pytest.param((3600.0, 2, None, 1.5, None), 3.0, id="device-hours at the price per hour"),
+    pytest.param((3600.0, 1, 3.6e6, None, 0.3), 0.3, id="kWh at the price per kWh"),
+    pytest.param((3600.0, 1, None, None, 0.3), None, id="a price per kWh alone and no energy read: no figure"),
+    pytest.param((3600.0, 1, 7.2e6, 2.0, 0.25), 2.5, id="both prices, both parts"),
+    pytest.param((3600.0, 1, None, 2.0, 0.25), 2.0, id="both prices and no energy read: the time alone"),
+    pytest.param((3600.0, 1, 7.2e6, 2.0, None), 2.0, id="energy read but no price per kWh: not priced"),
+    pytest.param((1800.0, 4, 0.0, 0.0, 0.0), 0.0, id="free is a figure, not none"),
+]
+
+
+@pytest.mark.parametrize(("inputs", "expected"), MONEY_CASES)
+def test_the_money_formula(inputs, expected):
+    from diagnose.verdict.money import money_for
+
+    assert money_for(*inputs) == (pytest.approx(expected) if expected is not None else None)
+
+
+def _priced_cost(price_per_hour, price_per_kwh, energy: bool) -> RunCost:
+    from dataclasses import replace
+    capture = _capture() if energy else replace(_capture(), energy=())
+    return run_cost(capture, _Analysis(), ExperimentResults(), CostInputs(price_per_hour=price_per_hour,
+                                                                         price_per_kwh=price_per_kwh))
+
+
+@pytest.mark.parametrize("energy", [True, False], ids=["energy read", "no energy read"])
+@pytest.mark.parametrize("prices", [(3.6, None), (None, 0.36), (3.6, 0.36)], ids=["per hour", "per kWh", "both"])
+def test_compare_prices_a_side_as_its_run_does(prices, energy):
+    """The same run on both sides of a comparison costs what the run's own diagnosis says, and a figure that leaves
+    the energy out says so in both places."""
+    from diagnose.compare.run_cost import same_run_on_both_sides
+    from diagnose.report.run_cost import TIME_ONLY, compare_sentence
+
+    cost = _priced_cost(*prices, energy=energy)
+    now = cost.options[0]
+    change = same_run_on_both_sides(cost, cost, cost.step_s, cost.step_s, (1.0, 1.0))
+    assert change.a_money == change.b_money == now.money
+    assert (now.money is None) == (prices == (None, 0.36) and not energy)
+    time_only = prices == (3.6, 0.36) and not energy
+    assert any(TIME_ONLY in line for line in terminal_lines(cost)) == time_only
+    assert (TIME_ONLY in compare_sentence(change)) == time_only
+
+
+def test_a_side_without_energy_makes_both_sides_of_a_comparison_time_only():
+    from diagnose.compare.run_cost import same_run_on_both_sides
+
+    read, unread = _priced_cost(3.6, 0.36, energy=True), _priced_cost(3.6, 0.36, energy=False)
+    change = same_run_on_both_sides(read, unread, read.step_s, read.step_s / 2, (0.45, 0.55))
+    assert change.a_energy_j is not None and change.b_energy_j is None  # shown as read
+    assert change.a_money == pytest.approx(unread.options[0].money)  # priced alike: the time alone on both sides
+    assert change.b_money < change.a_money
 
 
 # -- real runs ---------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from typing import Optional
 
 import pytest
 from conftest import diagnose_cli
@@ -61,3 +62,65 @@ def test_report_on_a_folder_with_a_newer_field_says_so_and_still_reports(sample_
     assert "Traceback" not in proc.stderr
     # the diagnosis written again is read back whole
     assert read_json(run_dir / "diagnosis.json", Diagnosis).status == "completed"
+
+
+# -- the records' definitions: diagnose.lean_dataclass behaves as dataclass(frozen=True) does ------------------------
+def _pair():
+    """The same record twice: by the standard decorator, and by the lean one model.py uses."""
+    import dataclasses
+
+    from diagnose import lean_dataclass
+
+    made = []
+    for decorate, make_field in ((dataclasses.dataclass(frozen=True), dataclasses.field),
+                                 (lean_dataclass.dataclass(frozen=True), lean_dataclass.field)):
+        @decorate
+        class Reading:
+            domain: str
+            joules: Optional[float]
+            steps: int = 0
+            notes: tuple = make_field(default_factory=tuple)
+        made.append(Reading)
+    return made
+
+
+CALLS = [  # (args, kwargs): each gives the same record, or the same TypeError, either way
+    pytest.param(("gpu", 1.5), {}, id="positional, defaults"),
+    pytest.param(("gpu",), {"joules": None, "steps": 3, "notes": ("a",)}, id="keywords"),
+    pytest.param((), {"domain": "host", "joules": 2.0}, id="all by keyword"),
+    pytest.param(("gpu",), {}, id="a required field missing"),
+    pytest.param(("gpu", 1.0, 2, (), "extra"), {}, id="too many"),
+    pytest.param(("gpu", 1.0), {"domain": "x"}, id="a field given twice"),
+    pytest.param(("gpu", 1.0), {"watts": 3}, id="an unknown field"),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), CALLS)
+def test_a_lean_record_is_built_as_a_standard_frozen_dataclass_is(args, kwargs):
+    import dataclasses
+
+    standard, lean = _pair()
+    try:
+        expected = dataclasses.asdict(standard(*args, **kwargs))
+    except TypeError:
+        with pytest.raises(TypeError):
+            lean(*args, **kwargs)
+        return
+    record = lean(*args, **kwargs)
+    assert dataclasses.asdict(record) == expected
+    assert repr(record) == repr(standard(*args, **kwargs)).replace(standard.__qualname__, lean.__qualname__)
+
+
+def test_a_lean_record_is_a_frozen_value():
+    import dataclasses
+
+    _, lean = _pair()
+    one, same, other = lean("gpu", 1.0), lean("gpu", 1.0), lean("gpu", 2.0)
+    assert one == same and hash(one) == hash(same) and one != other and len({one, same, other}) == 2
+    assert one.notes == () and lean("gpu", 1.0, notes=("a",)).notes == ("a",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.joules = 3.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del one.domain
+    assert dataclasses.replace(one, joules=2.0) == other and dataclasses.is_dataclass(one)
+    assert [f.name for f in dataclasses.fields(lean)] == ["domain", "joules", "steps", "notes"]

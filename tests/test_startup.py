@@ -1,14 +1,17 @@
-"""Start-up is not the measured window: minutes of loading, data preparation or compilation before the first
-step still end in a diagnosis, with the start-up shown and attributed; compiled models run under the capture as
-they do alone."""
+"""Start-up, the script's and diagnose's own. The script's is not the measured window: minutes of loading, data
+preparation or compilation before the first step still end in a diagnosis, with the start-up shown and attributed;
+compiled models run under the capture as they do alone. diagnose's own is bounded by what it imports: `diagnose
+analyze` begins reading the trace with the parser alone loaded, the rest imported while a helper parses."""
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, line_of, run_script
+from conftest import REPO, SCRIPTS, TRACES, line_of, run_script
 
 SLOW_START = SCRIPTS / "slow_start.py"
 COMPILES = SCRIPTS / "compiles.py"
@@ -73,3 +76,61 @@ def test_a_compile_cache_inside_the_project_folder_does_not_break_the_run(tmp_pa
     _compiled_run(tmp_path, "in the project")
     kept = tmp_path / "run" / "sandbox" / "project" / "inductor-cache"
     assert kept.is_dir() and any(kept.rglob("*.py")), "inductor's generated code, kept with the run"
+
+
+# -- diagnose's own start-up (issue 54) -------------------------------------------------------------------------------
+def _python(code: str, *args: str):
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+FIRST_READ = """
+import json, sys
+import diagnose.trace.load as load
+seen = []
+real = load.begin_rows
+def first_read(raw, **options):
+    seen.extend(sorted(sys.modules))
+    return real(raw, **options)
+load.begin_rows = first_read
+from diagnose.cli import cli
+try:
+    cli.main(["analyze", sys.argv[1], "--out", sys.argv[2]], standalone_mode=False)
+except SystemExit:
+    pass
+print(json.dumps({"first read": seen, "at the end": sorted(sys.modules)}))
+"""
+LATER = ("rich", "jinja2", "diagnose.model", "diagnose.analysis", "diagnose.rules", "diagnose.verdict",
+         "diagnose.report", "diagnose.commands", "diagnose.api")
+# the modules of diagnose loaded when the parsing starts: the CLI, the package, serial.py and the trace reader (24
+# when this was written); a module more is a cost every `diagnose analyze` pays before its first read
+MOST_OWN_MODULES_BEFORE_THE_READ = 28
+
+
+def test_analyze_starts_reading_with_the_cli_and_the_trace_reader_loaded_only(tmp_path):
+    modules = _python(FIRST_READ, str(TRACES / "cpu_only_with_dataloader.json.gz"), str(tmp_path / "out"))
+    loaded = modules["first read"]
+    assert loaded, "the trace was not read ahead"
+    assert "rich.live" not in modules["at the end"]  # its spinner, on a terminal only: here the output is a pipe
+    assert [m for m in loaded if m.split(".")[0] in LATER or m.startswith(LATER)] == []
+    own = [m for m in loaded if m.startswith("diagnose")]
+    assert len(own) <= MOST_OWN_MODULES_BEFORE_THE_READ, own
+
+
+def test_help_loads_no_records_numpy_rich_or_jinja():
+    code = ("import json, sys\nfrom diagnose.cli import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n"
+            "    pass\nprint(json.dumps([m for m in sys.modules if m.split('.')[0] in ('numpy', 'rich', 'jinja2')"
+            " or m in ('diagnose.model', 'diagnose.commands')]))")
+    assert _python(code) == []
+
+
+def test_the_records_are_defined_without_compiling_code():
+    """The standard frozen dataclass compiles six methods per class at every import (0.7 ms each class, no bytecode
+    cache keeps them); the records (diagnose/lean_dataclass.py) share theirs: importing them compiles no source text
+    (modules run their cached bytecode)."""
+    code = ("import builtins, json, dataclasses, enum, typing\nruns = []\nreal = builtins.exec\n"
+            "def counted(source, *args, **kwargs):\n    runs.extend([1] if isinstance(source, str) else [])\n"
+            "    return real(source, *args, **kwargs)\n"
+            "builtins.exec = counted\nimport diagnose.model\nbuiltins.exec = real\nprint(json.dumps(len(runs)))")
+    assert _python(code) == 0

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from diagnose.experiments.predictions import check_predictions, count_off
 from diagnose.experiments.scheduler import Arm
 from diagnose.experiments.stage import _result
 from diagnose.model import (
@@ -27,6 +26,7 @@ from diagnose.optimizations.base import Context
 from diagnose.report.render import render_html
 from diagnose.report.terminal import print_summary
 from diagnose.report.view import build_view
+from diagnose.verdict.predictions import check_predictions, count_off
 
 CHANGE = "dataloader.pin_memory"
 
@@ -170,7 +170,7 @@ def test_the_report_says_undecided_with_its_cause(tmp_path):
 def test_a_compiled_models_whole_run_and_break_even_build_on_no_undecided_interval():
     from dataclasses import replace
 
-    from diagnose.experiments.compile_cost import _eager_step, _trial
+    from diagnose.verdict.compile_cost import _eager_step, _trial
 
     dynamic = replace(UNDECIDED, optimization="compile_dynamic", compile_s=2.0, baseline_compile_s=2.0)
     trial = _trial(dynamic, step_s=0.01, run_steps=1000)

@@ -2,7 +2,7 @@
 a flat mapping of named metrics. The English notes come from notes.py; nothing else is formatted here."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -38,6 +38,7 @@ from diagnose.analysis.phases import optimizer_intervals, optimizer_metrics, pha
 from diagnose.analysis.roofline import roofline
 from diagnose.analysis.speed_of_light import Busy, preferred_peaks, speed_metrics, speed_of_light
 from diagnose.analysis.timeline import StepTimeline, step_timeline
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import (
     Analysis,
     Capture,

@@ -8,9 +8,9 @@ conservative 2x, the figure this tool used before it priced devices.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import Peak
 
 DEFAULT_TENSOR_SPEEDUP = 2.0

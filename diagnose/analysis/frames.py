@@ -12,12 +12,12 @@ import site
 import sys
 import sysconfig
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 
+from diagnose.lean_dataclass import dataclass
 from diagnose.trace import BUILT_IN, FRAMEWORK, LIBRARY, USER, Spans, frame_pieces, nesting_parents, present_in_order
 from diagnose.trace import intervals as iv
 

@@ -6,9 +6,9 @@ executed counts, recomputation included: without activation checkpointing this i
 utilisation."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import FlopCount, Peak, Roofline, SpeedOfLight
 
 # dtypes a training step can switch to by a setting (autocast, TF32); float64 and float8 are not such a switch

@@ -8,10 +8,9 @@ events link them), and begins where the step before it ended.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from diagnose.lean_dataclass import dataclass
 from diagnose.trace import Spans, Trace, from_launch
 
 

@@ -2,10 +2,10 @@
 folder and exit code. They print as the terminal summary and render inline in a notebook (_repr_html_)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import Comparison, Diagnosis, Experiment, Finding
 from diagnose.record.run_record import RunRecord
 

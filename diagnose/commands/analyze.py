@@ -44,7 +44,7 @@ def analyze_and_report(path: Path, *, out: Optional[str], rules_dirs: tuple[str,
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
     check_out_dir(None if into else out)  # as does a used --out: a big trace takes minutes to read
     console = Console(stderr=True)
-    with console.status(f"analysing {len(traces)} trace(s)"), no_gc():
+    with _spinner(console, f"analysing {len(traces)} trace(s)"), no_gc():
         analysis = analyze_traces(traces, jobs or default_jobs(), max_events, ahead)
     run_dir = into or new_run_dir(out, f"analyze-{stem(path)}")
     RunRecord(run_dir).save_analysis(analysis)
@@ -61,6 +61,12 @@ def analyze_and_report(path: Path, *, out: Optional[str], rules_dirs: tuple[str,
 
         webbrowser.open(result.report_path.resolve().as_uri())
     return result, Status.COMPLETED.exit_code if analysis.steps else Status.NO_STEPS.exit_code  # as a run would
+
+
+def _spinner(console: Console, text: str):
+    """A spinner on a terminal; elsewhere (a pipe, CI, a log) it shows nothing, and its import (rich's live display,
+    10 ms) is not paid."""
+    return console.status(text) if console.is_terminal else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

@@ -1,16 +1,17 @@
-"""The pipeline: capture -> analysis -> rules -> report. Each stage reads what the previous one wrote into the
-run folder, so `diagnose report RUN` can re-run everything after the capture."""
+"""The pipeline: capture -> analysis -> rules -> verdict -> report. Each stage reads what the previous one wrote
+into the run folder, so `diagnose report RUN` can re-run everything after the capture."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from diagnose import rules as rule_engine
 from diagnose.analysis.sources import analyze_run
 from diagnose.commands.rules import load_rules
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import Analysis, Capture, CostInputs, Diagnosis, ExperimentResults, Finding, Status
 from diagnose.record.run_record import RunRecord
+from diagnose.verdict.diagnosis import build_diagnosis
 
 
 @dataclass(frozen=True)
@@ -26,45 +27,6 @@ def diagnose_analysis(analysis: Optional[Analysis], rules_dirs: tuple[str, ...])
     return rule_engine.findings_for(analysis, load_rules(rules_dirs))
 
 
-def build_diagnosis(script: str, capture: Optional[Capture], analysis: Optional[Analysis], findings: list[Finding],
-                    experiments: ExperimentResults, cost_inputs: CostInputs = CostInputs()) -> Diagnosis:
-    from diagnose.experiments.compile_cost import compile_summary
-    from diagnose.experiments.predictions import check_predictions, count_off
-    from diagnose.experiments.run_cost import run_cost
-
-    empty = {"mean": 0.0, "p50": 0.0, "p95": 0.0, "unprofiled": None}
-    metrics = analysis.metrics if analysis else {}
-    predictions = check_predictions(tuple(findings), experiments.experiments, metrics)
-    return Diagnosis(
-        schema=1,
-        script=script,
-        steps_profiled=len(analysis.steps) if analysis else 0,
-        step_time_s=analysis.step_time_s if analysis else empty,
-        breakdown=analysis.breakdown if analysis else {},
-        findings=tuple(findings),
-        experiments=experiments.experiments,
-        status=capture.status if capture else (Status.ANALYZED if analysis is not None else Status.NO_CAPTURE),
-        metrics=metrics,
-        headline=experiments.headline,
-        ranks=analysis.ranks if analysis else (),
-        experiments_interrupted=experiments.interrupted,
-        phases=analysis.phases if analysis else (),
-        budget=experiments.budget,
-        out_of_memory=capture.out_of_memory if capture else None,
-        memory=_memory(capture, analysis),
-        batch_search=experiments.batch_search,
-        speed_of_light=analysis.speed_of_light if analysis else None,
-        startup_s=capture.startup.seconds if capture and capture.startup else None,
-        startup=capture.startup if capture else None,
-        predictions=predictions,
-        predictions_off=count_off(predictions),
-        hang=capture.hang if capture else None,
-        worker_failure=capture.worker_failure if capture else None,
-        run_cost=run_cost(capture, analysis, experiments, cost_inputs),
-        compilation=compile_summary(capture, analysis, experiments),
-    )
-
-
 def _cost_inputs(run_dir: Path) -> CostInputs:
     """The run's length and prices as `diagnose run` was given them (config.json), so `diagnose report` re-renders
     the same costs; none for traces analysed without a run."""
@@ -72,16 +34,6 @@ def _cost_inputs(run_dir: Path) -> CostInputs:
     if not record.has_own_config():
         return CostInputs()
     return record.config().cost
-
-
-def _memory(capture: Optional[Capture], analysis: Optional[Analysis]):
-    """The analysis's breakdown; for a run that ran out of memory before any profiled step, the estimate from
-    what the capture measured."""
-    from diagnose.analysis.memory import estimated_breakdown
-
-    if capture is not None and capture.status == Status.OUT_OF_MEMORY and (analysis is None or analysis.memory is None):
-        return estimated_breakdown(capture)
-    return analysis.memory if analysis is not None else None
 
 
 def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...], jobs: int = 1):

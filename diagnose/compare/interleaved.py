@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Optional, Sequence
 
-from diagnose.experiments.stats import UNDECIDED_WIDTH, t_quantile
 from diagnose.model import LiveWindow, Verdict
+from diagnose.verdict.stats import UNDECIDED_WIDTH, t_quantile
 
 TRIM = 0.2  # each round's pairs are summarised by their 20% trimmed mean
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from diagnose.experiments.stats import t_quantile
 from diagnose.model import CompareSide, GateResult, StepChange, Verdict
+from diagnose.verdict.stats import t_quantile
 
 # Run-to-run spread of log step time per run where no run measured it (traces; windows too short to cut into
 # blocks). Measured with RUN_NOISE_DEFAULT_SOURCE: five runs of tests/scripts/calibration_mlp.py on a quiet 2-core

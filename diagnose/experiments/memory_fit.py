@@ -19,12 +19,12 @@ from diagnose.experiments.diffs import change_text
 from diagnose.experiments.inline_fit import inline_accumulation
 from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
-from diagnose.experiments.stats import pooled_noise, throughput_interval
 from diagnose.formatting import fmt_gib
 from diagnose.model import BatchProbe, BatchSearch, Change, Experiment, Headline, Measurement, Status, Verdict
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import Context
 from diagnose.optimizations.batch_size import FACTORS
+from diagnose.verdict.stats import pooled_noise, throughput_interval
 
 MEMORY_LEVERS = ("grad_accumulation", "activation_checkpointing", "amp", "expandable_segments")
 SEARCH_FACTOR = max(FACTORS)  # the largest batch_size setting: a search is needed only when it might not fit

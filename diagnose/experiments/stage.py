@@ -26,10 +26,8 @@ from diagnose.experiments.plan import (
     run_estimate_s,
 )
 from diagnose.experiments.records import failure_text, setting_label, skipped_experiment
-from diagnose.experiments.run_cost import energy_ratio
 from diagnose.experiments.same_data import DIFFERENT, SAME_SAMPLES, SAME_SEQUENCE, DataCheck, check_variant
 from diagnose.experiments.scheduler import Arm, ExperimentsInterrupted, Scheduler, arms_for
-from diagnose.experiments.stats import Noise, compare, geometric_mean, loss_drift
 from diagnose.experiments.trials import Trials, metric_of
 from diagnose.experiments.undecided import undecided_cause
 from diagnose.formatting import fmt_gib
@@ -48,6 +46,8 @@ from diagnose.model import (
 )
 from diagnose.optimizations import REGISTRY
 from diagnose.optimizations.base import DYNAMICS, IDENTICAL, Context
+from diagnose.verdict.run_cost import energy_ratio
+from diagnose.verdict.stats import Noise, compare, geometric_mean, loss_drift
 
 IDENTICAL_TOLERANCE = 1e-3
 BUDGET_REASON = "not run: the experiment budget (--budget-seconds) ran out"

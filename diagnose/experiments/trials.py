@@ -8,9 +8,9 @@ from typing import Optional
 from diagnose.experiments import cost
 from diagnose.experiments.plan import Candidate
 from diagnose.experiments.scheduler import UNIQUE_SAMPLES, Arm, Scheduler
-from diagnose.experiments.stats import Comparison, Noise, compare, geometric_mean, pooled_noise
 from diagnose.model import Verdict
 from diagnose.optimizations import REGISTRY
+from diagnose.verdict.stats import Comparison, Noise, compare, geometric_mean, pooled_noise
 
 WORTHWHILE = 1.05  # an interval whose top is below this has ruled out any gain worth a change
 

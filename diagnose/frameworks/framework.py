@@ -4,8 +4,9 @@ The catalogue of them is catalog.py."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from diagnose.lean_dataclass import dataclass, field
 
 Edits = dict[str, str]  # keyword -> source text
 

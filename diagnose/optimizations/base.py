@@ -1,11 +1,11 @@
 """An optimization: what it changes, when it applies, how it is applied at runtime, and what to show."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from diagnose.analysis.metrics import METRICS
 from diagnose.capture.changes import ChangeSet
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import Analysis, Capture
 
 IDENTICAL, APPROXIMATE, DYNAMICS = "identical", "approximate", "changes-dynamics"

@@ -2,7 +2,7 @@
 
 Its torch.compile(...) returns the model as it is and module.compile() does nothing, so the steps run eagerly.
 The measured speedup is the eager step's against the compiled one (below 1 when compiling pays per step); with
-the compile time the baseline paid, it gives the break-even step count (experiments/compile_cost.py)."""
+the compile time the baseline paid, it gives the break-even step count (verdict/compile_cost.py)."""
 from __future__ import annotations
 
 from typing import Optional

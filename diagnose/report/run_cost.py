@@ -1,12 +1,13 @@
 """What the run costs, in words and rows: the terminal's lines and the report's table and chart, from diagnosis.json's
-`run_cost` as computed (experiments/run_cost.py); nothing is computed here but the wording."""
+`run_cost` as computed (verdict/run_cost.py); nothing is computed here but the wording."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from diagnose.formatting import fmt_ms
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import RunCost, RunCostChange, RunCostOption, RunLength
+from diagnose.verdict.money import energy_left_out, kwh
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class CostRow:
     option: RunCostOption
 
 
+TIME_ONLY = "time only: no energy read"
 UNITS = (("days", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0))
 
 
@@ -65,8 +67,8 @@ def _money(value: Optional[float]) -> str:
 def energy_text(joules: Optional[float]) -> str:
     if joules is None:
         return "—"
-    kwh = joules / 3.6e6
-    return f"{kwh:.3g} kWh" if kwh >= 0.01 else f"{joules:,.0f} J"
+    in_kwh = kwh(joules)
+    return f"{in_kwh:.3g} kWh" if in_kwh >= 0.01 else f"{joules:,.0f} J"
 
 
 def length_sentence(length: RunLength) -> str:
@@ -91,9 +93,15 @@ def rows(cost: RunCost) -> tuple[CostRow, ...]:
         if o.saved_s is not None else "",
         device_hours=f"{o.device_hours:,.3g}" if o.device_hours is not None else "—",
         energy=energy_text(o.energy_j) if o.energy_j is not None else ("not measured" if o.energy_note else "—"),
-        money=_money(o.money) + _interval(o.money_ci, _money) if o.money is not None else "—",
+        money=_money(o.money) + _interval(o.money_ci, _money) + _time_only(cost.price_per_kwh, o.energy_j)
+        if o.money is not None else "—",
         option=o,
     ) for o in cost.options)
+
+
+def _time_only(price_per_kwh: Optional[float], *energies_j: Optional[float]) -> str:
+    """Said beside a figure that prices the time alone though a price per kWh was given (verdict/money.py)."""
+    return f" ({TIME_ONLY})" if energy_left_out(price_per_kwh, *energies_j) else ""
 
 
 def energy_sentence(cost: RunCost) -> str:
@@ -144,5 +152,6 @@ def compare_sentence(change: Optional[RunCostChange]) -> str:
     else:
         parts.append("energy not measured on either side")
     if change.a_money is not None or change.b_money is not None:
-        parts.append(f"cost A {_money(change.a_money)}, B {_money(change.b_money)}")
+        parts.append(f"cost A {_money(change.a_money)}, B {_money(change.b_money)}"
+                     + _time_only(change.price_per_kwh, change.a_energy_j, change.b_energy_j))
     return "; ".join(parts) + "."

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import datetime as dt
 import linecache
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import diagnose.report.charts as charts
 from diagnose import __version__
 from diagnose.formatting import fmt_ms
+from diagnose.lean_dataclass import dataclass, field
 from diagnose.model import (
     BUCKETS,
     VERIFIED,

@@ -13,7 +13,6 @@ import pickle
 import re
 import signal
 import struct
-import tempfile
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -132,6 +131,12 @@ MIN_CHUNK_BYTES = 256 << 10
 HELPER_OVER_BYTES = 8 << 20  # a text this short is read by one process: a fork would cost more than it saves
 
 
+def _lock_file():
+    import tempfile  # (here: its imports, random and shutil among them, cost a small trace's start-up 5 ms)
+
+    return tempfile.TemporaryFile()
+
+
 class _Claims:
     """The stretch of text not yet claimed, claimed a piece at a time. `shared` by two processes: held in an
     anonymous shared mapping (created before the fork) and claimed under a record lock on a file, which the
@@ -141,7 +146,7 @@ class _Claims:
         self.raw = raw
         self.left = mmap.mmap(-1, 16)
         struct.pack_into("qq", self.left, 0, start, len(raw))
-        self.lock = tempfile.TemporaryFile() if shared else None
+        self.lock = _lock_file() if shared else None
 
     def claim(self, from_end: bool) -> Optional[tuple[int, int]]:
         with self._locked():

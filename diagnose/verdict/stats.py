@@ -11,9 +11,9 @@ noisier than the rest is not judged by the others' calm."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
+from diagnose.lean_dataclass import dataclass
 from diagnose.model import Verdict
 
 # two-sided 99% Student t quantiles (0.995) for 1..30 degrees of freedom; beyond, a conservative 2.75

@@ -7,14 +7,13 @@ The speedup is a ratio of throughputs (steps/s, or samples/s where the change al
 samples take the time now over the speedup either way.
 Energy: the counters read over the timed window (capture/energy.py), per step; with a change, that times the energy
 per unit of work its timed runs read against the baseline's (`Experiment.energy_ratio`), never guessed from its time
-where they read none. Money: device-hours at the user's price per hour plus kWh at their price per kWh; without
-them, hours and kWh only."""
+where they read none. Money: verdict/money.py's one formula (device-hours at the user's price per hour plus kWh at
+their price per kWh; the time alone where no energy was read); without prices, hours and kWh only."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from diagnose.experiments.stats import geometric_mean
 from diagnose.formatting import setting_label
 from diagnose.model import (
     Analysis,
@@ -30,8 +29,9 @@ from diagnose.model import (
     Verdict,
     stated_step_s,
 )
+from diagnose.verdict.money import money_for
+from diagnose.verdict.stats import geometric_mean
 
-JOULES_PER_KWH = 3.6e6
 NO_COUNT = "give the run's length with --total-steps N or --epochs N"  # as capture/run_length.py says it
 CHANGE_ENERGY_NOTE = "not measured: the experiment's timed runs read no energy counter"
 
@@ -119,7 +119,7 @@ def _with_saving(option: RunCostOption, now: RunCostOption, devices: int, inputs
     if same_parts:
         saved_money = now.money - option.money
     else:
-        saved_money = saved_s / 3600 * devices * inputs.price_per_hour if inputs.price_per_hour is not None else None
+        saved_money = money_for(saved_s, devices, None, inputs.price_per_hour, None)
     return replace(option, saved_s=saved_s, saved_money=saved_money)
 
 
@@ -150,24 +150,16 @@ def _option(*, label: str, optimization: str, speedup: float, ci: Optional[tuple
     train_ci = (steps * step_s / ci[1] + once, steps * step_s / ci[0] + once) if ci else None
     energy_j = steps * energy_step_j if energy_step_j is not None else None
     hours = train_s / 3600 * devices
-    money, money_ci = _money(train_s, train_ci, energy_j, devices, inputs)
+    money = _money(train_s, energy_j, devices, inputs)
+    money_ci = (_money(train_ci[0], energy_j, devices, inputs), _money(train_ci[1], energy_j, devices, inputs)) \
+        if train_ci and money is not None else None
     return RunCostOption(label=label, optimization=optimization, speedup=speedup, speedup_ci=ci, train_s=train_s,
                          train_s_ci=train_ci, startup_s=startup_s, energy_j=energy_j, device_hours=hours, money=money,
                          money_ci=money_ci, energy_note=energy_note)
 
 
-def _money(train_s: float, train_ci: Optional[tuple[float, float]], energy_j: Optional[float], devices: int,
-           inputs: CostInputs) -> tuple[Optional[float], Optional[tuple[float, float]]]:
-    """Device-hours at the price per hour plus kWh at the price per kWh; None without a price, or with only a price
-    per kWh and no energy measured (the time's cost alone would pass for the whole)."""
-    per_hour, per_kwh = inputs.price_per_hour, inputs.price_per_kwh
-    energy_cost = energy_j / JOULES_PER_KWH * per_kwh if per_kwh is not None and energy_j is not None else None
-    if per_hour is None and energy_cost is None:
-        return None, None
-    time_cost = (lambda s: s / 3600 * devices * per_hour) if per_hour is not None else (lambda s: 0.0)
-    extra = energy_cost or 0.0
-    ci = (time_cost(train_ci[0]) + extra, time_cost(train_ci[1]) + extra) if train_ci else None
-    return time_cost(train_s) + extra, ci
+def _money(train_s: float, energy_j: Optional[float], devices: int, inputs: CostInputs) -> Optional[float]:
+    return money_for(train_s, devices, energy_j, inputs.price_per_hour, inputs.price_per_kwh)
 
 
 def _devices(capture: Capture) -> int:
