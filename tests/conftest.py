@@ -15,6 +15,7 @@ SAMPLES = REPO / "sample_runs"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TRACES = Path(__file__).resolve().parent / "data" / "traces"  # trace files and their licences: SOURCES.md
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
+BIG_TRACE_BYTES = 1_000_000  # gzipped: the six real A100/V100/H200 traces of a megabyte or more
 # Python for a measuring child's peak RSS in bytes, its helper processes included: its own VmHWM, not getrusage's
 # ru_maxrss, which a child inherits across exec from the process that started it (pytest held 1.8 GB late in a
 # slow tier, and every peak measured read 1.8 GB)
@@ -123,6 +124,15 @@ def logged_step_times(command: list[str]) -> dict[int, float]:
             if match:
                 seen[int(match.group(1))] = time.monotonic()
     return seen
+
+
+def trace_params(paths: list[Path]) -> list:
+    """Traces to parametrize a test over, each by its name under tests/data/traces: those of BIG_TRACE_BYTES or more
+    in the full tier (seconds each to read whole and streamed), the others in the quick tier, which so still reads
+    each layout and device kind (A100 NCCL, H200, MI250, two ranks, CPU)."""
+    return [pytest.param(p, id=str(p.relative_to(TRACES)),
+                         marks=[pytest.mark.full] if p.stat().st_size >= BIG_TRACE_BYTES else [])
+            for p in paths]
 
 
 def line_of(path: Path, text: str) -> int:

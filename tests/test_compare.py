@@ -224,6 +224,7 @@ def test_bf16_against_fp32_on_an_h200_holds_the_unprofiled_truth_and_resolves_th
     assert removed and sum(k["a"] for k in removed) > 0.05  # the fp32 GEMMs: most of the 124 ms step
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_timed_window_that_closed_before_its_first_step_is_compared_on_the_profiled_steps(tmp_path, sample_run):
     """The stated step time has one guard (model.unprofiled_step_s: a window of no steps is not a step time),
     which compare once skipped, dividing by the window's 0 steps."""

@@ -48,6 +48,7 @@ def test_allocator_counters_are_read_from_memory_stats(monkeypatch):
                                      "peak_reserved_bytes": 60 << 30}
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_allocator_retries_and_fragmentation_of_a_gpu_run_become_memory_findings(sample_run):
     run = sample_run("healthy.py")
     capture = read_json(run.run_dir / "capture.json", Capture)
@@ -68,8 +69,8 @@ def test_allocator_retries_and_fragmentation_of_a_gpu_run_become_memory_findings
     assert "memory.near-capacity" in fired  # 94% of the device
 
 
-def test_a_cpu_run_has_no_allocator_metrics(sample_run):
-    m = sample_run("healthy.py").diagnosis["metrics"]
+def test_a_cpu_run_has_no_allocator_metrics(recorded_run):
+    m = recorded_run("healthy").diagnosis["metrics"]
     assert m["allocator_retries"] is None and m["fragmentation_frac"] is None and m["has_gpu"] == 0
 
 

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, TRACES
+from conftest import REPO, TRACES, trace_params
 
 from diagnose.trace import fastparse, jitscan, stream
 from diagnose.trace.spans import Spans
@@ -34,7 +34,7 @@ def assert_same(mine, theirs):
         assert np.array_equal(a.correlations(), b.correlations()), kind
 
 
-@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+@pytest.mark.parametrize("path", trace_params(ALL))
 def test_every_test_trace_is_read_as_the_expression_reads_it(path):
     text = gzip.decompress(path.read_bytes())
     scanned, matched = read(text, jit=True), read(text, jit=False)
@@ -206,7 +206,7 @@ def test_events_smaller_than_the_scanner_expects_grow_its_rows():
 WITH_OPS = [p for p in ALL if "gloo" not in p.name and "rocm" not in p.name]
 
 
-@pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
+@pytest.mark.parametrize("path", trace_params(WITH_OPS))
 def test_self_times_walked_by_numba_equal_the_python_walk(path, monkeypatch):
     from diagnose.analysis.breakdown import compute_threads
     from diagnose.trace.load import load_trace
@@ -292,7 +292,7 @@ def test_nested_ops_get_the_walks_self_times_from_array_operations():
     assert nested_self_times(np.lexsort((-ends, starts, codes)), codes, starts, ends, np.ones(1, dtype=bool)) is None
 
 
-@pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
+@pytest.mark.parametrize("path", trace_params(WITH_OPS))
 def test_a_traces_ops_get_the_walks_self_times_from_array_operations(path):
     from diagnose.trace.load import load_trace
     from diagnose.trace.self_time_rule import _nesting_order, nested_self_times
@@ -330,7 +330,7 @@ def events_of(path) -> bytes:
     return text[text.rfind(b"{", 0, first):text.rfind(b"]")]
 
 
-@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+@pytest.mark.parametrize("path", trace_params(ALL))
 def test_memory_events_and_flop_ops_read_in_the_scanners_pass_are_the_expressions(path):
     text = events_of(path)
     memory, flops = assert_same_piece(text)[3:]
@@ -428,7 +428,7 @@ def _parents_both_ways(monkeypatch, codes, starts, ends, outliving=False):
     return counted, walked
 
 
-@pytest.mark.parametrize("path", WITH_OPS, ids=[str(p.relative_to(TRACES)) for p in WITH_OPS])
+@pytest.mark.parametrize("path", trace_params(WITH_OPS))
 def test_parents_walked_by_numba_are_those_the_counts_give(path, monkeypatch):
     from diagnose.trace.load import load_trace
 

@@ -16,6 +16,7 @@ from conftest import (
     generated_trace,
     main_step_count,
     one_step_and_its_neighbours,
+    trace_params,
 )
 
 from diagnose.analysis.analyze import Inputs, analyze
@@ -38,7 +39,7 @@ def _counted(path) -> StepCounter:
 STEPPED = [p for p in sorted(TRACES.rglob("*.json.gz")) if main_step_count(_counted(p)) > 3]
 
 
-@pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
+@pytest.mark.parametrize("path", trace_params(STEPPED))
 def test_a_window_gives_its_steps_the_figures_the_whole_trace_gives_them(path):
     counter = _counted(path)
     budget = one_step_and_its_neighbours(counter)
@@ -344,7 +345,9 @@ def test_with_a_budget_memory_does_not_grow_with_the_trace(tmp_path):
     assert timed_peak - small_peak < (big_whole - small_whole) / 2
 
 
-@pytest.mark.parametrize("name", ["a100_ddp_rank3_of8.json.gz", "h200/transformer_fp32.pt.trace.json.gz"])
+@pytest.mark.parametrize("name", [pytest.param("a100_ddp_rank3_of8.json.gz", marks=pytest.mark.full),
+                                  pytest.param("h200/transformer_fp32.pt.trace.json.gz", marks=pytest.mark.full),
+                                  "h200/narrow_mlp_foreach_off.pt.trace.json.gz"])
 def test_a_trace_in_another_layout_past_the_budget_gets_a_window_chosen_from_its_objects(name, tmp_path,
                                                                                          monkeypatch):
     # its events' keys sorted: the text's first pass cannot read it; a first pass over its parsed objects chooses

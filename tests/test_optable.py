@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from conftest import PEAK_BYTES, TRACES, main_step_count, one_step_and_its_neighbours
+from conftest import PEAK_BYTES, TRACES, main_step_count, one_step_and_its_neighbours, trace_params
 
 import diagnose.trace.op_columns as columns_module
 from diagnose.compare.optable import profile_of, trace_profile
@@ -24,7 +24,7 @@ STEPPED = [p for p in ALL if (c := stream.text_counted(p, 1)) is not None and ma
 FEW_STEPS = ["a100_alexnet_pageable_h2d.json.gz", "cpu_only_with_dataloader.json.gz"]  # none and one marker
 
 
-@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+@pytest.mark.parametrize("path", trace_params(ALL))
 def test_the_streamed_op_table_is_the_one_the_whole_text_gives(path, monkeypatch):
     monkeypatch.setattr(stream, "READ_BYTES", 4096)  # inflated a few KB at a time
     assert columns_module._streamed(path, 16 << 10, None) is not None  # read in pieces, not by the fallback
@@ -33,7 +33,7 @@ def test_the_streamed_op_table_is_the_one_the_whole_text_gives(path, monkeypatch
     assert profile.steps >= 1 and (profile.ops or "gloo" in path.name)  # the gloo trace holds no cpu_op
 
 
-@pytest.mark.parametrize("path", STEPPED, ids=[p.name for p in STEPPED])
+@pytest.mark.parametrize("path", trace_params(STEPPED))
 def test_a_trace_past_the_budget_gets_the_op_table_of_its_window_of_steps(path):
     counter = stream.text_counted(path, 1)
     budget = one_step_and_its_neighbours(counter)

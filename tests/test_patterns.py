@@ -7,7 +7,7 @@ import re
 import sys
 
 import pytest
-from conftest import TRACES
+from conftest import TRACES, trace_params
 
 from diagnose.trace import fastparse, flop_ops, kept_steps, memory_events
 from diagnose.trace.patterns import possessive
@@ -29,7 +29,7 @@ def test_only_greedy_repeats_of_characters_become_possessive():
     assert possessive(pattern) == (expected if sys.version_info >= (3, 11) else pattern)
 
 
-@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+@pytest.mark.parametrize("path", trace_params(ALL))
 def test_possessive_and_greedy_expressions_read_a_trace_alike(path):
     raw = path.read_bytes()
     text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw

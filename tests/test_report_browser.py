@@ -32,7 +32,7 @@ IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 # Not network: inline resources a page may "request" without leaving the file.
 NON_NETWORK_SCHEMES = ("data:", "blob:", "about:")
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.full]  # a browser and whole runs: the full tier
 
 
 def _missing(reason: str):
@@ -202,13 +202,11 @@ def experiments_visit(browser, tmp_path_factory) -> tuple[PageVisit, dict]:
 # --------------------------------------------------------------------------- the tests
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_page_loads_without_console_errors(visit: PageVisit):
     assert visit.exceptions == [], f"uncaught exceptions: {visit.exceptions}"
     assert visit.console_errors == [], f"console errors: {visit.console_errors}"
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_page_makes_no_requests_but_itself(visit: PageVisit):
     assert visit.url in visit.requests, f"the report itself was never requested: {visit.requests}"
     others = [u for u in visit.requests
@@ -303,7 +301,6 @@ def test_screenshot_taken(visit: PageVisit):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, "screenshot is not a real PNG"
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_compare_page_loads_offline_without_errors(compare_visit: PageVisit):
     assert compare_visit.exceptions == [] and compare_visit.console_errors == [], (
         compare_visit.exceptions + compare_visit.console_errors)

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import PEAK_BYTES, TRACES, generated_trace
+from conftest import PEAK_BYTES, TRACES, generated_trace, trace_params
 
 from diagnose.analysis.analyze import Inputs, analyze
 from diagnose.serial import to_jsonable
@@ -19,7 +19,7 @@ from diagnose.trace.load import load_trace
 ALL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.name != "truth.json")
 
 
-@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(TRACES)) for p in ALL])
+@pytest.mark.parametrize("path", trace_params(ALL))
 def test_the_stream_gives_the_analysis_the_whole_text_gives(path, monkeypatch):
     whole = load_trace(path, stream=False)
     monkeypatch.setattr(stream, "PIECE_BYTES", 16 << 10)  # many pieces even for the smallest trace,

@@ -123,6 +123,7 @@ def test_timer_closes_at_the_step_count_or_once_past_its_time_budget():
     assert by_time.boundary().steps == MIN_TIMED
 
 
+@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
 def test_a_capture_written_before_the_unprofiled_window_still_loads(sample_run):
     data = json.loads((sample_run("host_overhead.py").run_dir / "capture.json").read_text())
     for added in ("unprofiled_window", "autocast_dtypes"):
