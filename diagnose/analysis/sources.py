@@ -1,5 +1,6 @@
 """Where an analysis reads from: a run folder (its traces, capture, samples and stacks, one set per rank) or the
-trace files a user passes; each analysed, and several ranks combined."""
+trace files a user passes; each analysed, and several ranks combined. Reads only: the commands write what it gives
+(the analysis, the traces relabelled for TensorBoard)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,6 @@ from diagnose.capture.peak_cache import cached_peaks
 from diagnose.errors import UserError
 from diagnose.model import Analysis, Capture, Peak
 from diagnose.record.run_record import RunRecord
-from diagnose.tbcompat import adapt_trace_for_tensorboard
 from diagnose.trace import (
     MAX_EVENTS,
     KeptSteps,
@@ -23,28 +23,28 @@ from diagnose.trace import (
     agreed_kept_steps,
     first_pass,
     load_trace,
-    text_is_big,
     usable_cores,
 )
 
 
 def analyze_run(record: RunRecord, capture: Optional[Capture], jobs: int = 1) -> Optional[Analysis]:
+    """The run's analysis from its files (None without a trace)."""
     traces = record.trace_paths()
     if not traces:
         return None
+    ranks = record.ranks()
+    if ranks:
+        return _analyze_ranks(record, ranks, record.rank_trace_paths(), jobs)
+    trace = load_trace(traces[-1])
+    return analyze(Inputs(trace, capture, record.samples(), record.stacks(), peaks=_run_peaks(record, trace)))
+
+
+def traces_not_summarized(record: RunRecord) -> list[Path]:
+    """The run's traces but those a rank analysed where it ran (`diagnose capture`), which it relabelled for
+    TensorBoard then."""
     ranks, by_rank = record.ranks(), record.rank_trace_paths()
     summarized = {path for rank, path in by_rank.items() if rank in ranks and ranks[rank].analysis_is_fresh(path)}
-    for path in traces:
-        if path not in summarized:  # a rank that analysed its own trace adapted it too: not read here
-            _adapt_for_tensorboard(path)
-    if ranks:
-        analysis = _analyze_ranks(record, ranks, by_rank, jobs)
-    else:
-        trace = load_trace(traces[-1])
-        analysis = analyze(Inputs(trace, capture, record.samples(), record.stacks(), peaks=_run_peaks(record, trace)))
-    if analysis is not None:
-        record.save_analysis(analysis)
-    return analysis
+    return [path for path in record.trace_paths() if path not in summarized]
 
 
 def _analyze_ranks(record: RunRecord, ranks: dict[int, RunRecord], traces: dict[int, Path],
@@ -75,22 +75,9 @@ def _analyze_rank(record: RunRecord, rank: int, folder: RunRecord, path: Path) -
     return rank, str(path.relative_to(record.path)), analyze(inputs)
 
 
-def summarize_rank(record: RunRecord, rank: int) -> None:
-    """Where a rank ran (`diagnose capture` under the user's torchrun or SLURM): analyse its own trace and keep the
-    analysis beside its capture, so that `diagnose report` merges the ranks' analyses instead of reading every
-    trace on one machine. Without a trace (the rank failed before its profiler stopped) there is nothing to do."""
-    mine = record.rank_trace_paths().get(rank)
-    if mine is not None:
-        _adapt_for_tensorboard(mine)  # before the analysis is written: it is then the newer file
-        folder = record.rank(rank)
-        folder.save_analysis(_analyze_rank(record, rank, folder, mine)[2])
-
-
-def _adapt_for_tensorboard(path: Path) -> None:
-    """Relabel the DataLoader's spans so TensorBoard's Overview shows the data-loading time we measured; a trace
-    big enough to be streamed is left as written (the relabelling reads and rewrites the whole text)."""
-    if not text_is_big(path):
-        adapt_trace_for_tensorboard(path)
+def analyze_own_trace(record: RunRecord, rank: int, trace: Path) -> Analysis:
+    """One rank's analysis of its own trace, where it ran (`diagnose capture` under the user's torchrun or SLURM)."""
+    return _analyze_rank(record, rank, record.rank(rank), trace)[2]
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

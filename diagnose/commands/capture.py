@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from diagnose.analysis.sources import summarize_rank
+from diagnose.analysis.sources import analyze_own_trace
 from diagnose.capture.runner import check_script
 from diagnose.errors import UserError
 from diagnose.model import RunConfig
@@ -50,7 +50,20 @@ def _summarize(record: RunRecord, rank: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the capture ignored them while writing its files: the
     signal.signal(signal.SIGINT, signal.default_int_handler)  # launcher must still be able to stop the analysis
     try:
-        summarize_rank(record, rank)
+        _analyse_own_trace(record, rank)
     except Exception as exc:  # noqa: BLE001 - the rank's own results must stand whatever the analysis meets
         print(f"diagnose: rank {rank} could not analyse its trace ({type(exc).__name__}: {exc}); "
               "`diagnose report` will read it", file=sys.stderr, flush=True)
+
+
+def _analyse_own_trace(record: RunRecord, rank: int) -> None:
+    """The rank's own trace analysed where it ran and kept beside its capture, so that `diagnose report` merges the
+    ranks' analyses instead of reading every trace on one machine. Without a trace (the rank failed before its
+    profiler stopped) there is nothing to do. Relabelled for TensorBoard first: the analysis is then the newer file,
+    which is how `diagnose report` knows it is the trace's."""
+    from diagnose.commands.pipeline import relabel_for_tensorboard
+
+    mine = record.rank_trace_paths().get(rank)
+    if mine is not None:
+        relabel_for_tensorboard([mine])
+        record.rank(rank).save_analysis(analyze_own_trace(record, rank, mine))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from diagnose import rules as rule_engine
-from diagnose.analysis.sources import analyze_run
+from diagnose.analysis.sources import analyze_run, traces_not_summarized
 from diagnose.commands.rules import load_rules
 from diagnose.lean_dataclass import dataclass
 from diagnose.model import Analysis, Capture, CostInputs, Diagnosis, ExperimentResults, Finding, Status
@@ -37,9 +37,25 @@ def _cost_inputs(run_dir: Path) -> CostInputs:
 
 
 def diagnose_capture(run_dir: Path, capture: Optional[Capture], rules_dirs: tuple[str, ...], jobs: int = 1):
-    """Analysis (the ranks' traces in `jobs` worker processes) and the rules' findings."""
-    analysis = analyze_run(RunRecord(run_dir), capture, jobs)
+    """Analysis (the ranks' traces in `jobs` worker processes), kept in RUN/analysis.json, and the rules'
+    findings; the traces are relabelled for TensorBoard first."""
+    record = RunRecord(run_dir)
+    relabel_for_tensorboard(traces_not_summarized(record))
+    analysis = analyze_run(record, capture, jobs)
+    if analysis is not None:
+        record.save_analysis(analysis)
     return analysis, diagnose_analysis(analysis, rules_dirs)
+
+
+def relabel_for_tensorboard(traces: list[Path]) -> None:
+    """Relabel the DataLoader's spans so TensorBoard's Overview shows the data-loading time we measured; a trace
+    big enough to be streamed is left as written (the relabelling reads and rewrites the whole text)."""
+    from diagnose.tbcompat import adapt_trace_for_tensorboard
+    from diagnose.trace import text_is_big
+
+    for path in traces:
+        if not text_is_big(path):
+            adapt_trace_for_tensorboard(path)
 
 
 def can_experiment(capture: Optional[Capture], analysis: Optional[Analysis]) -> bool:
