@@ -4,6 +4,7 @@ each record holds (full tier: it runs the samples)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from markupsafe import escape
 from recorded_runs import DERIVED, RECORDED, RUNS, relocate, run_fresh
 
 NAMES = sorted(RECORDED)
+FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 def _recorded(name: str, file: str) -> dict:
@@ -82,9 +84,11 @@ def _names(folder: Path) -> set[str]:
 
 
 def _keys(value, prefix: str = "") -> set[str]:
-    """Every field's path in a JSON value (a list's items under [])."""
+    """Every field's path in a JSON value (a list's items under []). A key that is not a name (`your code`, `the
+    first step` in the start-up's places) is data, not a field: what a run met, left out with what lies under it."""
     if isinstance(value, dict):
-        return {k for key, item in value.items() for k in {prefix + key} | _keys(item, prefix + key + ".")}
+        return {k for key, item in value.items() if FIELD_NAME.fullmatch(key)
+                for k in {prefix + key} | _keys(item, prefix + key + ".")}
     if isinstance(value, list):
         return set().union(*(_keys(item, prefix + "[].") for item in value)) if value else set()
     return set()
