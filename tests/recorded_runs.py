@@ -23,6 +23,7 @@ TEXT_SUFFIXES = (".json", ".html", ".log", ".md", ".patch", ".css", ".txt")
 FAST = ("--warmup", "3", "--steps", "8", "--experiments", "none")
 # what the stages after the capture write: `diagnose report` writes them again from the rest
 DERIVED = ("analysis.json", "diagnosis.json", "report.html", "report.css")
+RENDERED = ("report.html", "report.css")  # not kept: the tests render them again, and they are mostly the same CSS
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def record(recorded: Recorded) -> Path:
             raise SystemExit(f"{recorded.name}: diagnose run exited {proc.returncode}\n{proc.stderr}")
         target = RUNS / recorded.name
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("*.fifo", "sandbox"))
+        shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("*.fifo", "sandbox", *RENDERED))
         _gzip_traces(target)
         _replace_in_texts(target, {str(run_dir): RUN_TOKEN, str(REPO): REPO_TOKEN})
     return target

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_matches_schema
 from markupsafe import escape
-from recorded_runs import DERIVED, RECORDED, RUNS, relocate, run_fresh
+from recorded_runs import DERIVED, RECORDED, RENDERED, RUNS, relocate, run_fresh
 
 NAMES = sorted(RECORDED)
 FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -78,7 +78,7 @@ def _names(folder: Path) -> set[str]:
     """Its files, a trace by its rank (the rest of its name is a process id and a time), gzipped or not."""
     names = set()
     for path in folder.rglob("*"):
-        if path.is_file() and not path.name.endswith((".fifo", ".tmp")) and "sandbox" not in path.parts:
+        if path.is_file() and not path.name.endswith((".fifo", ".tmp", *RENDERED)) and "sandbox" not in path.parts:
             relative = path.relative_to(folder)
             if path.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
                 relative = relative.with_name(path.name.split(".")[0] + ".trace")
