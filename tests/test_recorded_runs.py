@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_matches_schema
 from markupsafe import escape
-from recorded_runs import DERIVED, RECORDED, RENDERED, RUNS, relocate, run_fresh
+from recorded_runs import DERIVED, RECORDED, RENDERED, RUNS, relocate
 
 NAMES = sorted(RECORDED)
 FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -56,14 +56,15 @@ def test_a_recorded_runs_report_shows_each_finding_self_contained(recorded_run, 
 
 @pytest.mark.full  # runs each sample: the full tier
 @pytest.mark.parametrize("name", NAMES)
-def test_a_run_today_writes_what_its_record_holds(tmp_path, name):
+def test_a_run_today_writes_what_its_record_holds(tmp_path, sample_run, name):
     """The record is still what a run writes: the same files, the same fields in each, the same status and steps.
     (Not the same findings: a finding's share of the step moves with the machine's load; the quick tier checks
     that today's analysis gives the recorded inputs the recorded diagnosis.) A failure here: record again with
     `python tests/recorded_runs.py NAME` and look at what changed."""
-    proc = run_fresh(RECORDED[name], tmp_path / "run")
-    assert proc.returncode == 0, proc.stderr
-    fresh, kept = tmp_path / "run", relocate(name, tmp_path / "kept")
+    recorded = RECORDED[name]
+    run = sample_run(str(Path(recorded.script).relative_to("sample_runs")), *recorded.args, options=recorded.options)
+    assert run.returncode == 0, run.stderr  # (the session's run of the sample, which other full tests share)
+    fresh, kept = run.run_dir, relocate(name, tmp_path / "kept")
     assert _names(fresh) == _names(kept)
     for file in ("config.json", "capture.json", *[d for d in DERIVED if d.endswith(".json")]):
         now_json, then_json = json.loads((fresh / file).read_text()), json.loads((kept / file).read_text())
