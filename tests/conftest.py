@@ -163,6 +163,14 @@ def generated_trace(folder: Path, events: int, *options: str, timeout: float = 3
     return path
 
 
+def pytest_collection_modifyitems(items):
+    """A test is in one of the tiers CI runs after the quick one: marked both, `-m full` and `-m slow` would each
+    run it."""
+    both = [item.nodeid for item in items if item.get_closest_marker("slow") and item.get_closest_marker("full")]
+    if both:
+        raise pytest.UsageError(f"marked both slow and full (choose one): {both}")
+
+
 @pytest.fixture(scope="session")
 def two_million_event_trace(tmp_path_factory) -> Path:
     """A generated 2M-event trace (0.6 GB of text; about a minute to write), shared by the slow memory tests."""

@@ -32,7 +32,7 @@ IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 # Not network: inline resources a page may "request" without leaving the file.
 NON_NETWORK_SCHEMES = ("data:", "blob:", "about:")
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.full]  # a browser and whole runs: the full tier
+pytestmark = pytest.mark.timeout(300)
 
 
 def _missing(reason: str):
@@ -202,11 +202,13 @@ def experiments_visit(browser, tmp_path_factory) -> tuple[PageVisit, dict]:
 # --------------------------------------------------------------------------- the tests
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_page_loads_without_console_errors(visit: PageVisit):
     assert visit.exceptions == [], f"uncaught exceptions: {visit.exceptions}"
     assert visit.console_errors == [], f"console errors: {visit.console_errors}"
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_page_makes_no_requests_but_itself(visit: PageVisit):
     assert visit.url in visit.requests, f"the report itself was never requested: {visit.requests}"
     others = [u for u in visit.requests
@@ -217,6 +219,7 @@ def test_page_makes_no_requests_but_itself(visit: PageVisit):
     assert fetched == [], f"resource timing shows loads: {fetched}"
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_verdict_is_shown_on_the_first_screen(visit: PageVisit, report):
     """The page shows the verdict the run wrote (slow_loader: the loader is the bottleneck), as rendered text, in
     the first screenful of a 1280x900 window."""
@@ -226,17 +229,20 @@ def test_verdict_is_shown_on_the_first_screen(visit: PageVisit, report):
     assert visit.verdict_top_px < WINDOW["height"], f"the verdict starts {visit.verdict_top_px} px down"
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_inline_svg_charts_render(visit: PageVisit):
     assert visit.svg_count >= 2, f"expected at least 2 inline <svg> charts, found {visit.svg_count}"
     assert visit.visible_svgs >= 2, (
         f"only {visit.visible_svgs} of {visit.svg_count} <svg> elements have a visible size")
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_the_page_fits_a_1280_pixel_window(visit: PageVisit):
     assert visit.page_width_px <= WINDOW["width"], f"the page is {visit.page_width_px} px wide"
     assert visit.tables_past_their_column == []
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_no_axis_labels_overlap_and_the_page_fits_a_phone(browser, report):
     wide, narrow = layout_problems(browser, report, WINDOW), layout_problems(browser, report, PHONE)
     assert wide["ticks"] > 5 and wide["overlapping_axis_labels"] == [], wide
@@ -284,6 +290,7 @@ def _experiments_report(folder: pathlib.Path) -> pathlib.Path:
     return write_reports(folder, None, None, diagnosis)
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_the_experiments_read_at_1280_pixels_and_on_a_phone_with_the_apply_command(browser, tmp_path):
     page = _experiments_report(tmp_path / "run")
     wide, narrow = layout_problems(browser, page, WINDOW), layout_problems(browser, page, PHONE)
@@ -296,11 +303,13 @@ def test_the_experiments_read_at_1280_pixels_and_on_a_phone_with_the_apply_comma
     assert not any("MFU" in h for h in wide["experiment_headers"]), wide["experiment_headers"]
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_screenshot_taken(visit: PageVisit):
     data = visit.screenshot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, "screenshot is not a real PNG"
 
 
+@pytest.mark.full  # a browser and a whole run: the full tier
 def test_compare_page_loads_offline_without_errors(compare_visit: PageVisit):
     assert compare_visit.exceptions == [] and compare_visit.console_errors == [], (
         compare_visit.exceptions + compare_visit.console_errors)
