@@ -159,7 +159,7 @@ def analyze(path, out, rules_dirs, templates_dir, as_json, open_report, jobs, ma
     if max_events is None:  # (a limit of its own may stream a small trace: nothing to read ahead)
         prefetched = prefetch.start(path)  # decompress while the rest is imported
         _single_threaded_blas()
-        from diagnose.trace.read_ahead import begin_reading
+        from diagnose.trace.load import begin_reading
 
         ahead = begin_reading(path, prefetched)  # a helper parses while the rest is imported
     _check_templates(templates_dir)

@@ -7,7 +7,7 @@ import numpy as np
 from conftest import TRACES
 
 from diagnose.trace import load_trace, prefetch
-from diagnose.trace.read_ahead import begin_reading
+from diagnose.trace.load import begin_reading
 
 MLP = TRACES / "torch213_cpu" / "mlp_stack_memory.pt.trace.json.gz"
 OTHER = TRACES / "cpu_only_with_dataloader.json.gz"

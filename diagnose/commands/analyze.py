@@ -39,7 +39,7 @@ def analyze_and_report(path: Path, *, out: Optional[str], rules_dirs: tuple[str,
     """The analysis as `diagnose analyze` prints it; the result (its folder, diagnosis) and the exit code.
     `into`: a folder of diagnose's own that already holds the traces (a profiled window's run folder), written into
     in place of a new one; `script`: what the diagnosis names as its script (default: PATH); `ahead`: PATH's
-    reading, begun while diagnose was importing (trace.read_ahead.begin_reading)."""
+    reading, begun while diagnose was importing (trace.load.begin_reading)."""
     traces = find_traces(path)
     load_rules(rules_dirs)  # a broken rule file fails before the parsing
     check_out_dir(None if into else out)  # as does a used --out: a big trace takes minutes to read

@@ -14,7 +14,7 @@ import importlib
 # name -> the module of this package that defines it
 SURFACE = {
     # a trace read into spans
-    "Trace": "load", "load_trace": "load", "ReadAhead": "read_ahead",
+    "Trace": "load", "load_trace": "load", "ReadAhead": "load",
     "Spans": "spans", "present_in_order": "spans", "codes_of": "spans", "threads_where": "spans",
     "in_start_order": "spans",
     "MemoryEvents": "memory_events", "CPU": "memory_events", "CUDA": "memory_events",

@@ -11,15 +11,14 @@ from typing import Optional
 import numpy as np
 
 from diagnose.errors import UserError
-from diagnose.trace.fastparse import fast_rows
-from diagnose.trace.flop_ops import FlopOps
+from diagnose.trace.fastparse import begin_rows, fast_rows
+from diagnose.trace.flop_ops import FlopOps, read_flop_ops
 from diagnose.trace.kept_steps import MAX_EVENTS, KeptSteps
-from diagnose.trace.memory_events import MemoryEvents
-from diagnose.trace.prefetch import read_as_stream, read_bytes
-from diagnose.trace.read_ahead import ReadAhead, events_between
+from diagnose.trace.memory_events import MemoryEvents, memory_events_between
+from diagnose.trace.prefetch import Prefetch, text_is_big
 from diagnose.trace.spans import Spans, present_in_order
-from diagnose.trace.stream import stream_rows
-from diagnose.trace.trace_file import Parsed, kept_steps_of_objects, parsed_in_pieces, parsed_whole
+from diagnose.trace.stream import may_hold, stream_rows
+from diagnose.trace.trace_file import Parsed, kept_steps_of_objects, parsed_in_pieces, parsed_whole, read_bytes
 
 
 @dataclass
@@ -47,7 +46,7 @@ class Trace:
 
 
 def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_EVENTS,
-               kept_steps: Optional[KeptSteps] = None, ahead: Optional[ReadAhead] = None) -> Trace:
+               kept_steps: Optional[KeptSteps] = None, ahead: Optional["ReadAhead"] = None) -> Trace:
     """The fast parser reads a trace laid out as Kineto writes it; any other layout, or any doubt, goes through
     the full JSON parser. A big trace (or any, with `stream`) is read as a stream, and one that may hold more
     than `max_events` events (0: no limit) too: past that only some of its steps are kept (kept_steps.py), or
@@ -72,7 +71,7 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     begun = ahead is not None and ahead.path == str(path)
     raw, reading = (ahead.raw, ahead.reading) if begun else (read_bytes(path), None)
     # memory events and FLOP ops read with the spans
-    fast = reading.finish() if reading is not None else fast_rows(raw, per_chunk=events_between)
+    fast = reading.finish() if reading is not None else fast_rows(raw, per_chunk=_events_between)
     if fast is None:
         return _parsed_trace(path, parsed_whole(path, raw))
     trace = _assemble(str(path), fast.metadata, fast.spans)
@@ -81,10 +80,43 @@ def load_trace(path: Path, stream: Optional[bool] = None, max_events: int = MAX_
     return trace
 
 
+def read_as_stream(path: Path, max_events: int = MAX_EVENTS) -> bool:
+    """Whether load_trace reads the trace as a stream: a big one, or one that may pass the budget."""
+    return text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
+
+
+@dataclass(frozen=True)
+class ReadAhead:
+    """A trace's reading begun before load_trace is called: its text, and the fast parser's reading of it under way
+    (None: the text is not in Kineto's layout, the full parser reads it)."""
+    path: str
+    raw: bytes
+    reading: Optional[object]
+
+
+def begin_reading(path: Path, prefetched: Optional[Prefetch] = None) -> Optional[ReadAhead]:
+    """Begin reading a trace that load_trace will read whole (with the default budget): a forked helper parses
+    its chunks while this process imports the rest of diagnose. `prefetched`: its bytes, being read already. None
+    where load_trace will stream it, or it cannot be read (load_trace reports that)."""
+    if not path.is_file() or read_as_stream(path):
+        return None
+    raw = prefetched.bytes() if prefetched is not None else None
+    if raw is None:
+        try:
+            raw = read_bytes(path)
+        except UserError:
+            return None
+    return ReadAhead(str(path), raw, begin_rows(raw, per_chunk=_events_between))
+
+
 def _parsed_trace(path: Path, parsed: Parsed, window: Optional[KeptSteps] = None) -> Trace:
     trace = _assemble(str(path), parsed.metadata, parsed.spans, window)
     trace.memory, trace.flop_ops, trace.kept_steps = parsed.memory, parsed.flop_ops, window
     return trace
+
+
+def _events_between(raw: bytes, start: int, end: int) -> tuple[MemoryEvents, FlopOps]:
+    return memory_events_between(raw, start, end), read_flop_ops(raw, start, end)
 
 
 def _assemble(path: str, metadata: dict, b: dict[str, Spans], window: Optional[KeptSteps] = None) -> Trace:

@@ -7,8 +7,6 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from diagnose.errors import UserError
-from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.trace.inflate import gunzip
 
 # a trace whose text is larger is streamed (stream.py), in bounded memory and as fast; the whole text, held with
@@ -18,32 +16,6 @@ STREAM_OVER_BYTES = 128 << 20
 STREAM_OVER_GZIP_BYTES = 96 << 20
 # past this many events only a window of a trace's steps is kept (window.py): held here, light to import
 MAX_EVENTS = 10_000_000
-
-
-def read_bytes(path: Path) -> bytes:
-    """The trace's text, gunzipped where compressed."""
-    try:
-        raw = path.read_bytes()
-        return gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw
-    except INFLATE_ERRORS as exc:
-        raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
-
-
-MIN_EVENT_BYTES = 100  # the shortest complete event Kineto writes is longer (its ops carry args)
-
-
-def read_as_stream(path: Path, max_events: int = MAX_EVENTS) -> bool:
-    """Whether load_trace reads the trace as a stream: a big one, or one that may pass the budget."""
-    return text_is_big(path) or (max_events > 0 and may_hold(path, max_events))
-
-
-def may_hold(path: Path, events: int) -> bool:
-    """Whether the trace's text may be long enough to hold `events` complete events."""
-    try:
-        size = text_bytes(path)
-    except OSError:
-        return True  # the reading pass reports it
-    return size is None or size >= events * MIN_EVENT_BYTES
 
 
 def text_is_big(path: Path) -> bool:

@@ -30,7 +30,7 @@ from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
 from diagnose.trace.inflate import inflater
 from diagnose.trace.kept_steps import MAX_EVENTS, KeptSteps, StepCounter, flops_in, memory_in, spans_in
 from diagnose.trace.memory_events import MemoryEvents, memory_of_scan, read_memory_events
-from diagnose.trace.prefetch import may_hold, text_bytes
+from diagnose.trace.prefetch import text_bytes
 from diagnose.trace.release import give_back_freed_memory
 from diagnose.trace.spans import Spans
 
@@ -155,6 +155,16 @@ def text_counted(path: Path, max_events: int) -> Optional[StepCounter]:
     return counter
 
 
+MIN_EVENT_BYTES = 100  # the shortest complete event Kineto writes is longer (its ops carry args)
+
+
+def may_hold(path: Path, events: int) -> bool:
+    """Whether the trace's text may be long enough to hold `events` complete events."""
+    try:
+        size = text_bytes(path)
+    except OSError:
+        return True  # the reading pass reports it
+    return size is None or size >= events * MIN_EVENT_BYTES
 
 
 class _Share:

@@ -13,11 +13,19 @@ from diagnose.trace.classify import KINDS, complete_events, correlation_id, empt
 from diagnose.trace.event_pieces import EventPieces, NotEvents
 from diagnose.trace.flop_ops import FlopOps, flop_ops_of_events
 from diagnose.trace.inflate import ERRORS as INFLATE_ERRORS
+from diagnose.trace.inflate import gunzip
 from diagnose.trace.kept_steps import KeptSteps, ObjectCounter, StepCounter, flops_in, memory_in, spans_in
 from diagnose.trace.memory_events import MemoryEvents, memory_of_events
-from diagnose.trace.prefetch import read_bytes
 from diagnose.trace.release import give_back_freed_memory
 from diagnose.trace.spans import Spans
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+        return gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except INFLATE_ERRORS as exc:
+        raise UserError(f"cannot read trace {path}: {exc}", "pass a torch.profiler trace (.json or .json.gz)")
 
 
 def read_events(path: Path, raw: Optional[bytes] = None) -> dict:
