@@ -79,12 +79,19 @@ def _names(folder: Path) -> set[str]:
     """Its files, a trace by its rank (the rest of its name is a process id and a time), gzipped or not."""
     names = set()
     for path in folder.rglob("*"):
-        if path.is_file() and not path.name.endswith((".fifo", ".tmp", *RENDERED)) and "sandbox" not in path.parts:
+        if path.is_file() and not path.name.endswith((".fifo", ".tmp", *RENDERED)) and "sandbox" not in path.parts \
+                and not _what_the_experiments_verified(path.relative_to(folder)):
             relative = path.relative_to(folder)
             if path.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
                 relative = relative.with_name(path.name.split(".")[0] + ".trace")
             names.add(str(relative))
     return names
+
+
+def _what_the_experiments_verified(relative: Path) -> bool:
+    """The timed runs' folders and the hand-backs: which settings ran and which were verified moves with the
+    machine's speed, as the findings do."""
+    return relative.parts[0] in ("experiments", "changes") or relative.name.startswith("verified.")
 
 
 def _keys(value, prefix: str = "") -> set[str]:
