@@ -163,12 +163,15 @@ def generated_trace(folder: Path, events: int, *options: str, timeout: float = 3
     return path
 
 
+TIERS = ("full", "slow", "bench")
+
+
 def pytest_collection_modifyitems(items):
-    """A test is in one of the tiers CI runs after the quick one: marked both, `-m full` and `-m slow` would each
-    run it."""
-    both = [item.nodeid for item in items if item.get_closest_marker("slow") and item.get_closest_marker("full")]
-    if both:
-        raise pytest.UsageError(f"marked both slow and full (choose one): {both}")
+    """A test is in one tier past the quick one: marked twice, two tiers would each run it (and `full` runs two tests
+    at a time, which a timed test must not see)."""
+    twice = [item.nodeid for item in items if sum(bool(item.get_closest_marker(tier)) for tier in TIERS) > 1]
+    if twice:
+        raise pytest.UsageError(f"marked for more than one of the tiers {TIERS} (choose one): {twice}")
 
 
 @pytest.fixture(scope="session")
@@ -182,14 +185,28 @@ def sample_run(tmp_path_factory):
     """Run each bundled sample once per session; tests share the results."""
     cache: dict[tuple, CliRun] = {}
 
-    def get(name: str, *script_args: str, options: tuple[str, ...] = FAST) -> CliRun:
+    def get(name: str, *script_args: str, options: tuple[str, ...] = FAST, timeout: float | None = None) -> CliRun:
         key = (name, script_args, options)
         if key not in cache:
             out = tmp_path_factory.mktemp(Path(name).stem) / "run"
-            cache[key] = run_script(SAMPLES / name, *script_args, out=out, options=options)
+            cache[key] = run_script(SAMPLES / name, *script_args, out=out, options=options, timeout=timeout)
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def readme_run(sample_run) -> CliRun:
+    """The README's main command, `diagnose run sample_runs/slow_loader.py` with its defaults (the experiments and
+    their 240 s budget): one timed run that the slow tier's transcript, calibration and report-browser tests read."""
+    return sample_run("slow_loader.py", options=(), timeout=480)
+
+
+@pytest.fixture(scope="session")
+def tiny_batch_experiments(sample_run) -> CliRun:
+    """tiny_batch.py with the experiments its findings recommend, on a 90 s budget: shared by the batch-size
+    experiment's test and the calibration."""
+    return sample_run("tiny_batch.py", options=("--budget-seconds", "90"))
 
 
 @pytest.fixture(scope="session")

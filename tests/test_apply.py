@@ -289,7 +289,7 @@ def _steps_per_s(script: Path, epochs: int, first: int, last: int) -> float:
     return (last - first) / (seen[last] - seen[first])
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # a long timing check, run before a release: the bench tier (not in CI)
 def test_the_verified_patch_applied_to_a_held_out_script_makes_it_as_fast_as_claimed(tmp_path):
     """`diagnose run` on a copy of a held-out slow-loader script in a folder of its own; `git apply --check` of
     RUN/verified.patch there; `diagnose apply`; then the script and its patched copy run plainly (no diagnose),

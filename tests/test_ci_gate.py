@@ -192,7 +192,7 @@ def test_a_revision_without_the_script_or_a_script_outside_git_is_named(reposito
 # The gate's power and false-alarm rate on real processes: what the CI gate is for. One trial each here; five each
 # in benchmarks/gate_trials.py (docs/guide/ci-gate.md has the figures).
 
-@pytest.mark.slow  # a run (no experiments) and an interleaved comparison: about three minutes
+@pytest.mark.bench  # a run and an interleaved comparison, about three minutes; the bench tier: not in CI
 @pytest.mark.timeout(600)
 def test_a_change_that_does_5_percent_more_work_fails_the_gate_at_3_percent(repository, tmp_path):
     done = subprocess.run([sys.executable, "-m", "diagnose", "run", "--experiments", "none", "--baseline-ref", "HEAD~1",
@@ -206,7 +206,7 @@ def test_a_change_that_does_5_percent_more_work_fails_the_gate_at_3_percent(repo
     assert "FAILED" in done.stderr
 
 
-@pytest.mark.slow  # one interleaved comparison of a script with itself: two to three minutes
+@pytest.mark.bench  # one interleaved comparison of a script with itself, 2-3 minutes; the bench tier: not in CI
 @pytest.mark.timeout(600)
 def test_a_script_against_itself_passes_the_gate_at_3_percent(tmp_path):
     done = subprocess.run([sys.executable, "-m", "diagnose", "compare", "--live", str(GATE_STEP), str(GATE_STEP),

@@ -125,7 +125,7 @@ def test_a_used_out_folder_is_refused_before_anything_is_read(tmp_path):
     assert [p.name for p in used.iterdir()] == ["notes.txt"]
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_run_without_steps_and_runs_of_other_scripts_are_refused(tmp_path, sample_run):
     empty = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "empty", options=("--startup-seconds", "4"))
     assert empty.returncode == 3
@@ -144,7 +144,7 @@ def test_a_run_without_steps_and_runs_of_other_scripts_are_refused(tmp_path, sam
     assert proc.returncode == 0 and result["a"]["script"].endswith("slow_loader.py")
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
+@pytest.mark.slow  # asserts on what it timed: the slow tier, where nothing runs beside it
 def test_more_loader_workers_make_b_faster_remove_the_data_wait_and_resolve_the_finding(tmp_path, sample_run):
     before = sample_run("slow_loader.py")
     after = sample_run("slow_loader.py", "--num-workers", "8")

@@ -18,7 +18,7 @@ MLP = SCRIPTS / "calibration_mlp.py"
 RUN = ("--experiments", "none")
 
 
-@pytest.mark.slow  # six runs and five comparisons: about two minutes
+@pytest.mark.bench  # six runs and five comparisons: about two minutes; the bench tier: not in CI
 @pytest.mark.timeout(900)
 def test_reruns_of_one_script_compared_five_times_stay_no_change(tmp_path):
     base = run_script(MLP, out=tmp_path / "base", options=RUN)

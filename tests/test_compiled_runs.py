@@ -13,7 +13,7 @@ def _rules(run) -> dict[str, dict]:
     return {f["rule"]: f for f in run.findings}
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_data_dependent_branch_is_named_with_its_line_reason_frequency_and_recompile(tmp_path):
     script = SAMPLES / "compiled_branch.py"
     run = run_script(script, out=tmp_path / "run", options=("--warmup", "5", "--steps", "10", "--experiments", "none"),
@@ -31,7 +31,7 @@ def test_a_data_dependent_branch_is_named_with_its_line_reason_frequency_and_rec
     assert '"eager_after_limit": []' in capture.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_compiled_model_that_is_fine_gets_no_compile_finding(tmp_path):
     run = run_script(SCRIPTS / "compiles.py", "--epochs", "2000", out=tmp_path / "run",
                      options=("--warmup", "5", "--steps", "10", "--experiments", "none"), timeout=600)

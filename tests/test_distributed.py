@@ -16,7 +16,7 @@ def _by_rule(diagnosis: dict) -> dict[str, dict]:
     return {f["rule"]: f for f in diagnosis["findings"]}
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
+@pytest.mark.slow  # asserts on what it timed: the slow tier, where nothing runs beside it
 def test_a_rank_with_a_slow_dataset_is_named_as_the_straggler(tmp_path):
     run = run_script(SAMPLES / "ddp_straggler.py", out=tmp_path / "run",
                      options=(*FAST, "--nproc-per-node", "2"))  # rank 1 reads its items 8x slower
@@ -70,7 +70,7 @@ def test_a_crashing_rank_is_named_and_the_others_results_are_kept(tmp_path):
     assert RunRecord(run.run_dir).merge_rank_captures().error.message.startswith("rank 1: rank 1 cannot read its shard")
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_ranks_whose_step_times_differ_plan_the_same_steps_and_finish(tmp_path):
     # rank 1 pauses on odd steps: each rank sees the pause in a different step, so their own clocks would fit
     # different numbers of steps into --max-seconds, and the rank that stopped first would strand the other
@@ -85,7 +85,7 @@ def test_ranks_whose_step_times_differ_plan_the_same_steps_and_finish(tmp_path):
     assert run.diagnosis["status"] == "completed"
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_ranks_launched_by_the_users_own_torchrun_are_merged_by_report(tmp_path):
     out = tmp_path / "job"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "diagnose", "capture",
@@ -356,7 +356,7 @@ def test_fsdp2_units_that_reshard_are_read_and_named(tmp_path):
     assert finding["optimizations"] == ["fsdp.reshard_after_forward"]
 
 
-@pytest.mark.slow  # timed runs of a two-rank job: about 3 minutes, and a timing verdict
+@pytest.mark.bench  # timed runs of a two-rank job: about 3 minutes, and a timing verdict; the bench tier: not in CI
 def test_fsdp2_units_that_keep_their_parameters_gathered_are_verified_faster(tmp_path):
     # plain torchrun loops: 1.13-1.35x per interleaved pair (CHANGELOG.md); with 4 runs on a loaded machine the
     # interval held 1.19x [0.96-1.48]: 6 runs

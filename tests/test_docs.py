@@ -324,7 +324,7 @@ def _guide_runs() -> list:
     return runs
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("where, command", _guide_runs())
 def test_the_run_commands_shown_in_the_guide_run_on_the_bundled_samples(tmp_path, where, command):
@@ -356,11 +356,11 @@ def test_the_readme_shows_the_two_commands_ci_runs():
 
 
 @pytest.mark.slow
-def test_the_readme_main_command_gives_the_transcript_it_shows(tmp_path):
+def test_the_readme_main_command_gives_the_transcript_it_shows(readme_run):
     """`diagnose run sample_runs/slow_loader.py`, as the README shows it (its experiments and their default budget
     included): the verdict and the verified change are the ones the transcript shows, and what it writes, experiments
     included, is what the schema says."""
-    proc = diagnose_cli("run", "--out", str(tmp_path / "run"), "sample_runs/slow_loader.py", timeout=480)
+    proc = readme_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = README.read_text()
     for line in ("Bottleneck: data loading, 98% of step time. Training waits for the DataLoader "
@@ -369,4 +369,4 @@ def test_the_readme_main_command_gives_the_transcript_it_shows(tmp_path):
     said = proc.stdout + proc.stderr  # diagnose's own lines, beside the script's
     assert "Bottleneck: data loading, 9" in said and "Training waits for the DataLoader" in said, said[-3000:]
     assert "Verified: " in said and "dataloader.num_workers" in said, said[-3000:]
-    _validate("diagnosis", tmp_path / "run" / "diagnosis.json")  # with experiments, a headline, predictions
+    _validate("diagnosis", proc.run_dir / "diagnosis.json")  # with experiments, a headline, predictions

@@ -38,7 +38,7 @@ def test_epochs_of_four_steps_are_timed_whole_with_their_start_up(tmp_path):
     assert step_ms(m) == pytest.approx(45, rel=0.15)
 
 
-@pytest.mark.slow  # a timed child process: the quick tier keeps one of these (four-step epochs)
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_accumulation_makes_epochs_of_two_optimizer_steps_and_they_are_timed_whole(tmp_path):
     # 4 micro-batches of 30 ms, 2 to an optimizer step, and a 60 ms start-up: 2 steps of 90 ms an epoch
     m = timed_run(tmp_path / "run", "--batches", "4", "--step-ms", "30", "--restart-ms", "60", "--accumulate", "2")
@@ -47,14 +47,14 @@ def test_accumulation_makes_epochs_of_two_optimizer_steps_and_they_are_timed_who
     assert step_ms(m) == pytest.approx(90, rel=0.15)
 
 
-@pytest.mark.slow  # a timed child process: the quick tier keeps one of these (four-step epochs)
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_long_epochs_keep_windows_of_steady_steps(tmp_path):
     m = timed_run(tmp_path / "run", "--batches", "40", "--step-ms", "10", "--restart-ms", "200")
     assert m.windows and not any(w.restarts_included for w in m.windows)
     assert step_ms(m) == pytest.approx(10, rel=0.3)  # the start-up is amortised elsewhere (wall_seconds)
 
 
-@pytest.mark.slow  # a timed child process: the quick tier keeps one of these (four-step epochs)
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_run_that_ends_before_a_window_closes_is_timed_over_the_steps_it_ran(tmp_path):
     # epochs of 3 steps of 100 ms and a 50 ms start-up, timed whole, but a window would need 8 s: the run's time
     # limit ends it first, and its steps after the warm-up are the window (117 ms a step, start-ups included)

@@ -99,8 +99,9 @@ def test_a_budget_too_small_for_two_runs_is_said_before_any_run_and_claims_nothi
 
 
 @pytest.mark.slow
-def test_tiny_batch_gains_samples_per_second_from_a_larger_batch(tmp_path):
-    run = _experiment_run(tmp_path, "tiny_batch.py", "--experiments", "batch_size", "--budget-seconds", "50")
+def test_tiny_batch_gains_samples_per_second_from_a_larger_batch(tiny_batch_experiments):
+    run = tiny_batch_experiments
+    assert run.returncode == 0, run.stderr[-3000:]
     batch = [e for e in _by(run.diagnosis["experiments"], "batch_size") if e["verdict"] == "faster"]
     assert batch and max(e["speedup"] for e in batch) >= 3
     assert all(e["metric"] == "samples/s" and e["fidelity"] == "changes-dynamics" for e in batch)

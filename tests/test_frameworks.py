@@ -41,7 +41,7 @@ def _line(location: str | None) -> int | None:
     return int(location.rpartition(":")[2]) if location else None
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(tmp_path):
     pytest.importorskip("transformers",
                         reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
@@ -62,7 +62,7 @@ def test_hf_trainer_findings_name_the_training_arguments_line_and_its_settings(t
     assert "per_device_train_batch_size=32" in fixes or "logging_steps=" in fixes
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # a long timing check, run before a release: the bench tier (not in CI)
 def test_hf_trainer_mixed_precision_reaches_the_trainers_model_and_is_said_as_its_setting(tmp_path):
     pytest.importorskip("transformers",
                         reason="the Hugging Face Trainer is not installed (pip install '.[frameworks]')")
@@ -219,7 +219,7 @@ def test_a_fused_optimizer_is_not_suggested_to_a_trainer_that_already_uses_one()
     assert 'optim="adamw_torch_fused"' in plain
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # a long timing check, run before a release: the bench tier (not in CI)
 @pytest.mark.timeout(420)  # a 180 s budget, the Trainer's import and capture
 def test_hf_trainer_at_batch_2_logging_every_step_names_logging_steps_and_tries_the_batch(tmp_path):
     """The findings' own choice of experiments (no --experiments): a handful of samples per step gets the batch

@@ -18,7 +18,7 @@ def _gpu_check(tmp_path, **env) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), **env})
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_gpu_check_runs_each_sample_under_diagnose_and_plainly_and_prints_both_step_times(tmp_path):
     # a shared CPU is too noisy for the 15% bound the check holds a GPU to: here it checks the plumbing
     proc = _gpu_check(tmp_path, GPU_CHECK_DEVICE="cpu", GPU_CHECK_TOLERANCE="10")

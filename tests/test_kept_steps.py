@@ -325,7 +325,7 @@ def _peak_of_analyze(path, budget: int) -> tuple[int, int]:
     return min(int(peak) for peak, _ in runs), int(runs[0][1])
 
 
-@pytest.mark.slow  # generates 0.5M- and 2.5M-event traces (about three minutes) and analyses them
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_with_a_budget_memory_does_not_grow_with_the_trace(tmp_path):
     measured = {}
     # steps of the same size: windows of the same size; the last has no markers and is cut in time

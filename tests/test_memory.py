@@ -142,7 +142,7 @@ def _plain_under_limit(*script_args: str) -> int:
     return proc.returncode
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 @pytest.mark.timeout(600)  # a 300 s experiment budget, its capture, then a plain run of the variant found
 def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_batch(tmp_path):
     script_before = HEAVY.read_bytes()
@@ -175,7 +175,7 @@ def test_a_run_out_of_memory_gets_a_variant_that_fits_and_keeps_the_effective_ba
     assert _plain_under_limit("--batch-size", str(setting["batch_size"]), "--steps", "12") == 0
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_the_largest_batch_found_fits_plainly_and_twice_it_does_not(tmp_path):
     run = run_script(HEAVY, "--batch-size", "256", out=tmp_path / "run",
                      options=("--warmup", "3", "--steps", "5", "--memory-limit", LIMIT, "--experiments", "batch_size",
@@ -226,7 +226,7 @@ def test_an_allocator_setting_reaches_the_child_before_torch_starts(tmp_path):
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in measurement.applied
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_model_that_fits_at_no_batch_size_says_so_and_why(tmp_path):
     run = run_script(SCRIPTS / "params_too_big.py", out=tmp_path / "run",
                      options=("--warmup", "2", "--steps", "3", "--memory-limit", LIMIT, "--budget-seconds", "120"))

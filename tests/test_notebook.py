@@ -67,7 +67,7 @@ def test_a_history_a_script_cannot_replay_gets_the_exported_script_and_the_comma
     assert "w = torch.zeros(4, requires_grad=True)" in exported.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # a long timing check, run before a release: the bench tier (not in CI)
 def test_the_example_notebook_runs_the_experiments_on_its_exported_cells(tmp_path):
     cell = _diagnose_cell(_execute(nbformat.read(EXAMPLE, as_version=4), tmp_path, timeout=900))
     html = _outputs(cell, "text/html")

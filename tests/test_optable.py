@@ -81,7 +81,7 @@ def test_a_trace_in_another_layout_gets_the_same_op_table(tmp_path):
         assert trace_profile(path, 5, piece_bytes=16 << 10) == keys_kept, name
 
 
-@pytest.mark.slow  # the 2M-event trace is shared with test_stream's (about a minute to write)
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_the_op_table_of_a_two_million_event_trace_is_read_in_bounded_memory(two_million_event_trace):
     measure = ("import sys; from pathlib import Path; from diagnose.compare.optable import trace_profile; "
                f"p = trace_profile(Path(sys.argv[1]), 10); print(p.steps, len(p.kernels), {PEAK_BYTES})")

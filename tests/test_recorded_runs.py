@@ -69,10 +69,16 @@ def test_a_run_today_writes_what_its_record_holds(tmp_path, sample_run, name):
     for file in ("config.json", "capture.json", *[d for d in DERIVED if d.endswith(".json")]):
         now_json, then_json = json.loads((fresh / file).read_text()), json.loads((kept / file).read_text())
         empty = _empty_lists(now_json) | _empty_lists(then_json)  # no items on one side: no fields to compare
-        differ = {k for k in _keys(now_json) ^ _keys(then_json) if not k.startswith(tuple(empty))}
+        moving = tuple(empty) + (VERDICT_FIELDS if file == "diagnosis.json" else ())
+        differ = {k for k in _keys(now_json) ^ _keys(then_json) if not k.startswith(moving)}
         assert not differ, (file, sorted(differ))
     now, then = json.loads((fresh / "diagnosis.json").read_text()), _recorded(name, "diagnosis.json")
     assert (now["status"], now["steps_profiled"]) == (then["status"], then["steps_profiled"])
+
+
+# what the experiments verified moves with the machine's load (a headline only when a change was verified faster, the
+# settings its changes name): the record's files and the other fields are compared, these are not
+VERDICT_FIELDS = ("headline", "experiments.", "predictions.")
 
 
 def _names(folder: Path) -> set[str]:

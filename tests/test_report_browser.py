@@ -189,12 +189,11 @@ def compare_visit(browser, tmp_path_factory) -> PageVisit:
 
 
 @pytest.fixture(scope="module")
-def experiments_visit(browser, tmp_path_factory) -> tuple[PageVisit, dict]:
-    """A run with experiments whose two winners change one DataLoader line: workers and persistent workers."""
-    out = tmp_path_factory.mktemp("experiments") / "run"
-    _run_cli("run", "--out", str(out), "--warmup", "2", "--steps", "5", "--experiments",
-             "dataloader.num_workers,dataloader.persistent_workers", "--budget-seconds", "90",
-             "sample_runs/slow_loader.py", timeout=360)
+def experiments_visit(browser, readme_run, tmp_path_factory) -> tuple[PageVisit, dict]:
+    """The README's run, with experiments whose two winners change one DataLoader line: workers and persistent
+    workers."""
+    assert readme_run.returncode == 0, readme_run.stderr[-3000:]
+    out = readme_run.run_dir
     diagnosis = json.loads((out / "diagnosis.json").read_text())
     return visit_page(browser, out / "report.html", tmp_path_factory.mktemp("chromium")), diagnosis
 

@@ -334,7 +334,7 @@ def short_runs(tmp_path_factory):
     return now, plain_s, workers
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
+@pytest.mark.slow  # asserts on what it timed: the slow tier, where nothing runs beside it
 def test_the_projected_run_matches_a_plain_run_of_the_script(short_runs):
     now, plain_s, _ = short_runs
     assert now.returncode == 0, now.stderr[-2000:]

@@ -77,7 +77,7 @@ def test_sigterm_while_the_scripts_error_is_read_keeps_the_error_and_the_results
     assert (run.run_dir / "capture.json").is_file() and (run.run_dir / "report.html").is_file()
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_script_that_never_reaches_a_step_stops_at_the_startup_limit_and_says_how_to_mark_steps(tmp_path):
     """Its own code, nothing of training in sight (no model call, DataLoader or optimizer): its steps need marking."""
     run = run_script(SCRIPTS / "no_steps.py", out=tmp_path / "run", options=("--startup-seconds", "6"))
@@ -127,7 +127,7 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
     assert (out / "report.html").is_file()
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_ctrl_c_during_the_experiments_stops_them_and_keeps_what_was_measured(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "diagnose", "run", "--out", str(out), "--warmup", "2",

@@ -148,7 +148,7 @@ def test_cpu_heavy_preprocessing_is_found_deterministic(sample_run):
     assert d["metrics"]["dataset_deterministic"] == 1.0  # the same index fetched twice gave the same item
 
 
-@pytest.mark.slow  # timing: an item's CPU share of its wall time, which load beside it lowers
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_deterministic_cpu_heavy_preprocessing_is_diagnosed_as_cacheable(sample_run):
     d = sample_run("cpu_preprocessing.py").diagnosis
     top = d["findings"][0]

@@ -124,7 +124,7 @@ def _plain_samples_per_s(*args: str) -> float:
     return (n2 + n3) / (t3 - t1)
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # a long timing check, run before a release: the bench tier (not in CI)
 def test_a_sharded_stream_is_verified_on_unique_samples_and_the_claim_holds_on_a_plain_run(tmp_path):
     out = tmp_path / "run"
     proc = diagnose_cli("run", "--out", str(out), "--warmup", "3", "--steps", "8", "--budget-seconds", "60",

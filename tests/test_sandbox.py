@@ -86,7 +86,7 @@ def test_a_run_killed_mid_way_still_gets_the_users_files_back(tmp_path):
     assert (tmp_path / "run" / "sandbox" / "project" / "new.txt").read_text() == "new"
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_when_diagnose_itself_is_killed_the_script_stops_and_the_next_run_puts_the_files_back(tmp_path):
     """SIGKILL to diagnose (the out-of-memory killer picking it, a job killed outright) leaves no one to restore:
     its child stops with it, and the next `diagnose run` in the folder restores what that run changed."""

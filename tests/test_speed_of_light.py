@@ -64,7 +64,7 @@ def test_counted_flops_match_the_closed_form_forward_and_backward(gemm_run):
     assert modules["Sequential.0"] == 2 * 2.0 * 256 * WIDTH * WIDTH and len(modules) == LAYERS + 1
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
+@pytest.mark.slow  # asserts on what it timed: the slow tier, where nothing runs beside it
 def test_mfu_is_a_share_of_the_measured_peak_and_higher_for_a_large_batch(gemm_run, tiny_run):
     big, small = gemm_run.diagnosis["speed_of_light"], tiny_run.diagnosis["speed_of_light"]
     for light in (big, small):
@@ -78,7 +78,7 @@ def test_mfu_is_a_share_of_the_measured_peak_and_higher_for_a_large_batch(gemm_r
     assert 'id="speed-of-light"' in (gemm_run.run_dir / "report.html").read_text()
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_the_measured_peak_is_cached_per_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     measured = {p.dtype: p.per_s for p in machine_peaks("cpu", fresh=True)}

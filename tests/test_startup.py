@@ -29,7 +29,7 @@ def _startup_attributed_to_the_loader(run, seconds: float) -> None:
     assert "Start-up: " in (run.run_dir / "report.html").read_text()
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_start_up_longer_than_max_seconds_still_gets_a_diagnosis(tmp_path):
     """--max-seconds bounds the measured part, from the first step: 12 s of loading do not count against 10."""
     run = run_script(SLOW_START, "12", out=tmp_path / "run",
@@ -37,7 +37,7 @@ def test_a_start_up_longer_than_max_seconds_still_gets_a_diagnosis(tmp_path):
     _startup_attributed_to_the_loader(run, 12)
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_ninety_seconds_of_data_preparation_are_diagnosed_with_the_defaults(tmp_path):
     run = run_script(SLOW_START, out=tmp_path / "run", options=("--experiments", "none"), timeout=600)
     _startup_attributed_to_the_loader(run, 90)
@@ -66,12 +66,12 @@ def _compiled_run(tmp_path: Path, cache: str):
     return run
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_compiled_model_is_diagnosed_without_global_hooks_and_its_compilation_shown(tmp_path):
     _compiled_run(tmp_path, "apart")
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_compile_cache_inside_the_project_folder_does_not_break_the_run(tmp_path):
     _compiled_run(tmp_path, "in the project")
     kept = tmp_path / "run" / "sandbox" / "project" / "inductor-cache"

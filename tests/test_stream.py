@@ -81,7 +81,7 @@ def test_a_trace_in_another_layout_is_streamed_to_the_analysis_of_its_original(l
     assert to_jsonable(analyze(Inputs(streamed))) == to_jsonable(analyze(Inputs(whole)))
 
 
-@pytest.mark.slow  # generates a 2M-event trace (about a minute) and analyses it
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_two_million_event_trace_is_analysed_in_bounded_memory(two_million_event_trace):
     path = two_million_event_trace
     measure = ("import sys; from pathlib import Path; from diagnose.trace.load import load_trace; "
@@ -139,7 +139,7 @@ def test_a_corrupt_gzip_trace_is_a_clear_error(tmp_path, streamed):
         load_trace(path, stream=streamed)
 
 
-@pytest.mark.slow  # writes two 1M-event traces (about 25 s) and analyses both
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_big_trace_in_another_layout_is_analysed_in_bounded_memory(tmp_path):
     # its events' keys sorted (args first): the expressions cannot read it, the objects are parsed a piece at a
     # time. Held whole, its 0.27 GB of text took 2.25 GB (e22bd33); the same events in Kineto's layout give the

@@ -58,7 +58,7 @@ def test_a_step_that_never_ends_is_diagnosed_as_hung_where_it_waits(tmp_path):
     assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a hung run's diagnosis
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_a_killed_dataloader_worker_ends_the_run_with_its_error_and_the_steps_it_ran(tmp_path):
     # torch's SIGCHLD handler raises 'worker is killed' in the main thread wherever it is: once inside diagnose's
     # own handling of the script's error, it lost the capture ("the script did not start under the profiler")
@@ -142,7 +142,7 @@ def test_a_dataloader_worker_that_never_returns_its_item_is_named_with_its_line(
     assert_matches_schema("diagnosis", run.run_dir / "diagnosis.json")  # a hang with the workers' stacks
 
 
-@pytest.mark.slow  # long (a whole run or several): the slow tier
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_under_torchrun_a_hang_names_every_ranks_place_and_the_rank_not_in_the_collective(tmp_path):
     run = run_script(SCRIPTS / "rank_stuck.py", out=tmp_path / "run",
                      options=("--experiments", "none", "--max-seconds", "8", "--nproc-per-node", "2"), timeout=240)

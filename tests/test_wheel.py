@@ -61,7 +61,7 @@ def test_wheel_installed_in_a_fresh_venv_runs_the_bundled_sample(tmp_path):
     assert "Training waits for the DataLoader" in html
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_pip_install_of_the_wheel_with_its_dependencies_runs_the_readme_command(tmp_path):
     """A real install: the wheel and its dependencies from the index (torch kept the CPU build by constraints.txt),
     then the README's main command with a shorter experiment budget."""

@@ -37,7 +37,7 @@ def test_a_window_at_a_step_of_a_hand_written_loop(tmp_path):
     _assert_diagnosed_and_trained_on(tmp_path, outcome, steps=5, last_step=119)
 
 
-@pytest.mark.full  # starts processes (a whole run, the CLI, a script): the full tier
+@pytest.mark.slow  # asserts on what it timed: the slow tier, where nothing runs beside it
 def test_a_window_opens_when_steps_slow_down(tmp_path):
     outcome = _train(tmp_path, "window_loop.py", "slower")
     assert 71 <= outcome["first_profiled"] <= 76, "steps slow down from step 70; the window opens soon after"
@@ -65,14 +65,14 @@ def test_lightning_callback_diagnoses_a_window_at_step_200(tmp_path):
     _assert_diagnosed_and_trained_on(tmp_path, outcome, steps=10, last_step=240)
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_hugging_face_callback_diagnoses_a_window_at_step_200(tmp_path):
     pytest.importorskip("transformers", reason="transformers is not installed (pip install '.[frameworks]')")
     outcome = _train(tmp_path, "hf_window.py", timeout=600)
     _assert_diagnosed_and_trained_on(tmp_path, outcome, steps=10, last_step=240)
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a whole run, timed by nothing it asserts: the full tier (it runs beside another test)
 def test_each_rank_writes_its_trace_and_rank_0_the_report(tmp_path):
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                            str(SCRIPTS / "window_ranks.py"), str(tmp_path / "run")], cwd=tmp_path,
