@@ -231,3 +231,27 @@ def test_a_recompile_after_the_first_step_moves_the_max_seconds_deadline_by_its_
     watch._events = [CompileEvent(compile_id="0/1", frame="forward", location=None, step=3, seconds=30.0)]
     host.boundary(5)  # 40 s since the first step, 30 of them recompiling: 10 s of the 60 used
     assert armed[-1] == pytest.approx(50.0, abs=0.5)
+
+
+def test_torchs_default_cache_set_by_an_earlier_compile_is_not_taken_for_the_users_own(monkeypatch, tmp_path):
+    """torch writes its default inductor folder into the process's environment the first time it compiles there (a
+    notebook, a caller of the Python API, a test process): a run started after that still compiles in a cache of its
+    own, empty, and the variable is as it was afterwards. A folder the user chose is kept."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    from diagnose.capture.compile_cache import CACHE_VARIABLE, MARKER, private_compile_cache, torch_default_cache
+
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
+    monkeypatch.delenv(MARKER, raising=False)
+    torchs = cache_dir()  # what torch's first compile in a process does
+    assert os.environ[CACHE_VARIABLE] == torchs == torch_default_cache()
+    with private_compile_cache():
+        private = os.environ[CACHE_VARIABLE]
+        assert private != torchs and os.environ[MARKER] == "1" and os.listdir(private) == []
+    assert os.environ[CACHE_VARIABLE] == torchs and MARKER not in os.environ and not os.path.exists(private)
+    mine = str(tmp_path / "mine")
+    monkeypatch.setenv(CACHE_VARIABLE, mine)
+    with private_compile_cache():
+        assert os.environ[CACHE_VARIABLE] == mine and MARKER not in os.environ
