@@ -8,8 +8,8 @@ bundled CPU samples by default, and prints one row per finding: its cost (the sh
 remove), the speedup that predicts at the change its best experiment made, what that experiment measured with its
 99% interval, and their ratio. A prediction more than 2x off either way is a rule whose cost does not follow its
 evidence. `--markdown` writes the table; `--record benchmarks/results/calibration.jsonl` appends its rows to the
-results file benchmarks/README.md's table is rendered from (benchmarks/tables.py). The slow tier's calibration test
-asserts on the same rows (tests/test_calibration.py).
+results file benchmarks/README.md's table is rendered from (benchmarks/tables.py). tests/test_calibration.py asserts
+on the same rows: the slow tier on the two runs with experiments it shares, the bench tier on four scripts.
 """
 from __future__ import annotations
 
