@@ -1,7 +1,8 @@
 """A compile cache of the run's own, so that its compile times mean something: the capture compiles with an empty
 cache (cold, as a fresh machine or CI job does) and the timed runs after it with the cache it filled (warm, as a
 second run of the script on the same machine does). The user's own cache is neither read nor filled. A user who
-set TORCHINDUCTOR_CACHE_DIR keeps it: then the capture's compile is cold or warm as that cache was."""
+set TORCHINDUCTOR_CACHE_DIR to a folder of their own keeps it: then the capture's compile is cold or warm as that
+cache was (torch's default folder, which torch itself writes into the variable, is not such a choice)."""
 from __future__ import annotations
 
 import contextlib
@@ -58,6 +59,6 @@ def torch_default_cache() -> str:
 
 
 def cache_kind() -> str:
-    """In a child: "private" (the run's own, empty when the capture started), else "user" (the user's cache or
-    torch's default folder, in whatever state it was)."""
+    """In a child: "private" (the run's own, empty when the capture started), else "user" (the folder the user set
+    in TORCHINDUCTOR_CACHE_DIR, in whatever state it was)."""
     return "private" if os.environ.get(MARKER) == "1" else "user"
